@@ -1,0 +1,14 @@
+// The voxpipe command line as a function, so that tests can call it without a process.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace voxpipe::cli {
+
+// Runs `voxpipe ARGS...` (args excludes the program name) and returns the exit code
+// (docs/exit_codes.md). Output goes to `out`, diagnostics to `err`.
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace voxpipe::cli

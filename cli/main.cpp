@@ -1,0 +1,8 @@
+#include <iostream>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return voxpipe::cli::run(args, std::cout, std::cerr);
+}

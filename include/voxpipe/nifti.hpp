@@ -1,0 +1,233 @@
+// voxpipe/nifti.hpp: NIfTI-1 and NIfTI-2 headers, images, reading and writing.
+//
+// Conventions (all as nibabel):
+//  - Arrays are in Fortran (column-major) order: axis 0 varies fastest, as stored on disk.
+//  - Affines map voxel indices to RAS+ millimetres; 4x4, row-major in `std::array<double,16>`.
+//  - Header fields are the values nibabel exposes after its load-time checks and fixes
+//    (docs/nifti.md lists them); the raw on-disk values are not kept.
+// Thread-safety: all functions are re-entrant; a NiftiImage is immutable after open_nifti and may
+// be read from several threads at once.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "voxpipe/dtype.hpp"
+
+namespace voxpipe {
+
+// Every field of a NIfTI-1 or NIfTI-2 header, widened to the NIfTI-2 types (exact: NIfTI-1
+// float32/int16 values convert to double/int64 without rounding). Fields that exist only in
+// NIfTI-1 (data_type, db_name, extents, session_error, regular, glmax, glmin) are zero for
+// NIfTI-2; `unused_str` exists only in NIfTI-2.
+struct NiftiHeader {
+  int version = 1;          // 1 or 2
+  bool big_endian = false;  // byte order of the header and of the data on disk
+  std::int32_t sizeof_hdr = 348;
+  std::array<char, 10> data_type{};
+  std::array<char, 18> db_name{};
+  std::int32_t extents = 0;
+  std::int16_t session_error = 0;
+  char regular = 0;
+  std::uint8_t dim_info = 0;
+  std::array<std::int64_t, 8> dim{};
+  double intent_p1 = 0, intent_p2 = 0, intent_p3 = 0;
+  std::int32_t intent_code = 0;
+  std::int16_t datatype = 0;
+  std::int16_t bitpix = 0;
+  std::int64_t slice_start = 0;
+  std::array<double, 8> pixdim{};
+  double vox_offset = 0;  // NIfTI-1 stores float32: fractional values are kept here
+  double scl_slope = 0, scl_inter = 0;
+  std::int64_t slice_end = 0;
+  std::int32_t slice_code = 0;
+  std::int32_t xyzt_units = 0;
+  double cal_max = 0, cal_min = 0, slice_duration = 0, toffset = 0;
+  std::int32_t glmax = 0, glmin = 0;
+  std::array<char, 80> descrip{};
+  std::array<char, 24> aux_file{};
+  std::int32_t qform_code = 0, sform_code = 0;
+  double quatern_b = 0, quatern_c = 0, quatern_d = 0;
+  double qoffset_x = 0, qoffset_y = 0, qoffset_z = 0;
+  std::array<double, 4> srow_x{}, srow_y{}, srow_z{};
+  std::array<char, 16> intent_name{};
+  std::array<char, 4> magic{};          // "n+1\0", "ni1\0", "n+2\0", "ni2\0"
+  std::array<std::uint8_t, 4> eol_check{13, 10, 26, 10};  // NIfTI-2 only
+  std::array<char, 15> unused_str{};    // NIfTI-2 only
+
+  std::size_t header_size() const noexcept { return version == 2 ? 540 : 348; }
+  bool single_file() const noexcept { return magic[1] == '+'; }
+};
+
+struct NiftiExtension {
+  std::int32_t code = 0;
+  std::vector<std::uint8_t> content;  // trailing NULs stripped, as nibabel does
+};
+
+// Limits applied while parsing untrusted files (STYLE.md: limits are parameters).
+struct NiftiLimits {
+  std::uint64_t max_voxels = std::uint64_t{1} << 40;
+  std::uint64_t max_extension_bytes = std::uint64_t{1} << 30;
+};
+
+// What decoding a header block found: the fixed header plus what nibabel would log.
+struct ParsedHeader {
+  NiftiHeader header;
+  std::vector<std::string> warnings;  // fixes applied, each naming the field
+};
+
+// Parses and validates a 348- or 540-byte header block (more bytes are ignored), applying
+// nibabel's load-time fixes. `path` is used in error messages only. Throws Error(format /
+// unsupported) for what nibabel refuses to load.
+ParsedHeader parse_nifti_header(std::span<const std::uint8_t> bytes, const std::string& path);
+
+// Decodes a header block as stored, without nibabel's fixes or checks beyond recognising the
+// version (NIfTI-1 magic, else NIfTI-2 sizeof_hdr) and the byte order. Throws Error(format /
+// truncated) when the block is neither.
+NiftiHeader decode_nifti_header(std::span<const std::uint8_t> bytes, const std::string& path);
+
+// Serialises a header to its 348 or 540 on-disk bytes, in header.big_endian byte order.
+std::vector<std::uint8_t> encode_nifti_header(const NiftiHeader& header);
+
+// How the image's bytes are stored.
+enum class Compression { none, gzip };
+
+struct Scaling {
+  double slope = 1.0;  // as nibabel's ArrayProxy: 1/0 when the header says "unscaled"
+  double inter = 0.0;
+  bool active() const noexcept { return slope != 1.0 || inter != 0.0; }
+};
+
+// An opened image: everything but the voxel data.
+struct NiftiImage {
+  std::string header_path;
+  std::string data_path;  // equal to header_path for single files
+  Compression header_compression = Compression::none;
+  Compression data_compression = Compression::none;
+  NiftiHeader header;
+  std::vector<NiftiExtension> extensions;
+  std::vector<std::string> warnings;
+  std::vector<std::int64_t> shape;  // nibabel's get_data_shape(), FreeSurfer hacks included
+  DType dtype = DType::f32;         // on-disk element type
+  std::uint64_t data_offset = 0;    // int(vox_offset): where the data starts in data_path
+  Scaling scaling;
+  std::array<double, 16> affine{};  // get_best_affine(), row-major
+  std::uint64_t data_file_size = 0;  // size of data_path when opened (compressed size for gzip;
+                                     // 0 when it could not be stat'ed)
+
+  std::uint64_t voxel_count() const;  // product of shape, checked at open
+  std::uint64_t data_bytes() const;   // voxel_count * dtype_size, checked at open
+  bool swapped() const noexcept;      // data byte order differs from the machine's
+};
+
+// Throws Error(truncated) when the data file cannot hold the bytes the header promises: for an
+// uncompressed file, data_offset + data_bytes beyond its end; for gzip, more than deflate's
+// maximum ratio (1032:1) allows. Call before allocating an output for the whole image.
+void check_data_size(const NiftiImage& image);
+
+struct OpenOptions {
+  NiftiLimits limits;
+};
+
+// Opens `.nii`, `.nii.gz`, `.hdr`/`.img` (and `.gz`, any letter case) files, reading only the
+// header and extensions. Throws Error on a missing file, bad magic, bad fields, or a `.gz` name
+// on a file that is not gzip.
+NiftiImage open_nifti(const std::string& path, const OpenOptions& options = {});
+
+// A selection along one axis: source indices start + i*step for i in [0, count); step != 0 and
+// may be negative. count may be 0.
+struct AxisRange {
+  std::int64_t start = 0;
+  std::int64_t step = 1;
+  std::int64_t count = 0;
+};
+
+// What the reader writes into the destination.
+struct OutputSpec {
+  DType type = DType::f64;   // element type written
+  bool apply_scaling = true; // multiply by slope, then add inter (two roundings, no FMA)
+  bool file_byte_order = false;  // copy raw bytes in the file's order (only if type == on-disk
+                                 // type and !apply_scaling); otherwise native order
+  bool real_part = false;        // complex source -> real destination: keep the real part
+};
+
+struct ReadOptions {
+  unsigned threads = 0;  // 0: all cores; chunks of large reads are converted in parallel
+};
+
+// Reads the selected voxels (empty `selection`: everything) into `dest`, which must hold exactly
+// prod(count) elements of spec.type in Fortran order. Bytes are read only for the selected
+// region (`.nii`: the byte ranges, small gaps merged; `.nii.gz`: inflated up to the end of the
+// region). Throws Error(truncated) if the file ends early, Error(corrupt) on a bad gzip stream,
+// Error(invalid_argument) on a bad selection or conversion; `dest` is then unspecified.
+void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selection,
+                     const OutputSpec& spec, std::span<std::byte> dest,
+                     const ReadOptions& options = {});
+
+namespace core {
+class ByteSource;
+}
+
+// Keeps an image's data file open across reads (nibabel's keep_file_open). A gzip stream keeps
+// its position: selections read in ascending order inflate the file once. Holds a reference to
+// `image`, which must outlive it. Not thread-safe: one reader per thread.
+class NiftiReader {
+ public:
+  explicit NiftiReader(const NiftiImage& image);
+  ~NiftiReader();
+  NiftiReader(const NiftiReader&) = delete;
+  NiftiReader& operator=(const NiftiReader&) = delete;
+  // As read_nifti_data.
+  void read(std::span<const AxisRange> selection, const OutputSpec& spec,
+            std::span<std::byte> dest, const ReadOptions& options = {});
+
+ private:
+  const NiftiImage& image_;
+  std::unique_ptr<core::ByteSource> source_;
+};
+
+// Is a conversion from the image's on-disk type to spec supported?  (RGB only as raw bytes,
+// scaling only to float/complex outputs, complex to real only with real_part.)
+bool conversion_supported(DType source, const OutputSpec& spec);
+
+// The dtype nibabel returns from np.asanyarray(img.dataobj): the on-disk type when unscaled,
+// otherwise float64 (complex128 for complex sources). Throws Error(unsupported) for scaled RGB.
+DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path);
+
+struct WriteOptions {
+  int gzip_level = 1;  // nibabel's default; 0..9 (zlib levels)
+};
+
+// Produces the next bytes of voxel data, in the header's dtype and byte order, Fortran order;
+// returns how many bytes it wrote into `buffer` (0 only at the end).
+using DataProducer = std::function<std::size_t(std::span<std::byte> buffer)>;
+
+// Writes an image: `.nii`/`.nii.gz` single file, or `.hdr`/`.img` (+`.gz`) pair, chosen by the
+// path's extension. The header's magic, vox_offset and sizeof_hdr are set to match; all other
+// fields are written as given. The data comes from `producer` and must be exactly
+// header's shape x dtype bytes. Each output is written to a temporary name beside it and renamed
+// only when complete, so a failure never leaves a partial file.
+void write_nifti(const std::string& path, NiftiHeader header,
+                 const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
+                 const WriteOptions& options = {});
+
+// Helper for in-memory data: a producer over a byte span.
+DataProducer producer_from_bytes(std::span<const std::byte> bytes);
+
+// Affine helpers (nibabel's Nifti1Header.get_qform / get_sform / get_base_affine / get_best_affine).
+std::array<double, 16> nifti_qform(const NiftiHeader& h, const std::string& path);
+std::array<double, 16> nifti_sform(const NiftiHeader& h);
+std::array<double, 16> nifti_base_affine(const NiftiHeader& h);
+std::array<double, 16> nifti_best_affine(const NiftiHeader& h, const std::string& path);
+
+// Sniffing: whether the path names a pair (.hdr/.img, with optional .gz) and the partner's path.
+bool nifti_is_pair_path(const std::string& path);
+std::string nifti_pair_partner(const std::string& path);
+
+}  // namespace voxpipe

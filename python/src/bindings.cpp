@@ -1,0 +1,148 @@
+// The Python extension voxpipe._core: a thin layer over the public C++ API. Errors become the
+// exception classes of voxpipe.errors (one table, in Python); the GIL is released around every
+// call that touches files or voxel data.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace nb = nanobind;
+using namespace voxpipe;
+
+namespace {
+
+using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
+  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+std::vector<std::uint8_t> from_bytes(const nb::bytes& b) {
+  const auto* p = static_cast<const std::uint8_t*>(b.data());
+  return std::vector<std::uint8_t>(p, p + b.size());
+}
+
+nb::list affine_list(const std::array<double, 16>& a) {
+  nb::list out;
+  for (double v : a) out.append(v);
+  return out;
+}
+
+DType parse_dtype(const std::string& name) {
+  auto t = dtype_from_name(name);
+  if (!t) throw Error(ErrorCode::invalid_argument, "", "dtype", "unknown dtype " + name);
+  return *t;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      nb::gil_scoped_acquire gil;
+      nb::object errors = nb::module_::import_("voxpipe.errors");
+      nb::object offset = e.offset() ? nb::cast(*e.offset()) : nb::none();
+      nb::object exc = errors.attr("_make")(error_code_name(e.code()), e.what(), e.path(),
+                                             e.field(), offset);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    }
+  });
+
+  nb::class_<NiftiImage>(m, "NiftiImage")
+      .def_ro("header_path", &NiftiImage::header_path)
+      .def_ro("data_path", &NiftiImage::data_path)
+      .def_prop_ro("gzip", [](const NiftiImage& i) { return i.data_compression == Compression::gzip; })
+      .def_prop_ro("version", [](const NiftiImage& i) { return i.header.version; })
+      .def_prop_ro("big_endian", [](const NiftiImage& i) { return i.header.big_endian; })
+      .def_prop_ro("shape", [](const NiftiImage& i) {
+        nb::list l;
+        for (auto d : i.shape) l.append(d);
+        return nb::tuple(l);
+      })
+      .def_prop_ro("dtype", [](const NiftiImage& i) { return std::string(dtype_name(i.dtype)); })
+      .def_ro("data_offset", &NiftiImage::data_offset)
+      .def_prop_ro("slope", [](const NiftiImage& i) { return i.scaling.slope; })
+      .def_prop_ro("inter", [](const NiftiImage& i) { return i.scaling.inter; })
+      .def_prop_ro("affine", [](const NiftiImage& i) { return affine_list(i.affine); })
+      .def_prop_ro("header_bytes", [](const NiftiImage& i) { return to_bytes(encode_nifti_header(i.header)); })
+      .def_prop_ro("extensions", [](const NiftiImage& i) {
+        nb::list l;
+        for (const auto& e : i.extensions) l.append(nb::make_tuple(e.code, to_bytes(e.content)));
+        return l;
+      })
+      .def_ro("warnings", &NiftiImage::warnings)
+      .def_prop_ro("scaled_dtype", [](const NiftiImage& i) {
+        return std::string(dtype_name(scaled_dtype(i.dtype, i.scaling, i.header_path)));
+      });
+
+  m.def("open", [](const std::string& path) { return open_nifti(path); }, nb::arg("path"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Open a NIfTI file, reading the header and extensions only.");
+
+  m.def("check_data_size", &check_data_size, nb::arg("image"),
+        nb::call_guard<nb::gil_scoped_release>());
+
+  m.def(
+      "read",
+      [](const NiftiImage& image, const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& selection,
+         const std::string& out_dtype, bool apply_scaling, bool file_byte_order, bool real_part,
+         ByteArray out, unsigned threads) {
+        std::vector<AxisRange> sel;
+        for (const auto& [start, step, count] : selection) sel.push_back({start, step, count});
+        OutputSpec spec{parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
+        read_nifti_data(image, sel, spec,
+                        std::span(reinterpret_cast<std::byte*>(out.data()), out.size()),
+                        ReadOptions{threads});
+      },
+      nb::arg("image"), nb::arg("selection"), nb::arg("dtype"), nb::arg("apply_scaling"),
+      nb::arg("file_byte_order"), nb::arg("real_part"), nb::arg("out"), nb::arg("threads") = 0,
+      nb::call_guard<nb::gil_scoped_release>(),
+      "Read a selection (list of (start, step, count) per axis; empty: all) into `out`, a 1-D "
+      "uint8 view of an F-ordered array of `dtype`.");
+
+  m.def(
+      "affines",
+      [](const nb::bytes& header) {
+        auto bytes = from_bytes(header);
+        NiftiHeader h = decode_nifti_header(bytes, "<header>");
+        return nb::make_tuple(affine_list(nifti_qform(h, "<header>")), affine_list(nifti_sform(h)),
+                              affine_list(nifti_base_affine(h)));
+      },
+      nb::arg("header"), "(qform, sform, base affine) of a header block, as stored.");
+
+  m.def(
+      "parse_header",
+      [](const nb::bytes& header, const std::string& path) {
+        auto bytes = from_bytes(header);
+        ParsedHeader p = parse_nifti_header(bytes, path);
+        return nb::make_tuple(to_bytes(encode_nifti_header(p.header)), p.warnings);
+      },
+      nb::arg("header"), nb::arg("path") = "<header>",
+      "Apply nibabel's load-time checks and fixes; returns (fixed header bytes, warnings).");
+
+  m.def(
+      "write",
+      [](const std::string& path, const nb::bytes& header,
+         const std::vector<std::pair<std::int32_t, nb::bytes>>& extensions, ByteArray data,
+         int level) {
+        auto hbytes = from_bytes(header);
+        std::vector<NiftiExtension> exts;
+        for (const auto& [code, content] : extensions) exts.push_back({code, from_bytes(content)});
+        nb::gil_scoped_release release;
+        NiftiHeader h = decode_nifti_header(hbytes, path);
+        write_nifti(path, h, exts,
+                    producer_from_bytes(std::span(reinterpret_cast<const std::byte*>(data.data()), data.size())),
+                    WriteOptions{level});
+      },
+      nb::arg("path"), nb::arg("header"), nb::arg("extensions"), nb::arg("data"), nb::arg("level"),
+      "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order).");
+}

@@ -1,0 +1,21 @@
+"""voxpipe: fast, exact loading of neuroimaging volumes.
+
+The API follows nibabel's, so that switching is a one-line change::
+
+    import voxpipe as vp
+    img = vp.load("bold.nii.gz")          # header only
+    vol = img.dataobj[..., 10]            # reads (inflates) only what is needed
+    data = img.get_fdata(dtype="float32") # no float64 detour
+"""
+
+from . import errors
+from ._header import Nifti1Header, Nifti2Header
+from ._image import ArrayProxy, Extension, Nifti1Image, Nifti2Image, from_nibabel, load, save
+from .errors import VoxpipeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti2Header", "Nifti2Image",
+    "VoxpipeError", "errors", "from_nibabel", "load", "save", "__version__",
+]

@@ -1,0 +1,406 @@
+"""Images, the lazy array proxy, load and save: nibabel's API over the C++ core."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from . import _core
+from ._header import (
+    _CODE_TO_NAME,
+    _NAME_TO_DTYPE,
+    Nifti1Header,
+    Nifti2Header,
+    dtype_code,
+)
+from ._slicing import empty_for, plan, read_shape
+
+_FAST_OUTPUTS = {np.dtype("f4"): "float32", np.dtype("f8"): "float64",
+                 np.dtype("c8"): "complex64", np.dtype("c16"): "complex128"}
+
+
+class Extension:
+    """A header extension (nibabel's Nifti1Extension interface: get_code, get_content)."""
+
+    def __init__(self, code: int, content: bytes):
+        self._code = int(code)
+        self._content = bytes(content)
+
+    def get_code(self):
+        return self._code
+
+    def get_content(self):
+        return self._content
+
+    @property
+    def code(self):
+        return self._code
+
+    def __eq__(self, other):
+        return (isinstance(other, Extension) and self._code == other._code
+                and self._content == other._content)
+
+    def __repr__(self):
+        return f"Extension(code={self._code}, {len(self._content)} bytes)"
+
+
+def _as_bytes_view(arr: np.ndarray) -> np.ndarray:
+    """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
+    flat = arr.reshape(-1, order="F")
+    return flat.view(np.uint8)
+
+
+class ArrayProxy:
+    """Lazy access to the voxel data of a file (nibabel's ArrayProxy contract).
+
+    ``np.asarray(proxy)`` and ``proxy[slicer]`` read from the file each time, only the bytes
+    needed, and return NumPy arrays in nibabel's dtypes, Fortran-ordered, owning their memory.
+    """
+
+    is_proxy = True
+
+    def __init__(self, core_image, threads: int = 0):
+        self._img = core_image
+        self._threads = threads
+        self._shape = tuple(core_image.shape)
+        raw = _NAME_TO_DTYPE[core_image.dtype]
+        if raw.fields is None:
+            raw = raw.newbyteorder(">" if core_image.big_endian else "<")
+        self._dtype = raw
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def slope(self):
+        return self._img.slope
+
+    @property
+    def inter(self):
+        return self._img.inter
+
+    @property
+    def offset(self):
+        return self._img.data_offset
+
+    @property
+    def file_like(self):
+        return self._img.data_path
+
+    def _scaled(self):
+        return (self._img.slope, self._img.inter) != (1.0, 0.0)
+
+    def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
+              real_part: bool = False, out: np.ndarray | None = None):
+        shape = read_shape(ranges)
+        if out is None:
+            if ranges is None or all(r == (0, 1, d) for r, d in zip(ranges, self._shape)):
+                _core.check_data_size(self._img)
+            out = empty_for(shape, dtype)
+        name = _CODE_TO_NAME[dtype_code(dtype)]
+        _core.read(self._img, ranges, name, apply_scaling, file_order, real_part,
+                   _as_bytes_view(out), self._threads)
+        return out
+
+    def _full_ranges(self):
+        return [(0, 1, d) for d in self._shape]
+
+    def get_unscaled(self):
+        """The stored values, in the file's dtype and byte order."""
+        return self._read(self._full_ranges(), self._dtype, False, True)
+
+    def _get_scaled(self, dtype, ranges):
+        """nibabel's ArrayProxy._get_scaled: the natural dtype, or `dtype` where asked."""
+        if not self._scaled():
+            natural = self._dtype
+        else:
+            natural = np.dtype(_core_dtype(self._img.scaled_dtype))
+        if dtype is None:
+            if not self._scaled():
+                return self._read(ranges, self._dtype, False, True)
+            return self._read(ranges, natural, True, False)
+        dtype = np.dtype(dtype)
+        if dtype in _FAST_OUTPUTS and natural.fields is None:
+            if natural.kind == "c" and dtype.kind == "f":
+                warnings.warn("Casting complex values to real discards the imaginary part",
+                              np.exceptions.ComplexWarning, stacklevel=3)
+                return self._read(ranges, dtype, True, False, real_part=True)
+            if natural.kind != "c" or dtype.kind == "c":
+                return self._read(ranges, dtype, True, False)
+        arr = self._get_scaled(None, ranges)
+        return arr.astype(np.promote_types(arr.dtype, dtype), copy=False).astype(dtype, copy=False)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._get_scaled(dtype, self._full_ranges())
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=False)
+        return arr
+
+    def __getitem__(self, slicer):
+        full, ranges, out_shape = plan(slicer, self._shape)
+        arr = self._get_scaled(None, ranges)
+        return arr.reshape(out_shape, order="F")
+
+    def __repr__(self):
+        return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
+
+
+def _core_dtype(name):
+    return _NAME_TO_DTYPE[name]
+
+
+class Nifti1Image:
+    """A NIfTI-1 image: header, affine and data (a lazy ArrayProxy or an in-memory array)."""
+
+    header_class = Nifti1Header
+    _meta_sniff_len = 348
+
+    def __init__(self, dataobj, affine, header=None, extra=None, file_map=None, dtype=None):
+        danger = (np.dtype("int64"), np.dtype("uint64"))
+        if header is None and dtype is None and getattr(dataobj, "dtype", None) in danger:
+            raise ValueError(
+                f"Image data has type {dataobj.dtype}, which may cause incompatibilities with "
+                "other tools. To use this type, pass an explicit header or dtype argument to "
+                f"{type(self).__name__}().")
+        self._dataobj = dataobj
+        if affine is not None:
+            affine = np.array(affine, dtype=np.float64)
+            if affine.shape != (4, 4):
+                raise ValueError("Affine should be shape 4,4")
+        self._affine = affine
+        self.extra = {} if extra is None else extra
+        if header is None:
+            self._header = self.header_class()
+            if hasattr(dataobj, "dtype"):
+                self._header.set_data_dtype(dataobj.dtype)
+        else:
+            self._header = _convert_header(header, self.header_class)
+        self._fdata_cache = None
+        self._filename = None
+        self.update_header()
+        # nibabel resets the "consumed" values: the proxy carries the real ones.
+        self._header.set_data_offset(0)
+        self._header.set_slope_inter(None, None)
+        if dtype is not None:
+            self._header.set_data_dtype(dtype)
+        if header is None and affine is not None:
+            self._affine2header()
+
+    # -- nibabel's attributes ---------------------------------------------------------------
+    @property
+    def header(self):
+        return self._header
+
+    @property
+    def affine(self):
+        return self._affine
+
+    @property
+    def dataobj(self):
+        return self._dataobj
+
+    @property
+    def shape(self):
+        return self._dataobj.shape
+
+    @property
+    def ndim(self):
+        return self._dataobj.ndim
+
+    @property
+    def in_memory(self):
+        return not isinstance(self._dataobj, ArrayProxy) or self._fdata_cache is not None
+
+    def get_filename(self):
+        return self._filename
+
+    def get_data_dtype(self):
+        return self._header.get_data_dtype()
+
+    def set_data_dtype(self, dtype):
+        self._header.set_data_dtype(dtype)
+
+    def update_header(self):
+        hdr = self._header
+        shape = self._dataobj.shape
+        if hdr.get_data_shape() != shape:
+            hdr.set_data_shape(shape)
+        if self._affine is not None and not np.allclose(self._affine, hdr.get_best_affine()):
+            self._affine2header()
+        hdr["magic"] = hdr.single_magic
+
+    def _affine2header(self):
+        self._header.set_sform(self._affine, code="aligned")
+        self._header.set_qform(self._affine, code="unknown")
+
+    def get_fdata(self, caching="fill", dtype=np.float64):
+        """The data as floating point (nibabel's get_fdata, cache semantics included)."""
+        if caching not in ("fill", "unchanged"):
+            raise ValueError('caching value should be "fill" or "unchanged"')
+        dtype = np.dtype(dtype)
+        if not issubclass(dtype.type, np.inexact):
+            raise ValueError(f"{dtype} should be floating point type")
+        if self._fdata_cache is not None and self._fdata_cache.dtype.type == dtype.type:
+            return self._fdata_cache
+        data = np.asanyarray(self._dataobj, dtype=dtype)
+        if caching == "fill":
+            self._fdata_cache = data
+        return data
+
+    def uncache(self):
+        self._fdata_cache = None
+
+    def to_nibabel(self):
+        """The same image as a nibabel image (data read now; header and extensions copied)."""
+        import nibabel as nib
+
+        klass = nib.Nifti2Image if isinstance(self, Nifti2Image) else nib.Nifti1Image
+        hdr = klass.header_class(endianness=self._header.endianness)
+        hdr._structarr = np.ndarray((), dtype=hdr._structarr.dtype,
+                                    buffer=bytearray(self._header.binaryblock))
+        for ext in self._header.extensions:
+            hdr.extensions.append(nib.nifti1.Nifti1Extension(ext.get_code(), ext.get_content()))
+        data = np.asanyarray(self._dataobj)
+        return klass(data, self._affine, header=hdr)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} shape={self.shape} affine=\n{self._affine}>"
+
+
+class Nifti2Image(Nifti1Image):
+    """A NIfTI-2 image."""
+
+    header_class = Nifti2Header
+
+
+def _convert_header(header, klass):
+    """A copy of `header` as `klass` (voxpipe or nibabel headers of either version)."""
+    if isinstance(header, klass) and type(header) is klass:
+        return header.copy()
+    exts = [Extension(e.get_code(), e.get_content()) for e in getattr(header, "extensions", [])]
+    if getattr(header, "sizeof_hdr", None) == klass.sizeof_hdr or (
+            hasattr(header, "binaryblock") and len(header.binaryblock) == np.dtype(klass._fields).itemsize):
+        return klass(header.binaryblock, header.endianness, exts)
+    # Different version: copy the fields both have.
+    out = klass(endianness=getattr(header, "endianness", "<"))
+    for name in out.keys():
+        if name in ("sizeof_hdr", "magic", "eol_check"):
+            continue
+        try:
+            out[name] = header[name]
+        except (KeyError, ValueError):
+            pass
+    out.extensions = exts
+    return out
+
+
+def load(filename, *, threads: int = 0):
+    """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
+
+    Returns a Nifti1Image or Nifti2Image whose ``dataobj`` reads voxels on demand.
+    """
+    path = os.fspath(filename)
+    core = _core.open(path)
+    klass = Nifti2Image if core.version == 2 else Nifti1Image
+    hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<",
+                             [Extension(c, b) for c, b in core.extensions])
+    proxy = ArrayProxy(core, threads)
+    img = klass(proxy, None, header=hdr)
+    img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
+    img._filename = path
+    img._core = core
+    return img
+
+
+def from_nibabel(nib_img):
+    """A voxpipe image with the data, affine, header and extensions of a nibabel image."""
+    import nibabel as nib
+
+    klass = Nifti2Image if isinstance(nib_img, (nib.Nifti2Image, nib.Nifti2Pair)) else Nifti1Image
+    hdr = klass.header_class(nib_img.header.binaryblock, nib_img.header.endianness,
+                             [Extension(e.get_code(), e.get_content()) for e in nib_img.header.extensions])
+    data = np.asanyarray(nib_img.dataobj)
+    img = klass(data, nib_img.affine, header=hdr)
+    if isinstance(nib_img.dataobj, np.ndarray) is False:
+        # Scale factors were applied to `data`; the header must not re-apply them.
+        img._header.set_slope_inter(None, None)
+    return img
+
+
+def _image_for(obj, affine, header):
+    if isinstance(obj, Nifti1Image):
+        return obj
+    if hasattr(obj, "dataobj") and hasattr(obj, "affine") and hasattr(obj, "header"):
+        return from_nibabel(obj)
+    if affine is None:
+        raise ValueError("vp.save(array, path) needs affine=")
+    return Nifti1Image(np.asanyarray(obj), affine, header=header)
+
+
+def save(img, filename, affine=None, *, header=None, level: int = 1, version: int | None = None):
+    """Write an image (or an array with `affine`) to .nii, .nii.gz or a .hdr/.img pair.
+
+    The file is written under a temporary name and renamed when complete. An image read by
+    ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
+    other data are written in the header's dtype with scale factors computed as nibabel does.
+    """
+    path = os.fspath(filename)
+    img = _image_for(img, affine, header)
+    klass = Nifti2Image if (version == 2 or (version is None and isinstance(img, Nifti2Image))) else Nifti1Image
+    hdr = _convert_header(img.header, klass.header_class)
+    # Keep the shape/affine synchronised as nibabel's update_header does.
+    if hdr.get_data_shape() != img.shape:
+        hdr.set_data_shape(img.shape)
+    if img.affine is not None and not np.allclose(img.affine, hdr.get_best_affine()):
+        hdr.set_sform(img.affine, code="aligned")
+        hdr.set_qform(img.affine, code="unknown")
+    out_dtype = hdr.get_data_dtype()
+    proxy = img.dataobj
+    if isinstance(proxy, ArrayProxy) and proxy.dtype == out_dtype and img._fdata_cache is None:
+        data = proxy.get_unscaled()
+        hdr.set_slope_inter(proxy.slope, proxy.inter)
+    else:
+        data, slope, inter = _data_for_writing(np.asanyarray(proxy), out_dtype)
+        hdr.set_slope_inter(slope, inter)
+    hdr.set_data_offset(0)
+    if not data.flags.f_contiguous:
+        data = np.asfortranarray(data)
+    _core.write(path, hdr.binaryblock, [(e.get_code(), e.get_content()) for e in hdr.extensions],
+                _as_bytes_view(data), level)
+
+
+def _data_for_writing(data: np.ndarray, out_dtype: np.dtype):
+    """(array in out_dtype and byte order, slope, inter) following nibabel's array writers."""
+    if out_dtype.fields is not None:
+        if data.dtype.fields is None or data.dtype.itemsize != out_dtype.itemsize:
+            raise ValueError(f"Cannot write {data.dtype} data as {out_dtype}")
+        return np.asfortranarray(data).view(out_dtype), 1.0, 0.0
+    if (np.can_cast(data.dtype, out_dtype, "safe") or out_dtype.kind in "fc" or data.size == 0
+            or (data.dtype.kind in "iu" and data.size and data.min() >= np.iinfo(out_dtype).min
+                and data.max() <= np.iinfo(out_dtype).max)):
+        return np.asarray(data, dtype=out_dtype, order="F"), 1.0, 0.0
+    # Scale factors for a lossy cast: nibabel's arraywriters decide them, so results match.
+    try:
+        from nibabel.arraywriters import get_slope_inter, make_array_writer
+    except ImportError as exc:  # pragma: no cover - nibabel is a test dependency
+        raise ValueError(f"writing {data.dtype} data as {out_dtype} needs scale factors; "
+                         "install nibabel or pass data in the output dtype") from exc
+    import io
+
+    writer = make_array_writer(data, out_dtype, True, True, order="F")
+    slope, inter = get_slope_inter(writer)
+    buf = io.BytesIO()
+    writer.to_fileobj(buf, order="F")
+    arr = np.frombuffer(buf.getbuffer(), dtype=out_dtype).reshape(data.shape, order="F")
+    return arr, (1.0 if slope is None else slope), (0.0 if inter is None else inter)

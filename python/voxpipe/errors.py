@@ -1,0 +1,89 @@
+"""Exceptions raised by voxpipe.
+
+Every error carries ``code`` (what kind of failure), ``path`` (the file), ``field`` (the header
+field or stream part involved, when there is one) and ``offset`` (byte offset, when known). Each
+class also derives from the built-in exception a user would catch: ``ValueError`` for bad files,
+``OSError`` for I/O, and ``FileNotFoundError`` for a missing file.
+"""
+
+from __future__ import annotations
+
+
+class VoxpipeError(Exception):
+    """Base class of every voxpipe error."""
+
+    code = "unknown"
+
+    def __init__(self, message: str, path: str = "", field: str = "", offset: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.field = field
+        self.offset = offset
+
+
+class FormatError(VoxpipeError, ValueError):
+    """Not a valid file of the expected format (bad magic, invalid header field)."""
+
+    code = "format"
+
+
+class UnsupportedError(VoxpipeError, ValueError):
+    """A valid file that voxpipe (and nibabel) cannot read, e.g. an unsupported datatype."""
+
+    code = "unsupported"
+
+
+class TruncatedError(VoxpipeError, ValueError, OSError):
+    """The file ends before the data its header promises."""
+
+    code = "truncated"
+
+
+class CorruptError(VoxpipeError, ValueError, OSError):
+    """A compressed stream is invalid or fails its checksum."""
+
+    code = "corrupt"
+
+
+class LimitError(VoxpipeError, ValueError):
+    """A size in the file exceeds the configured limits or what the file can justify."""
+
+    code = "limit"
+
+
+class InvalidArgumentError(VoxpipeError, ValueError):
+    """The caller asked for something impossible (bad selection, bad dtype)."""
+
+    code = "invalid_argument"
+
+
+class VoxpipeIOError(VoxpipeError, OSError):
+    """The operating system refused an open, read, write or rename."""
+
+    code = "io"
+
+
+class VoxpipeFileNotFoundError(VoxpipeError, FileNotFoundError):
+    """The file does not exist."""
+
+    code = "not_found"
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        FormatError,
+        UnsupportedError,
+        TruncatedError,
+        CorruptError,
+        LimitError,
+        InvalidArgumentError,
+        VoxpipeIOError,
+        VoxpipeFileNotFoundError,
+    )
+}
+
+
+def _make(code: str, message: str, path: str, field: str, offset: int | None) -> VoxpipeError:
+    """Build the exception for a C++ error code (called from the extension module)."""
+    return _BY_CODE.get(code, VoxpipeError)(message, path, field, offset)

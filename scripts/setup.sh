@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh Debian machine: system packages, the .venv with voxpipe and the
+# reference tools, then runs the demo on an embedded sample (skip it with --no-demo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+demo=1
+[ "${1:-}" = "--no-demo" ] && demo=0
+
+packages=(build-essential libisal-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev python3-venv python3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements-dev.txt
+# No build isolation: the build tools above are already in .venv and CI has no network besides
+# the registries. build-dir keeps the CMake tree for fast rebuilds.
+.venv/bin/python -m pip install -q --no-build-isolation \
+  -C build-dir=build/python -C cmake.build-type=Release .
+
+if [ "$demo" -eq 1 ]; then
+  .venv/bin/python -m voxpipe.demo
+fi

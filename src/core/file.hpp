@@ -1,0 +1,87 @@
+// Files: RAII descriptors, positional reads, atomic output (temporary name + rename), and the
+// ByteSource interface that the readers pull voxel bytes through.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace voxpipe::core {
+
+// A read-only file. Errors throw voxpipe::Error(not_found / io) naming the path.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  const std::string& path() const noexcept { return path_; }
+  std::uint64_t size() const noexcept { return size_; }
+  // Reads up to dst.size() bytes at `offset`; returns how many were read (fewer only at EOF).
+  // Thread-safe (pread).
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// An output file written under a temporary name in the same directory and renamed onto `path`
+// by commit(). Destroyed without commit(), it removes the temporary file.
+class AtomicOutputFile {
+ public:
+  explicit AtomicOutputFile(const std::string& path);
+  ~AtomicOutputFile();
+  AtomicOutputFile(const AtomicOutputFile&) = delete;
+  AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
+
+  const std::string& path() const noexcept { return path_; }
+  void write(std::span<const std::byte> bytes);
+  void commit();
+
+ private:
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// A source of the bytes of one stored stream (a file, or the inflated content of a gzip file),
+// addressed by offset in the uncompressed stream.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to dst.size() bytes starting at `offset`; returns how many were read (fewer only at
+  // the end of the stream). Sequential sources require offsets not to go backwards.
+  virtual std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) = 0;
+  // True when reads may go in any order and from several threads at once.
+  virtual bool random_access() const noexcept = 0;
+  virtual const std::string& path() const noexcept = 0;
+};
+
+class FileByteSource final : public ByteSource {
+ public:
+  explicit FileByteSource(const std::string& path) : file_(path) {}
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) override {
+    return file_.read_at(offset, dst);
+  }
+  bool random_access() const noexcept override { return true; }
+  const std::string& path() const noexcept override { return file_.path(); }
+  std::uint64_t size() const noexcept { return file_.size(); }
+
+ private:
+  InputFile file_;
+};
+
+// Size of the file at `path`, or nullopt when it cannot be stat'ed (missing, no permission).
+std::optional<std::uint64_t> file_size(const std::string& path);
+
+// Reads exactly dst.size() bytes or throws Error(truncated) naming what was expected.
+void read_exact(ByteSource& source, std::uint64_t offset, std::span<std::byte> dst,
+                const char* what);
+
+}  // namespace voxpipe::core

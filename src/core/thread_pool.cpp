@@ -1,0 +1,134 @@
+#include "core/thread_pool.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <algorithm>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace voxpipe::core {
+
+namespace {
+
+// Workers are started on first use and live for the process; jobs are whole parallel_for calls,
+// each worker pulling indices from the job's shared counter.
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool pool;
+    return pool;
+  }
+
+  void run(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
+    Job job(fn, n);
+    unsigned helpers = static_cast<unsigned>(std::min<std::size_t>(threads - 1, n - 1));
+    ensure_workers(helpers);
+    {
+      std::lock_guard lock(mutex_);
+      for (unsigned i = 0; i < helpers; ++i) queue_.push_back(&job);
+    }
+    cv_.notify_all();
+    job.work();
+    // Queue entries no worker has claimed yet are withdrawn: the job must not be touched once
+    // this function returns.
+    unsigned expected = helpers;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (*it == &job) {
+          it = queue_.erase(it);
+          --expected;
+        } else {
+          ++it;
+        }
+      }
+    }
+    {
+      std::unique_lock lock(job.done_mutex);
+      job.done_cv.wait(lock, [&] { return job.finished == expected; });
+    }
+    if (job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  struct Job {
+    const std::function<void(std::size_t)>& fn;
+    std::size_t n;
+    std::atomic<std::size_t> next{0};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+    std::mutex done_mutex;
+    std::condition_variable done_cv;
+    unsigned finished = 0;  // helpers that claimed the job and finished it
+
+    Job(const std::function<void(std::size_t)>& f, std::size_t count) : fn(f), n(count) {}
+
+    void work() {
+      for (;;) {
+        std::size_t i = next.fetch_add(1);
+        if (i >= n) return;
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+          next = n;  // stop handing out work
+        }
+      }
+    }
+  };
+
+  void ensure_workers(unsigned count) {
+    std::lock_guard lock(mutex_);
+    while (workers_.size() < count) workers_.emplace_back([this] { loop(); });
+  }
+
+  void loop() {
+    for (;;) {
+      Job* job;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = queue_.front();
+        queue_.pop_front();
+      }
+      job->work();
+      std::lock_guard lock(job->done_mutex);
+      ++job->finished;
+      job->done_cv.notify_all();
+    }
+  }
+
+  Pool() = default;
+  ~Pool() {
+    // Workers are detached at exit: the process is ending and jobs never outlive their caller.
+    for (auto& t : workers_) t.detach();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job*> queue_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+unsigned default_thread_count() noexcept {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
+  if (n == 0) return;
+  if (threads == 0) threads = default_thread_count();
+  if (threads <= 1 || n == 1) {
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  Pool::instance().run(n, threads, fn);
+}
+
+}  // namespace voxpipe::core

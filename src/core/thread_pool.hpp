@@ -1,0 +1,17 @@
+// The process-wide worker pool: the only global mutable state of the library (DESIGN.md).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace voxpipe::core {
+
+// Number of workers used when a caller passes threads = 0.
+unsigned default_thread_count() noexcept;
+
+// Runs fn(i) for i in [0, n) on at most `threads` threads (0: all cores), the caller's thread
+// included, and returns when all are done. The first exception thrown by any task is rethrown
+// here after the others have finished. Tasks must not call parallel_for themselves.
+void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
+
+}  // namespace voxpipe::core

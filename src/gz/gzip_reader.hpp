@@ -1,0 +1,45 @@
+// Streaming gzip decompression as a ByteSource: inflates a (possibly multi-member) gzip file
+// front to back, verifying every member's CRC32 and ISIZE. Memory: one compressed input buffer
+// (kInputChunk) plus the inflate state, whatever the file size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/file.hpp"
+
+namespace voxpipe::gz {
+
+// True when the first bytes are the gzip magic 1f 8b.
+bool has_gzip_magic(std::span<const std::uint8_t> head) noexcept;
+
+class GzipByteSource final : public core::ByteSource {
+ public:
+  // Throws Error(format) if the file does not start with the gzip magic.
+  explicit GzipByteSource(const std::string& path);
+  ~GzipByteSource() override;
+
+  // Sequential: an offset before the current position restarts inflation from the beginning;
+  // an offset after it inflates and discards the bytes in between. Reading ends early only at
+  // the end of the last member. Throws Error(corrupt) on invalid deflate data or a checksum
+  // mismatch and Error(truncated) when the file ends inside a member.
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) override;
+  bool random_access() const noexcept override { return false; }
+  const std::string& path() const noexcept override { return file_.path(); }
+
+  // Bytes of compressed input consumed so far (for tests of "inflates only what it needs").
+  std::uint64_t compressed_consumed() const noexcept;
+
+ private:
+  struct State;
+  std::size_t inflate_into(std::byte* out, std::size_t n);
+  void restart();
+
+  core::InputFile file_;
+  std::unique_ptr<State> state_;
+  std::uint64_t position_ = 0;  // uncompressed offset of the next byte inflate_into produces
+};
+
+}  // namespace voxpipe::gz

@@ -1,0 +1,46 @@
+// Internals of the NIfTI module shared between its files; not installed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/file.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe::nifti {
+
+// The header and image file names for a path: for .hdr/.img (optionally .gz) the pair, in the
+// case nibabel's types_filenames gives; for .nii both are the path. Throws Error(format) on an
+// unknown extension.
+struct FilePaths {
+  std::string header;
+  std::string image;
+  bool pair = false;
+};
+FilePaths file_paths(const std::string& path);
+
+// Reads the extensions that follow the header (nibabel's Nifti1Extensions.from_fileobj):
+// `head` holds the first bytes of the header stream (the 4-byte extension flag included when
+// present). Single files read up to vox_offset, pair headers to the end of the .hdr.
+std::vector<NiftiExtension> read_extensions(core::ByteSource& source, const NiftiHeader& h,
+                                            std::span<const std::uint8_t> head, bool pair,
+                                            const std::string& path, const NiftiLimits& limits);
+
+// The bytes written after the header: the 4-byte flag (single files always, pairs only with
+// extensions) and each extension padded to a multiple of 16 as nibabel writes them.
+std::vector<std::uint8_t> encode_extensions(const std::vector<NiftiExtension>& extensions,
+                                            bool big_endian, bool single_file);
+
+// The stream of the image's data file (plain or inflated), for reading several selections in
+// ascending order through one source (a gzip stream is then inflated once).
+std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image);
+
+// read_nifti_data through a given source.
+void read_selection(core::ByteSource& source, const NiftiImage& image,
+                    std::span<const AxisRange> selection, const OutputSpec& spec,
+                    std::span<std::byte> dest, const ReadOptions& options);
+
+}  // namespace voxpipe::nifti

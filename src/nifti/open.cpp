@@ -1,0 +1,209 @@
+// open_nifti: file names, header, extensions, shape, offset, scaling and affine.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/checked.hpp"
+#include "core/file.hpp"
+#include "gz/gzip_reader.hpp"
+#include "nifti/internal.hpp"
+#include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+struct SplitName {
+  std::string stem;  // path without extension(s)
+  std::string ext;   // ".nii", ".hdr" or ".img", in the case given
+  std::string gz;    // ".gz" in the case given, or empty
+};
+
+SplitName split_name(const std::string& path) {
+  SplitName s;
+  std::string rest = path;
+  if (ends_with(lower(rest), ".gz")) {
+    s.gz = rest.substr(rest.size() - 3);
+    rest.resize(rest.size() - 3);
+  }
+  const std::string l = lower(rest);
+  for (const char* e : {".nii", ".hdr", ".img"}) {
+    if (ends_with(l, e)) {
+      s.ext = rest.substr(rest.size() - 4);
+      s.stem = rest.substr(0, rest.size() - 4);
+      return s;
+    }
+  }
+  const std::string full = lower(path);
+  if (ends_with(full, ".bz2") || ends_with(full, ".zst"))
+    throw Error(ErrorCode::unsupported, path, "file name",
+                "bz2 and zstd compressed NIfTI files are not supported yet");
+  throw Error(ErrorCode::format, path, "file name",
+              "expected a .nii, .nii.gz, .hdr, .img (optionally .gz) file name");
+}
+
+std::unique_ptr<core::ByteSource> open_source(const std::string& path, bool gz) {
+  if (gz) return std::make_unique<gz::GzipByteSource>(path);
+  return std::make_unique<core::FileByteSource>(path);
+}
+
+}  // namespace
+
+bool nifti_is_pair_path(const std::string& path) {
+  const std::string e = lower(split_name(path).ext);
+  return e == ".hdr" || e == ".img";
+}
+
+std::string nifti_pair_partner(const std::string& path) {
+  SplitName s = split_name(path);
+  const bool upper = std::all_of(s.ext.begin() + 1, s.ext.end(),
+                                 [](char ch) { return std::isupper(static_cast<unsigned char>(ch)); });
+  std::string other = lower(s.ext) == ".hdr" ? ".img" : lower(s.ext) == ".img" ? ".hdr" : "";
+  if (other.empty())
+    throw Error(ErrorCode::invalid_argument, path, "file name", "not a .hdr/.img pair name");
+  if (upper)
+    for (auto& ch : other) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s.stem + other + s.gz;
+}
+
+std::uint64_t NiftiImage::voxel_count() const {
+  std::uint64_t n = 1;
+  for (auto d : shape) n *= static_cast<std::uint64_t>(d);  // checked in open_nifti
+  return n;
+}
+
+std::uint64_t NiftiImage::data_bytes() const { return voxel_count() * dtype_size(dtype); }
+
+bool NiftiImage::swapped() const noexcept {
+  return header.big_endian != (std::endian::native == std::endian::big);
+}
+
+void check_data_size(const NiftiImage& image) {
+  // Opening names a missing or unreadable data file before any size is judged.
+  core::InputFile(image.data_path);
+  const std::uint64_t need = image.data_offset + image.data_bytes();  // checked in open_nifti
+  if (image.data_compression == Compression::none) {
+    if (image.data_file_size < need)
+      throw Error(ErrorCode::truncated, image.data_path, "data",
+                  "expected " + std::to_string(image.data_bytes()) + " bytes of voxel data from byte " +
+                      std::to_string(image.data_offset) + ", but the file is " +
+                      std::to_string(image.data_file_size) + " bytes long",
+                  image.data_file_size);
+    return;
+  }
+  // Deflate cannot expand more than 1032:1, so a small gzip file cannot justify a huge output.
+  auto bound = core::checked_mul(image.data_file_size, 1032);
+  if (bound && *bound < need)
+    throw Error(ErrorCode::truncated, image.data_path, "data",
+                "expected " + std::to_string(need) + " uncompressed bytes, but a gzip file of " +
+                    std::to_string(image.data_file_size) + " bytes cannot hold more than " +
+                    std::to_string(*bound));
+}
+
+namespace nifti {
+FilePaths file_paths(const std::string& path) {
+  const std::string ext = lower(split_name(path).ext);
+  if (ext == ".hdr") return {path, nifti_pair_partner(path), true};
+  if (ext == ".img") return {nifti_pair_partner(path), path, true};
+  return {path, path, false};
+}
+}  // namespace nifti
+
+NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
+  NiftiImage img;
+  const nifti::FilePaths paths = nifti::file_paths(path);
+  const bool pair = paths.pair;
+  img.header_path = paths.header;
+  img.data_path = paths.image;
+  img.header_compression = ends_with(lower(img.header_path), ".gz") ? Compression::gzip : Compression::none;
+  img.data_compression = ends_with(lower(img.data_path), ".gz") ? Compression::gzip : Compression::none;
+
+  {
+    core::InputFile probe(img.header_path);
+    if (probe.size() == 0) throw Error(ErrorCode::format, img.header_path, "", "empty file");
+  }
+  auto source = open_source(img.header_path, img.header_compression == Compression::gzip);
+  // 540 bytes cover both header sizes; 4 more hold NIfTI-2's extension flag.
+  std::vector<std::uint8_t> head(544);
+  std::size_t got = source->read_at(0, std::as_writable_bytes(std::span(head)));
+  head.resize(got);
+  ParsedHeader parsed = parse_nifti_header(head, img.header_path);
+  img.header = parsed.header;
+  img.warnings = std::move(parsed.warnings);
+  const NiftiHeader& h = img.header;
+
+  // Shape (nibabel's get_data_shape, with the NIfTI-1 FreeSurfer conventions).
+  const std::int64_t ndim = h.dim[0];
+  if (ndim < 0 || ndim > 7)
+    throw Error(ErrorCode::format, img.header_path, "dim[0]",
+                "expected 0..7 dimensions, but found " + std::to_string(ndim),
+                h.version == 2 ? 16 : 40);
+  if (ndim == 0) {
+    img.shape = {0};
+  } else {
+    img.shape.assign(h.dim.begin() + 1, h.dim.begin() + 1 + ndim);
+  }
+  if (h.version == 1 && img.shape.size() >= 3) {
+    if (img.shape[0] == -1 && img.shape[1] == 1 && img.shape[2] == 1) {
+      if (h.glmin == 0)
+        throw Error(ErrorCode::format, img.header_path, "glmin",
+                    "-1 in dim[1] but 0 in glmin; inconsistent freesurfer type header?", 144);
+      img.shape[0] = h.glmin;
+    } else if (img.shape[0] == 27307 && img.shape[1] == 1 && img.shape[2] == 6) {
+      img.shape[0] = 163842;
+      img.shape[2] = 1;
+    }
+  }
+  std::uint64_t voxels = 1;
+  for (std::size_t i = 0; i < img.shape.size(); ++i) {
+    if (img.shape[i] < 0)
+      throw Error(ErrorCode::format, img.header_path, "dim[" + std::to_string(i + 1) + "]",
+                  "expected a non-negative size, but found " + std::to_string(img.shape[i]));
+    auto v = core::checked_mul(voxels, static_cast<std::uint64_t>(img.shape[i]));
+    if (!v || *v > options.limits.max_voxels)
+      throw Error(ErrorCode::limit, img.header_path, "dim",
+                  "the image has more voxels than the limit of " +
+                      std::to_string(options.limits.max_voxels));
+    voxels = *v;
+  }
+  img.dtype = *dtype_from_nifti_code(h.datatype);  // validated by parse_nifti_header
+  auto bytes = core::checked_mul(voxels, dtype_size(img.dtype));
+  if (!bytes) throw Error(ErrorCode::limit, img.header_path, "dim", "data size overflows 64 bits");
+
+  // Data offset: int(vox_offset), truncating as nibabel's get_data_offset.
+  if (!std::isfinite(h.vox_offset) || h.vox_offset < 0 || h.vox_offset >= 9.2e18)
+    throw Error(ErrorCode::format, img.header_path, "vox_offset",
+                "expected a non-negative byte offset", h.version == 2 ? 168 : 108);
+  img.data_offset = static_cast<std::uint64_t>(h.vox_offset);
+  if (!core::checked_add(img.data_offset, *bytes))
+    throw Error(ErrorCode::limit, img.header_path, "vox_offset", "data end overflows 64 bits");
+
+  // Scaling: nibabel's get_slope_inter, then ArrayProxy's defaults.
+  if (h.scl_slope != 0 && std::isfinite(h.scl_slope)) {
+    if (!std::isfinite(h.scl_inter))
+      throw Error(ErrorCode::format, img.header_path, "scl_inter",
+                  "valid slope but invalid intercept " + std::to_string(h.scl_inter),
+                  h.version == 2 ? 184 : 116);
+    img.scaling = Scaling{h.scl_slope, h.scl_inter};
+  }
+
+  img.affine = nifti_best_affine(h, img.header_path);
+  img.extensions = nifti::read_extensions(*source, h, head, pair, img.header_path, options.limits);
+  // Like nibabel, a pair whose .img is missing opens; reading its data then fails.
+  img.data_file_size = core::file_size(img.data_path).value_or(0);
+  return img;
+}
+
+}  // namespace voxpipe

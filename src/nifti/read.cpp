@@ -1,0 +1,310 @@
+// The plan, source and convert stages for NIfTI voxel data: a selection becomes rows of
+// elements in ascending file order; rows close together are read as one window (gaps up to
+// kSkipThreshold bytes, nibabel's fileslice SKIP_THRESH) and converted straight into the
+// destination. Long contiguous rows (whole images, whole volumes) are read in pieces, in
+// parallel when the source allows it, directly into the destination when no conversion is needed.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/convert.hpp"
+#include "core/file.hpp"
+#include "core/thread_pool.hpp"
+#include "gz/gzip_reader.hpp"
+#include "nifti/internal.hpp"
+#include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe {
+
+namespace {
+
+// nibabel's fileslice reads through gaps of up to 256 bytes rather than seeking over them.
+constexpr std::uint64_t kSkipThreshold = 256;
+// Source bytes converted per piece: a piece and its converted output stay within L2.
+constexpr std::uint64_t kPiece = 512 * 1024;
+// Direct reads (no conversion) go in larger pieces: fewer syscalls, still split across threads.
+constexpr std::uint64_t kDirectPiece = 8 * 1024 * 1024;
+
+struct Row {
+  std::uint64_t src;  // byte offset of element 0 in the stream
+  std::int64_t dst;   // byte offset of element 0 in the destination
+  std::uint64_t n;    // elements
+};
+
+struct RowShape {
+  std::uint64_t src_stride;  // bytes between elements of a row in the stream
+  std::int64_t dst_stride;   // bytes between elements of a row in the destination
+};
+
+core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec) {
+  core::Conversion c;
+  c.source = image.dtype;
+  c.dest = spec.type;
+  c.swap = spec.file_byte_order ? false : image.swapped();
+  c.scale = spec.apply_scaling && image.scaling.active();
+  c.slope = image.scaling.slope;
+  c.inter = image.scaling.inter;
+  c.raw = spec.type == image.dtype && !c.scale && !spec.real_part;
+  return c;
+}
+
+class Executor {
+ public:
+  Executor(core::ByteSource& source, const core::Conversion& conv, core::ConvertFn fn,
+           RowShape shape, std::byte* dest, unsigned threads)
+      : source_(source), conv_(conv), fn_(fn), shape_(shape), dest_(dest), threads_(threads),
+        in_size_(dtype_size(conv.source)), out_size_(dtype_size(conv.dest)),
+        gap_(source.random_access() ? kSkipThreshold : ~std::uint64_t{0} / 4),
+        direct_(conv.raw && !conv.swap) {}
+
+  void add(const Row& row) {
+    if (shape_.src_stride > kSkipThreshold && row.n > 1) {
+      // Elements far apart: each is its own row, as nibabel reads them.
+      for (std::uint64_t i = 0; i < row.n; ++i)
+        add_compact({row.src + i * shape_.src_stride,
+                     row.dst + static_cast<std::int64_t>(i) * shape_.dst_stride, 1});
+      return;
+    }
+    add_compact(row);
+  }
+
+  void finish() { flush(); }
+
+ private:
+  std::uint64_t span_of(std::uint64_t n) const { return (n - 1) * shape_.src_stride + in_size_; }
+
+  void add_compact(const Row& row) {
+    const std::uint64_t end = row.src + span_of(row.n);
+    if (end - row.src > kPiece) {
+      flush();
+      big_row(row);
+      return;
+    }
+    if (!pending_.empty() && (row.src - window_end_ > gap_ || end - window_start_ > kPiece)) flush();
+    if (pending_.empty()) window_start_ = row.src;
+    pending_.push_back(row);
+    window_end_ = end;
+  }
+
+  void flush() {
+    if (pending_.empty()) return;
+    if (scratch_.size() < kPiece) scratch_.resize(kPiece);
+    core::read_exact(source_, window_start_,
+                     std::span(scratch_.data(), window_end_ - window_start_), "data");
+    for (const Row& r : pending_)
+      fn_(conv_, scratch_.data() + (r.src - window_start_), static_cast<std::ptrdiff_t>(shape_.src_stride),
+          dest_ + r.dst, shape_.dst_stride, r.n);
+    pending_.clear();
+  }
+
+  // A row longer than one piece: split it, in parallel when the source is random access.
+  void big_row(const Row& row) {
+    const bool contiguous = shape_.src_stride == in_size_;
+    const bool direct = direct_ && contiguous && shape_.dst_stride == static_cast<std::int64_t>(out_size_);
+    const std::uint64_t piece_bytes = direct ? kDirectPiece : kPiece;
+    const std::uint64_t per_piece = std::max<std::uint64_t>(
+        1, (piece_bytes - in_size_) / shape_.src_stride + 1);
+    const std::uint64_t pieces = (row.n + per_piece - 1) / per_piece;
+    auto piece_row = [&](std::uint64_t p) {
+      std::uint64_t first = p * per_piece;
+      return Row{row.src + first * shape_.src_stride,
+                 row.dst + static_cast<std::int64_t>(first) * shape_.dst_stride,
+                 std::min(per_piece, row.n - first)};
+    };
+    auto run_piece = [&](const Row& r, std::vector<std::byte>& scratch) {
+      if (direct) {
+        core::read_exact(source_, r.src, std::span(dest_ + r.dst, r.n * in_size_), "data");
+        return;
+      }
+      const std::uint64_t bytes = span_of(r.n);
+      if (scratch.size() < bytes) scratch.resize(bytes);
+      core::read_exact(source_, r.src, std::span(scratch.data(), bytes), "data");
+      fn_(conv_, scratch.data(), static_cast<std::ptrdiff_t>(shape_.src_stride), dest_ + r.dst,
+          shape_.dst_stride, r.n);
+    };
+    unsigned slots = source_.random_access()
+                         ? static_cast<unsigned>(std::min<std::uint64_t>(
+                               threads_ == 0 ? core::default_thread_count() : threads_, pieces))
+                         : 1;
+    if (slots <= 1) {
+      for (std::uint64_t p = 0; p < pieces; ++p) run_piece(piece_row(p), scratch_);
+      return;
+    }
+    // Each slot takes every slots-th piece, with its own scratch buffer, so that the threads
+    // first-touch interleaved parts of the destination.
+    core::parallel_for(slots, slots, [&](std::size_t s) {
+      std::vector<std::byte> scratch;
+      for (std::uint64_t p = s; p < pieces; p += slots) run_piece(piece_row(p), scratch);
+    });
+  }
+
+  core::ByteSource& source_;
+  const core::Conversion& conv_;
+  core::ConvertFn fn_;
+  RowShape shape_;
+  std::byte* dest_;
+  unsigned threads_;
+  std::uint64_t in_size_, out_size_;
+  std::uint64_t gap_;
+  bool direct_;
+  std::vector<Row> pending_;
+  std::uint64_t window_start_ = 0, window_end_ = 0;
+  std::vector<std::byte> scratch_;
+};
+
+}  // namespace
+
+bool conversion_supported(DType source, const OutputSpec& spec) {
+  if (spec.file_byte_order && (spec.type != source || spec.apply_scaling)) return false;
+  if (dtype_is_rgb(source)) return spec.type == source;
+  core::Conversion c;
+  c.source = source;
+  c.dest = spec.type;
+  c.scale = spec.apply_scaling;
+  c.slope = 2.0;  // any active scaling: the kernel table is what decides
+  c.raw = spec.type == source && !spec.apply_scaling && !spec.real_part;
+  if (dtype_is_complex(source) && !dtype_is_complex(spec.type) && !spec.real_part) return false;
+  return core::select_conversion(c) != nullptr;
+}
+
+DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path) {
+  if (!scaling.active()) return source;
+  if (dtype_is_rgb(source))
+    throw Error(ErrorCode::unsupported, path, "scl_slope",
+                "scaling cannot be applied to RGB data");
+  return dtype_is_complex(source) ? DType::c128 : DType::f64;
+}
+
+std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image) {
+  if (image.data_compression == Compression::gzip)
+    return std::make_unique<gz::GzipByteSource>(image.data_path);
+  return std::make_unique<core::FileByteSource>(image.data_path);
+}
+
+NiftiReader::NiftiReader(const NiftiImage& image)
+    : image_(image), source_(nifti::open_data_source(image)) {}
+
+NiftiReader::~NiftiReader() = default;
+
+void NiftiReader::read(std::span<const AxisRange> selection, const OutputSpec& spec,
+                       std::span<std::byte> dest, const ReadOptions& options) {
+  nifti::read_selection(*source_, image_, selection, spec, dest, options);
+}
+
+void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selection,
+                     const OutputSpec& spec, std::span<std::byte> dest,
+                     const ReadOptions& options) {
+  NiftiReader(image).read(selection, spec, dest, options);
+}
+
+void nifti::read_selection(core::ByteSource& source, const NiftiImage& image,
+                           std::span<const AxisRange> selection, const OutputSpec& spec,
+                           std::span<std::byte> dest, const ReadOptions& options) {
+  const std::size_t ndim = image.shape.size();
+  std::vector<AxisRange> sel(selection.begin(), selection.end());
+  if (sel.empty())
+    for (auto d : image.shape) sel.push_back({0, 1, d});
+  if (sel.size() != ndim)
+    throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+                "expected " + std::to_string(ndim) + " axes, but received " +
+                    std::to_string(sel.size()));
+  std::uint64_t n_out = 1;
+  for (std::size_t k = 0; k < ndim; ++k) {
+    const AxisRange& a = sel[k];
+    const std::int64_t dim = image.shape[k];
+    if (a.count < 0 || a.step == 0)
+      throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+                  "axis " + std::to_string(k) + ": count must be >= 0 and step non-zero");
+    if (a.count > 0) {
+      // Both ends inside [0, dim), computed without overflow.
+      const __int128 last = static_cast<__int128>(a.start) + static_cast<__int128>(a.count - 1) * a.step;
+      if (a.start < 0 || a.start >= dim || last < 0 || last >= dim)
+        throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+                    "axis " + std::to_string(k) + ": indices outside 0.." +
+                        std::to_string(dim - 1));
+    }
+    n_out *= static_cast<std::uint64_t>(a.count);
+  }
+  core::Conversion conv = make_conversion(image, spec);
+  core::ConvertFn fn = conversion_supported(image.dtype, spec) ? core::select_conversion(conv) : nullptr;
+  if (!fn)
+    throw Error(ErrorCode::invalid_argument, image.header_path, "dtype",
+                std::string("cannot convert ") + std::string(dtype_name(image.dtype)) + " to " +
+                    std::string(dtype_name(spec.type)) + (conv.scale ? " with scaling" : ""));
+  const std::size_t in_size = dtype_size(image.dtype), out_size = dtype_size(spec.type);
+  if (dest.size() != n_out * out_size)
+    throw Error(ErrorCode::invalid_argument, image.header_path, "destination",
+                "expected " + std::to_string(n_out * out_size) + " bytes, but received " +
+                    std::to_string(dest.size()));
+  if (n_out == 0) return;
+
+  // Normalise to positive steps; flipped axes are written backwards into the destination.
+  std::vector<std::uint64_t> sstride(ndim), start(ndim), step(ndim), count(ndim);
+  std::vector<std::int64_t> dstride(ndim);
+  std::int64_t dst_base = 0;
+  std::uint64_t s_acc = in_size;
+  std::int64_t d_acc = static_cast<std::int64_t>(out_size);
+  std::vector<bool> flip(ndim);
+  for (std::size_t k = 0; k < ndim; ++k) {
+    const AxisRange& a = sel[k];
+    flip[k] = a.step < 0;
+    count[k] = static_cast<std::uint64_t>(a.count);
+    step[k] = static_cast<std::uint64_t>(flip[k] ? -a.step : a.step);
+    start[k] = static_cast<std::uint64_t>(flip[k] ? a.start + (a.count - 1) * a.step : a.start);
+    sstride[k] = s_acc;
+    dstride[k] = flip[k] ? -d_acc : d_acc;
+    if (flip[k]) dst_base += static_cast<std::int64_t>(count[k] - 1) * d_acc;
+    s_acc *= static_cast<std::uint64_t>(image.shape[k]);
+    d_acc *= static_cast<std::int64_t>(count[k]);
+  }
+
+  // Leading axes read contiguously merge into one row.
+  std::size_t row_axes = 0;
+  std::uint64_t run_len = 1, run_start = 0;
+  RowShape shape{in_size, static_cast<std::int64_t>(out_size)};
+  for (std::size_t k = 0; k < ndim; ++k) {
+    if (step[k] != 1 || flip[k]) break;
+    run_len *= count[k];
+    run_start += start[k] * sstride[k];
+    row_axes = k + 1;
+    if (count[k] != static_cast<std::uint64_t>(image.shape[k])) break;
+  }
+  std::uint64_t row_n;
+  std::uint64_t row_src0;
+  std::int64_t row_dst0 = dst_base;
+  if (row_axes > 0) {
+    row_n = run_len;
+    row_src0 = run_start;
+  } else {
+    row_axes = 1;
+    row_n = count[0];
+    row_src0 = start[0] * sstride[0];
+    shape = {step[0] * in_size, dstride[0]};
+  }
+
+  Executor exec(source, conv, fn, shape, dest.data(), options.threads);
+  // Odometer over the outer axes, in ascending file order.
+  std::vector<std::uint64_t> idx(ndim, 0);
+  const std::uint64_t base = image.data_offset + row_src0;
+  for (;;) {
+    std::uint64_t src = base;
+    std::int64_t dst = row_dst0;
+    for (std::size_t k = row_axes; k < ndim; ++k) {
+      src += (start[k] + idx[k] * step[k]) * sstride[k];
+      dst += static_cast<std::int64_t>(idx[k]) * dstride[k];
+    }
+    exec.add({src, dst, row_n});
+    std::size_t k = row_axes;
+    for (; k < ndim; ++k) {
+      if (++idx[k] < count[k]) break;
+      idx[k] = 0;
+    }
+    if (k == ndim) break;
+  }
+  exec.finish();
+}
+
+}  // namespace voxpipe
