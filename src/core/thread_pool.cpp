@@ -17,9 +17,11 @@ namespace {
 // each worker pulling indices from the job's shared counter.
 class Pool {
  public:
+  // Never destroyed: workers wait on cv_ until the process ends, and destroying a condition
+  // variable with waiters blocks exit.
   static Pool& instance() {
-    static Pool pool;
-    return pool;
+    static Pool* pool = new Pool;
+    return *pool;
   }
 
   void run(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
@@ -83,7 +85,10 @@ class Pool {
 
   void ensure_workers(unsigned count) {
     std::lock_guard lock(mutex_);
-    while (workers_.size() < count) workers_.emplace_back([this] { loop(); });
+    while (workers_ < count) {
+      std::thread([this] { loop(); }).detach();
+      ++workers_;
+    }
   }
 
   void loop() {
@@ -103,15 +108,11 @@ class Pool {
   }
 
   Pool() = default;
-  ~Pool() {
-    // Workers are detached at exit: the process is ending and jobs never outlive their caller.
-    for (auto& t : workers_) t.detach();
-  }
 
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job*> queue_;
-  std::vector<std::thread> workers_;
+  unsigned workers_ = 0;
 };
 
 }  // namespace

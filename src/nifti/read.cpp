@@ -3,8 +3,15 @@
 // kSkipThreshold bytes, nibabel's fileslice SKIP_THRESH) and converted straight into the
 // destination. Long contiguous rows (whole images, whole volumes) are read in pieces, in
 // parallel when the source allows it, directly into the destination when no conversion is needed.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,6 +132,14 @@ class Executor {
       fn_(conv_, scratch.data(), static_cast<std::ptrdiff_t>(shape_.src_stride), dest_ + r.dst,
           shape_.dst_stride, r.n);
     };
+    const unsigned threads = threads_ == 0 ? core::default_thread_count() : threads_;
+    if (!source_.random_access() && threads >= 2 && pieces > 1) {
+      if (direct)
+        sequential_direct(row, pieces, piece_row, run_piece);
+      else
+        sequential_pipelined(pieces, piece_row);
+      return;
+    }
     unsigned slots = source_.random_access()
                          ? static_cast<unsigned>(std::min<std::uint64_t>(
                                threads_ == 0 ? core::default_thread_count() : threads_, pieces))
@@ -139,6 +154,91 @@ class Executor {
       std::vector<std::byte> scratch;
       for (std::uint64_t p = s; p < pieces; p += slots) run_piece(piece_row(p), scratch);
     });
+  }
+
+  // A sequential source (gzip) read straight into the destination: inflate on this thread while
+  // another populates the destination's pages ahead of it (MADV_POPULATE_WRITE maps pages without
+  // changing their contents, so it cannot race with the data written). On this machine first
+  // touch of fresh memory costs about as much as inflating into it (DESIGN.md).
+  template <class PieceRow, class RunPiece>
+  void sequential_direct(const Row& row, std::uint64_t pieces, PieceRow& piece_row,
+                         RunPiece& run_piece) {
+    std::atomic<bool> stop{false};
+    std::thread prefault([&] {
+      const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+      auto begin = reinterpret_cast<std::uintptr_t>(dest_ + row.dst);
+      const auto end = begin + row.n * in_size_;
+      begin = (begin + page - 1) / page * page;
+      for (std::uintptr_t at = begin; at < end && !stop; at += kDirectPiece) {
+        std::size_t len = std::min<std::uintptr_t>(kDirectPiece, (end - at) / page * page);
+        if (len == 0 || ::madvise(reinterpret_cast<void*>(at), len, MADV_POPULATE_WRITE) != 0) break;
+      }
+    });
+    std::vector<std::byte> unused;
+    try {
+      for (std::uint64_t p = 0; p < pieces; ++p) run_piece(piece_row(p), unused);
+    } catch (...) {
+      stop = true;
+      prefault.join();
+      throw;
+    }
+    stop = true;
+    prefault.join();
+  }
+
+  // A sequential source that needs conversion: this thread inflates pieces into a small ring of
+  // buffers while a second thread converts them into the destination (and takes its page faults).
+  // A dedicated thread rather than the pool: the two stages wait on each other, which tasks of a
+  // shared pool must not do.
+  template <class PieceRow>
+  void sequential_pipelined(std::uint64_t pieces, PieceRow& piece_row) {
+    constexpr std::size_t kRing = 4;
+    std::vector<std::vector<std::byte>> ring(kRing, std::vector<std::byte>(kPiece));
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::uint64_t produced = 0, consumed = 0;  // pieces filled / converted
+    bool failed = false;
+    std::thread converter([&] {
+      for (std::uint64_t p = 0; p < pieces; ++p) {
+        {
+          std::unique_lock lock(mutex);
+          cv.wait(lock, [&] { return produced > p || failed; });
+          if (failed) return;
+        }
+        const Row r = piece_row(p);
+        fn_(conv_, ring[p % kRing].data(), static_cast<std::ptrdiff_t>(shape_.src_stride),
+            dest_ + r.dst, shape_.dst_stride, r.n);
+        {
+          std::lock_guard lock(mutex);
+          ++consumed;
+        }
+        cv.notify_all();
+      }
+    });
+    try {
+      for (std::uint64_t p = 0; p < pieces; ++p) {
+        {
+          std::unique_lock lock(mutex);
+          cv.wait(lock, [&] { return p - consumed < kRing; });
+        }
+        const Row r = piece_row(p);
+        core::read_exact(source_, r.src, std::span(ring[p % kRing].data(), span_of(r.n)), "data");
+        {
+          std::lock_guard lock(mutex);
+          ++produced;
+        }
+        cv.notify_all();
+      }
+    } catch (...) {
+      {
+        std::lock_guard lock(mutex);
+        failed = true;
+      }
+      cv.notify_all();
+      converter.join();
+      throw;
+    }
+    converter.join();
   }
 
   core::ByteSource& source_;
