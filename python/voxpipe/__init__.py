@@ -10,12 +10,23 @@ The API follows nibabel's, so that switching is a one-line change::
 
 from . import errors
 from ._header import Nifti1Header, Nifti2Header
-from ._image import ArrayProxy, Extension, Nifti1Image, Nifti2Image, from_nibabel, load, save
+from ._image import (
+    ArrayProxy,
+    Extension,
+    Nifti1Image,
+    Nifti1Pair,
+    Nifti2Image,
+    Nifti2Pair,
+    from_nibabel,
+    load,
+    save,
+)
 from .errors import VoxpipeError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti2Header", "Nifti2Image",
+    "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
+    "Nifti2Image", "Nifti2Pair",
     "VoxpipeError", "errors", "from_nibabel", "load", "save", "__version__",
 ]

@@ -164,7 +164,7 @@ class Nifti1Image:
     """A NIfTI-1 image: header, affine and data (a lazy ArrayProxy or an in-memory array)."""
 
     header_class = Nifti1Header
-    _meta_sniff_len = 348
+    _is_pair = False
 
     def __init__(self, dataobj, affine, header=None, extra=None, file_map=None, dtype=None):
         danger = (np.dtype("int64"), np.dtype("uint64"))
@@ -238,7 +238,7 @@ class Nifti1Image:
             hdr.set_data_shape(shape)
         if self._affine is not None and not np.allclose(self._affine, hdr.get_best_affine()):
             self._affine2header()
-        hdr["magic"] = hdr.single_magic
+        hdr["magic"] = hdr.pair_magic if self._is_pair else hdr.single_magic
 
     def _affine2header(self):
         self._header.set_sform(self._affine, code="aligned")
@@ -265,7 +265,10 @@ class Nifti1Image:
         """The same image as a nibabel image (data read now; header and extensions copied)."""
         import nibabel as nib
 
-        klass = nib.Nifti2Image if isinstance(self, Nifti2Image) else nib.Nifti1Image
+        if isinstance(self, Nifti2Image):
+            klass = nib.Nifti2Pair if self._is_pair else nib.Nifti2Image
+        else:
+            klass = nib.Nifti1Pair if self._is_pair else nib.Nifti1Image
         hdr = klass.header_class(endianness=self._header.endianness)
         hdr._structarr = np.ndarray((), dtype=hdr._structarr.dtype,
                                     buffer=bytearray(self._header.binaryblock))
@@ -282,6 +285,18 @@ class Nifti2Image(Nifti1Image):
     """A NIfTI-2 image."""
 
     header_class = Nifti2Header
+
+
+class Nifti1Pair(Nifti1Image):
+    """A NIfTI-1 image stored as a .hdr/.img pair."""
+
+    _is_pair = True
+
+
+class Nifti2Pair(Nifti2Image):
+    """A NIfTI-2 image stored as a .hdr/.img pair."""
+
+    _is_pair = True
 
 
 def _convert_header(header, klass):
@@ -305,14 +320,25 @@ def _convert_header(header, klass):
     return out
 
 
-def load(filename, *, threads: int = 0):
+def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0):
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
-    Returns a Nifti1Image or Nifti2Image whose ``dataobj`` reads voxels on demand.
+    Returns a Nifti1Image / Nifti2Image (Nifti1Pair / Nifti2Pair for .hdr/.img) whose ``dataobj``
+    reads voxels on demand. ``mmap`` and ``keep_file_open`` are accepted and validated as nibabel
+    does, so scripts can switch unchanged; data always come back as arrays owning their memory.
+    ``threads``: threads for large reads (0: all cores).
     """
+    if mmap not in (True, False, "c", "r"):
+        raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
+    if keep_file_open not in (True, False, None):
+        raise ValueError("keep_file_open should be one of {None, True, False}")
     path = os.fspath(filename)
     core = _core.open(path)
-    klass = Nifti2Image if core.version == 2 else Nifti1Image
+    pair = core.header_path != core.data_path
+    if core.version == 2:
+        klass = Nifti2Pair if pair else Nifti2Image
+    else:
+        klass = Nifti1Pair if pair else Nifti1Image
     hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<",
                              [Extension(c, b) for c, b in core.extensions])
     proxy = ArrayProxy(core, threads)
@@ -327,7 +353,11 @@ def from_nibabel(nib_img):
     """A voxpipe image with the data, affine, header and extensions of a nibabel image."""
     import nibabel as nib
 
-    klass = Nifti2Image if isinstance(nib_img, (nib.Nifti2Image, nib.Nifti2Pair)) else Nifti1Image
+    if isinstance(nib_img, (nib.Nifti2Image, nib.Nifti2Pair)):
+        klass = Nifti2Pair if isinstance(nib_img, nib.Nifti2Pair) else Nifti2Image
+    else:
+        klass = Nifti1Pair if isinstance(nib_img, nib.Nifti1Pair) and not isinstance(
+            nib_img, nib.Nifti1Image) else Nifti1Image
     hdr = klass.header_class(nib_img.header.binaryblock, nib_img.header.endianness,
                              [Extension(e.get_code(), e.get_content()) for e in nib_img.header.extensions])
     data = np.asanyarray(nib_img.dataobj)
@@ -359,6 +389,7 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     img = _image_for(img, affine, header)
     klass = Nifti2Image if (version == 2 or (version is None and isinstance(img, Nifti2Image))) else Nifti1Image
     hdr = _convert_header(img.header, klass.header_class)
+    # The magic follows the file name, as nibabel's save converts single <-> pair.
     # Keep the shape/affine synchronised as nibabel's update_header does.
     if hdr.get_data_shape() != img.shape:
         hdr.set_data_shape(img.shape)
