@@ -104,10 +104,13 @@ class ArrayProxy:
     def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
               real_part: bool = False, out: np.ndarray | None = None):
         shape = read_shape(ranges)
+        # Before allocating: the file must be able to hold what the header promises.
+        _core.check_data_size(self._img)
         if out is None:
-            if ranges is None or all(r == (0, 1, d) for r, d in zip(ranges, self._shape)):
-                _core.check_data_size(self._img)
             out = empty_for(shape, dtype)
+        elif out.shape != shape or out.dtype != dtype or not out.flags.f_contiguous:
+            raise ValueError(f"out must be an F-contiguous {dtype} array of shape {shape}, "
+                             f"but is {out.dtype} {out.shape}")
         name = _CODE_TO_NAME[dtype_code(dtype)]
         _core.read(self._img, ranges, name, apply_scaling, file_order, real_part,
                    _as_bytes_view(out), self._threads)
@@ -116,11 +119,12 @@ class ArrayProxy:
     def _full_ranges(self):
         return [(0, 1, d) for d in self._shape]
 
-    def get_unscaled(self):
-        """The stored values, in the file's dtype and byte order."""
-        return self._read(self._full_ranges(), self._dtype, False, True)
+    def get_unscaled(self, out=None):
+        """The stored values, in the file's dtype and byte order (into `out` when given: an
+        F-contiguous array of that dtype and shape, e.g. a buffer reused across files)."""
+        return self._read(self._full_ranges(), self._dtype, False, True, out=out)
 
-    def _get_scaled(self, dtype, ranges):
+    def _get_scaled(self, dtype, ranges, out=None):
         """nibabel's ArrayProxy._get_scaled: the natural dtype, or `dtype` where asked."""
         if not self._scaled():
             natural = self._dtype
@@ -128,18 +132,22 @@ class ArrayProxy:
             natural = np.dtype(_core_dtype(self._img.scaled_dtype))
         if dtype is None:
             if not self._scaled():
-                return self._read(ranges, self._dtype, False, True)
-            return self._read(ranges, natural, True, False)
+                return self._read(ranges, self._dtype, False, True, out=out)
+            return self._read(ranges, natural, True, False, out=out)
         dtype = np.dtype(dtype)
         if dtype in _FAST_OUTPUTS and natural.fields is None:
             if natural.kind == "c" and dtype.kind == "f":
                 warnings.warn("Casting complex values to real discards the imaginary part",
                               np.exceptions.ComplexWarning, stacklevel=3)
-                return self._read(ranges, dtype, True, False, real_part=True)
+                return self._read(ranges, dtype, True, False, real_part=True, out=out)
             if natural.kind != "c" or dtype.kind == "c":
-                return self._read(ranges, dtype, True, False)
+                return self._read(ranges, dtype, True, False, out=out)
         arr = self._get_scaled(None, ranges)
-        return arr.astype(np.promote_types(arr.dtype, dtype), copy=False).astype(dtype, copy=False)
+        arr = arr.astype(np.promote_types(arr.dtype, dtype), copy=False).astype(dtype, copy=False)
+        if out is not None:
+            out[...] = arr
+            return out
+        return arr
 
     def __array__(self, dtype=None, copy=None):
         arr = self._get_scaled(dtype, self._full_ranges())
@@ -244,13 +252,22 @@ class Nifti1Image:
         self._header.set_sform(self._affine, code="aligned")
         self._header.set_qform(self._affine, code="unknown")
 
-    def get_fdata(self, caching="fill", dtype=np.float64):
-        """The data as floating point (nibabel's get_fdata, cache semantics included)."""
+    def get_fdata(self, caching="fill", dtype=np.float64, *, out=None):
+        """The data as floating point (nibabel's get_fdata, cache semantics included).
+
+        `out` (voxpipe only): an F-contiguous array of `dtype` and the image's shape to decode
+        into, e.g. a buffer reused across files; it is filled, returned and not cached.
+        """
         if caching not in ("fill", "unchanged"):
             raise ValueError('caching value should be "fill" or "unchanged"')
         dtype = np.dtype(dtype)
         if not issubclass(dtype.type, np.inexact):
             raise ValueError(f"{dtype} should be floating point type")
+        if out is not None:
+            if isinstance(self._dataobj, ArrayProxy):
+                return self._dataobj._get_scaled(dtype, self._dataobj._full_ranges(), out=out)
+            out[...] = np.asanyarray(self._dataobj, dtype=dtype)
+            return out
         if self._fdata_cache is not None and self._fdata_cache.dtype.type == dtype.type:
             return self._fdata_cache
         data = np.asanyarray(self._dataobj, dtype=dtype)
