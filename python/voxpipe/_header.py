@@ -8,6 +8,9 @@ a header reaches Python.
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 import numpy as np
 
 from . import _core
@@ -76,7 +79,9 @@ def dtype_code(dtype) -> int:
 
 
 def native_code(endianness: str) -> str:
-    return {"<": "<", ">": ">", "=": np.dtype("=i4").byteorder}.get(endianness, endianness)
+    """'<' or '>' for a NumPy byte-order character ('=' and '|' mean the machine's order)."""
+    native = "<" if sys.byteorder == "little" else ">"
+    return {"=": native, "|": native}.get(endianness, endianness)
 
 
 class Nifti1Header:
@@ -153,6 +158,12 @@ class Nifti1Header:
     def copy(self):
         return type(self)(self.binaryblock, self.endianness, list(self.extensions))
 
+    def as_byteorder(self, endianness: str):
+        """A copy with the same field values in another byte order ('<', '>' or '=')."""
+        out = self.copy()
+        out._structarr = self._structarr.astype(self._structarr.dtype.newbyteorder(endianness))
+        return out
+
     def __repr__(self):
         return f"<{type(self).__name__} shape={self.get_data_shape()} dtype={self.get_data_dtype()}>"
 
@@ -176,6 +187,17 @@ class Nifti1Header:
 
     def set_data_shape(self, shape):
         shape = tuple(int(s) for s in shape)
+        if self.version == 1:
+            # FreeSurfer conventions (nibabel's Nifti1Header.set_data_shape).
+            if shape[:3] == (163842, 1, 1):
+                shape = (27307, 1, 6) + shape[3:]
+            elif len(shape) >= 3 and shape[1:3] == (1, 1) and shape[0] > np.iinfo(np.int16).max:
+                if shape[0] > np.iinfo(np.int32).max:
+                    raise ValueError(f"shape[0] {shape[0]} does not fit in glmax datatype")
+                warnings.warn("Using large vector Freesurfer hack; header will not be compatible "
+                              "with SPM or FSL", stacklevel=2)
+                self._structarr["glmin"] = shape[0]
+                shape = (-1, 1, 1) + shape[3:]
         ndim = len(shape)
         if ndim > 7:
             raise ValueError("shape has more than 7 dimensions")

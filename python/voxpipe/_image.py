@@ -157,8 +157,11 @@ class ArrayProxy:
 
     def __getitem__(self, slicer):
         full, ranges, out_shape = plan(slicer, self._shape)
-        arr = self._get_scaled(None, ranges)
-        return arr.reshape(out_shape, order="F")
+        arr = self._get_scaled(None, ranges).reshape(out_shape, order="F")
+        if out_shape == () and not self._scaled():
+            # nibabel indexes unscaled data down to a NumPy scalar; scaled data stay 0-d arrays.
+            return arr[()]
+        return arr
 
     def __repr__(self):
         return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
@@ -390,8 +393,6 @@ def _image_for(obj, affine, header):
         return obj
     if hasattr(obj, "dataobj") and hasattr(obj, "affine") and hasattr(obj, "header"):
         return from_nibabel(obj)
-    if affine is None:
-        raise ValueError("vp.save(array, path) needs affine=")
     return Nifti1Image(np.asanyarray(obj), affine, header=header)
 
 
@@ -406,7 +407,11 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     img = _image_for(img, affine, header)
     klass = Nifti2Image if (version == 2 or (version is None and isinstance(img, Nifti2Image))) else Nifti1Image
     hdr = _convert_header(img.header, klass.header_class)
-    # The magic follows the file name, as nibabel's save converts single <-> pair.
+    pair_path = os.path.splitext(path[:-3] if path.lower().endswith(".gz") else path)[1].lower() in (
+        ".hdr", ".img")
+    if pair_path != img._is_pair:
+        # nibabel's save converts single <-> pair through a new header in native byte order.
+        hdr = hdr.as_byteorder("=")
     # Keep the shape/affine synchronised as nibabel's update_header does.
     if hdr.get_data_shape() != img.shape:
         hdr.set_data_shape(img.shape)
@@ -415,8 +420,9 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
         hdr.set_qform(img.affine, code="unknown")
     out_dtype = hdr.get_data_dtype()
     proxy = img.dataobj
-    if isinstance(proxy, ArrayProxy) and proxy.dtype == out_dtype and img._fdata_cache is None:
-        data = proxy.get_unscaled()
+    if (isinstance(proxy, ArrayProxy) and img._fdata_cache is None
+            and proxy.dtype.newbyteorder("=") == out_dtype.newbyteorder("=")):
+        data = proxy.get_unscaled().astype(out_dtype, copy=False)
         hdr.set_slope_inter(proxy.slope, proxy.inter)
     else:
         data, slope, inter = _data_for_writing(np.asanyarray(proxy), out_dtype)

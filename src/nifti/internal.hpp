@@ -22,6 +22,10 @@ struct FilePaths {
 };
 FilePaths file_paths(const std::string& path);
 
+// nibabel's get_data_shape: dim[1..dim[0]], with NIfTI-1's FreeSurfer conventions for long
+// vectors. Throws Error(format) for dim[0] outside 0..7 or a negative size.
+std::vector<std::int64_t> data_shape(const NiftiHeader& h, const std::string& path);
+
 // Reads the extensions that follow the header (nibabel's Nifti1Extensions.from_fileobj):
 // `head` holds the first bytes of the header stream (the 4-byte extension flag included when
 // present). Single files read up to vox_offset, pair headers to the end of the .hdr.

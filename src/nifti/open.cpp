@@ -113,6 +113,32 @@ void check_data_size(const NiftiImage& image) {
 }
 
 namespace nifti {
+std::vector<std::int64_t> data_shape(const NiftiHeader& h, const std::string& path) {
+  const std::int64_t ndim = h.dim[0];
+  if (ndim < 0 || ndim > 7)
+    throw Error(ErrorCode::format, path, "dim[0]",
+                "expected 0..7 dimensions, but found " + std::to_string(ndim),
+                h.version == 2 ? 16 : 40);
+  if (ndim == 0) return {0};
+  std::vector<std::int64_t> shape(h.dim.begin() + 1, h.dim.begin() + 1 + ndim);
+  if (h.version == 1 && shape.size() >= 3) {
+    if (shape[0] == -1 && shape[1] == 1 && shape[2] == 1) {
+      if (h.glmin == 0)
+        throw Error(ErrorCode::format, path, "glmin",
+                    "-1 in dim[1] but 0 in glmin; inconsistent freesurfer type header?", 144);
+      shape[0] = h.glmin;
+    } else if (shape[0] == 27307 && shape[1] == 1 && shape[2] == 6) {
+      shape[0] = 163842;
+      shape[2] = 1;
+    }
+  }
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] < 0)
+      throw Error(ErrorCode::format, path, "dim[" + std::to_string(i + 1) + "]",
+                  "expected a non-negative size, but found " + std::to_string(shape[i]));
+  return shape;
+}
+
 FilePaths file_paths(const std::string& path) {
   const std::string ext = lower(split_name(path).ext);
   if (ext == ".hdr") return {path, nifti_pair_partner(path), true};
@@ -144,33 +170,9 @@ NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
   img.warnings = std::move(parsed.warnings);
   const NiftiHeader& h = img.header;
 
-  // Shape (nibabel's get_data_shape, with the NIfTI-1 FreeSurfer conventions).
-  const std::int64_t ndim = h.dim[0];
-  if (ndim < 0 || ndim > 7)
-    throw Error(ErrorCode::format, img.header_path, "dim[0]",
-                "expected 0..7 dimensions, but found " + std::to_string(ndim),
-                h.version == 2 ? 16 : 40);
-  if (ndim == 0) {
-    img.shape = {0};
-  } else {
-    img.shape.assign(h.dim.begin() + 1, h.dim.begin() + 1 + ndim);
-  }
-  if (h.version == 1 && img.shape.size() >= 3) {
-    if (img.shape[0] == -1 && img.shape[1] == 1 && img.shape[2] == 1) {
-      if (h.glmin == 0)
-        throw Error(ErrorCode::format, img.header_path, "glmin",
-                    "-1 in dim[1] but 0 in glmin; inconsistent freesurfer type header?", 144);
-      img.shape[0] = h.glmin;
-    } else if (img.shape[0] == 27307 && img.shape[1] == 1 && img.shape[2] == 6) {
-      img.shape[0] = 163842;
-      img.shape[2] = 1;
-    }
-  }
+  img.shape = nifti::data_shape(h, img.header_path);
   std::uint64_t voxels = 1;
   for (std::size_t i = 0; i < img.shape.size(); ++i) {
-    if (img.shape[i] < 0)
-      throw Error(ErrorCode::format, img.header_path, "dim[" + std::to_string(i + 1) + "]",
-                  "expected a non-negative size, but found " + std::to_string(img.shape[i]));
     auto v = core::checked_mul(voxels, static_cast<std::uint64_t>(img.shape[i]));
     if (!v || *v > options.limits.max_voxels)
       throw Error(ErrorCode::limit, img.header_path, "dim",

@@ -95,17 +95,11 @@ void write_nifti(const std::string& path, NiftiHeader header,
   ParsedHeader check = parse_nifti_header(hdr_bytes, path);
   auto dt = dtype_from_nifti_code(check.header.datatype);
   std::uint64_t expected = dtype_size(*dt);
-  const std::int64_t ndim = header.dim[0];
-  if (ndim < 0 || ndim > 7)
-    throw Error(ErrorCode::invalid_argument, path, "dim[0]", "expected 0..7 dimensions");
-  for (std::int64_t i = 1; i <= ndim; ++i) {
-    if (header.dim[i] < 0)
-      throw Error(ErrorCode::invalid_argument, path, "dim", "negative dimension");
-    auto m = core::checked_mul(expected, static_cast<std::uint64_t>(header.dim[i]));
+  for (std::int64_t d : nifti::data_shape(check.header, path)) {
+    auto m = core::checked_mul(expected, static_cast<std::uint64_t>(d));
     if (!m) throw Error(ErrorCode::limit, path, "dim", "data size overflows 64 bits");
     expected = *m;
   }
-  if (ndim == 0) expected = 0;
 
   const nifti::FilePaths paths = nifti::file_paths(path);
   std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options.gzip_level);
