@@ -25,7 +25,8 @@ bool has_gzip_magic(std::span<const std::uint8_t> head) noexcept {
 }
 
 struct GzipByteSource::State {
-  std::vector<std::uint8_t> input = std::vector<std::uint8_t>(kInputChunk);
+  // Not zero-filled: first touch of fresh pages is what costs here (DESIGN.md).
+  std::unique_ptr<std::uint8_t[]> input{new std::uint8_t[kInputChunk]};
   std::size_t input_begin = 0;    // next unconsumed byte in `input`
   std::size_t input_end = 0;      // bytes valid in `input`
   std::uint64_t file_offset = 0;  // file offset of input[input_end]
@@ -68,7 +69,8 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
   std::size_t produced = 0;
   while (produced < n && !s.finished) {
     if (s.input_begin == s.input_end) {
-      std::size_t got = file_.read_at(s.file_offset, std::as_writable_bytes(std::span(s.input)));
+      std::size_t got = file_.read_at(
+          s.file_offset, std::as_writable_bytes(std::span(s.input.get(), kInputChunk)));
       s.input_begin = 0;
       s.input_end = got;
       s.file_offset += got;
@@ -104,7 +106,7 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
     }
     const std::uint64_t at = s.consumed();
 #if VOXPIPE_HAVE_ISAL
-    s.isal.next_in = s.input.data() + s.input_begin;
+    s.isal.next_in = s.input.get() + s.input_begin;
     s.isal.avail_in = static_cast<std::uint32_t>(s.input_end - s.input_begin);
     std::size_t want = std::min<std::size_t>(n - produced, 1u << 30);
     s.isal.next_out = reinterpret_cast<std::uint8_t*>(out + produced);
@@ -120,7 +122,7 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
                   "invalid compressed data (ISA-L error " + std::to_string(rc) + ")", at);
     if (s.isal.block_state == ISAL_BLOCK_FINISH) s.in_member = false;
 #else
-    s.z.next_in = s.input.data() + s.input_begin;
+    s.z.next_in = s.input.get() + s.input_begin;
     s.z.avail_in = static_cast<uInt>(s.input_end - s.input_begin);
     std::size_t want = std::min<std::size_t>(n - produced, 1u << 30);
     s.z.next_out = reinterpret_cast<Bytef*>(out + produced);

@@ -76,6 +76,15 @@ bool is_nifti2_magic(const std::array<char, 4>& m) {
   return m[0] == 'n' && (m[1] == 'i' || m[1] == '+') && m[2] == '2' && m[3] == '\0';
 }
 
+// NIfTI-2 stores vox_offset as int64; out-of-range doubles are clamped rather than converted
+// with undefined behaviour (only hostile headers have them: open_nifti refuses such offsets).
+std::int64_t to_int64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<std::int64_t>(v);
+}
+
 std::string fmt(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -205,7 +214,7 @@ void check_fix(NiftiHeader& h, const std::string& path, std::vector<std::string>
   if (!dt) {
     const bool known = h.datatype == 0 || h.datatype == 1 || h.datatype == 255 ||
                        h.datatype == 1536 || h.datatype == 2048;
-    throw Error(ErrorCode::unsupported, path, "datatype",
+    throw Error(known ? ErrorCode::unsupported : ErrorCode::format, path, "datatype",
                 "data code " + std::to_string(h.datatype) +
                     (known ? " is a NIfTI type that nibabel does not support"
                            : " is not a known NIfTI datatype"),
@@ -383,7 +392,7 @@ std::vector<std::uint8_t> encode_nifti_header(const NiftiHeader& h) {
     w.put<double>(88, h.intent_p2);
     w.put<double>(96, h.intent_p3);
     for (int i = 0; i < 8; ++i) w.put<double>(104 + 8 * i, h.pixdim[i]);
-    w.put<std::int64_t>(168, static_cast<std::int64_t>(h.vox_offset));
+    w.put<std::int64_t>(168, to_int64(h.vox_offset));
     w.put<double>(176, h.scl_slope);
     w.put<double>(184, h.scl_inter);
     w.put<double>(192, h.cal_max);

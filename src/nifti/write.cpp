@@ -63,6 +63,7 @@ DataProducer producer_from_bytes(std::span<const std::byte> bytes) {
   auto pos = std::make_shared<std::size_t>(0);
   return [bytes, pos](std::span<std::byte> buffer) {
     std::size_t n = std::min(buffer.size(), bytes.size() - *pos);
+    if (n == 0) return n;  // an empty span may have a null data pointer
     std::memcpy(buffer.data(), bytes.data() + *pos, n);
     *pos += n;
     return n;

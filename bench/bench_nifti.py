@@ -1,0 +1,721 @@
+#!/usr/bin/env python
+"""voxpipe vs nibabel on NIfTI reads, in one run; writes BENCHMARKS.md and prints it.
+
+Every measurement runs in a fresh child process (this same script with --child), so that
+  * peak RSS belongs to that one measurement (VmHWM from /proc/self/status; the child resets it
+    with /proc/self/clear_refs just before the timed call, so import-time peaks do not count),
+  * "first" really is first: a new process, a new output allocation whose pages are touched for
+    the first time (page faults included), nothing cached in the library,
+  * one tool cannot leave memory or caches behind for the other.
+The child times only the read call itself (load + read, not the imports) and reports it as JSON.
+The files are read once by the parent before each case, so both tools see a warm page cache.
+
+Usage: .venv/bin/python bench/bench_nifti.py [--repeat N] [--quick] [--output PATH] [--no-verify]
+Inputs come from bench/make_data.py.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DATA = os.path.join(HERE, "data")
+FILES = {
+    "gz4d": os.path.join(DATA, "bold_4d.nii.gz"),
+    "nii4d": os.path.join(DATA, "bold_4d.nii"),
+    "gz3d": os.path.join(DATA, "t1_3d.nii.gz"),
+}
+MIB = 1024 * 1024
+
+# Targets (from the project's goals). Speed-ups are nibabel time / voxpipe time.
+TARGET_SPEEDUP = 3.0
+TARGET_OVERHEAD_MIB = 64.0
+TARGET_NATIVE_FRACTION = 0.8  # voxpipe raw read vs plain f.readinto, as a fraction of its speed
+
+
+# --------------------------------------------------------------------------------------------
+# Child side: one measurement in a fresh process. Only the measured tool is imported here, so
+# the other tool's modules do not inflate the baseline RSS.
+# --------------------------------------------------------------------------------------------
+
+def proc_status(field):
+    """A /proc/self/status field in bytes (VmRSS, VmHWM, RssFile are given in kB)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def proc_rchar():
+    """Bytes this process got from read()/pread() so far. mmap page-ins are not counted here,
+    which is why the child also reports the RssFile growth (file pages mapped in)."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return None
+
+
+def reset_peak_rss():
+    """Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def make_call(spec, np):
+    """Return call(out) -> array for this measurement. out is the previous result, offered for
+    reuse on the warm call by the operations that support writing into an existing buffer."""
+    tool, op, path = spec["tool"], spec["op"], spec["path"]
+    if tool == "readinto":
+        offset, nbytes = spec["offset"], spec["nbytes"]
+
+        def call(out):
+            # Plain Python: the fastest way to get the data bytes into memory without any
+            # library. np.empty asks the kernel for huge pages just as NumPy-backed outputs do.
+            buf = np.empty(nbytes, np.uint8) if out is None else out
+            mv = memoryview(buf)
+            with open(path, "rb", buffering=0) as f:
+                f.seek(offset)
+                done = 0
+                while done < nbytes:
+                    n = f.readinto(mv[done:])
+                    if not n:
+                        raise EOFError(path)
+                    done += n
+            return buf
+        return call
+
+    lib = __import__("voxpipe" if tool == "vp" else "nibabel")
+    if op == "fdata":
+        return lambda out: lib.load(path).get_fdata(dtype=np.float32)
+    if op == "volume":
+        t = spec["t"]
+        return lambda out: lib.load(path).dataobj[..., t]
+    if op == "native":
+        def call(out):
+            proxy = lib.load(path).dataobj
+            if not hasattr(proxy, "get_unscaled"):
+                raise NotImplementedError("dataobj has no get_unscaled()")
+            if out is not None:
+                return proxy.get_unscaled(out=out)  # TypeError if unsupported: caller falls back
+            return proxy.get_unscaled()
+        return call
+    raise ValueError(op)
+
+
+def materialize(out, np):
+    """A memory map (what nibabel's get_unscaled() returns for .nii) has read nothing yet: copy it,
+    inside the timed region, so that every row times getting the data into memory."""
+    import mmap
+    a = out
+    while a is not None:
+        if isinstance(a, (np.memmap, mmap.mmap)):
+            return np.array(out), True
+        a = getattr(a, "base", None)
+    return np.asarray(out), False
+
+
+def run_child(spec):
+    import numpy as np
+    raw_call = make_call(spec, np)
+    res = {"warm_mode": None, "was_mmap": False}
+
+    def call(out):
+        a, was_mmap = materialize(raw_call(out), np)
+        res["was_mmap"] |= was_mmap
+        return a
+
+    rss0 = proc_status("VmRSS")
+    file0 = proc_status("RssFile")
+    res["hwm_reset"] = reset_peak_rss()
+    io0 = proc_rchar()
+    t0 = time.perf_counter()
+    out = call(None)
+    t1 = time.perf_counter()
+    res["first_s"] = t1 - t0
+    res["rss_before"] = rss0
+    res["peak_rss"] = proc_status("VmHWM")
+    res["rchar"] = proc_rchar() - io0
+    res["rssfile_delta"] = proc_status("RssFile") - file0
+    res["out_nbytes"] = int(out.nbytes)
+    res["out_dtype"] = str(out.dtype)
+    res["out_shape"] = list(out.shape)
+
+    if spec.get("warm"):
+        # Second call in the same process: code, libraries, thread pools and the file are warm.
+        # The output is fresh memory again (the first result is freed and large blocks go back to
+        # the kernel), unless the operation can write into the previous result (readinto, and
+        # voxpipe's get_unscaled if it accepts out=).
+        t = None
+        if spec["op"] == "native":
+            try:
+                t0 = time.perf_counter()
+                out = call(out)
+                t = time.perf_counter() - t0
+                res["warm_mode"] = "reused buffer"
+            except TypeError:
+                pass
+        if t is None:
+            del out
+            io0, file0 = proc_rchar(), proc_status("RssFile")
+            t0 = time.perf_counter()
+            out = call(None)
+            t = time.perf_counter() - t0
+            res["warm_mode"] = "fresh output"
+            # Bytes read by the warm call alone: the first call's numbers also include the code
+            # pages of modules that the libraries import lazily on first use.
+            res["warm_rchar"] = proc_rchar() - io0
+            res["warm_rssfile_delta"] = proc_status("RssFile") - file0
+        res["warm_s"] = t
+    return res
+
+
+def run_info():
+    """Versions and thread settings, from a child so that a broken voxpipe cannot stop the run."""
+    import numpy
+    import nibabel
+    info = {"numpy": numpy.__version__, "nibabel": nibabel.__version__}
+    try:
+        import indexed_gzip
+        info["indexed_gzip"] = getattr(indexed_gzip, "__version__", "installed")
+    except ImportError:
+        info["indexed_gzip"] = "not installed"
+    try:
+        import voxpipe as vp
+        info["voxpipe"] = getattr(vp, "__version__", "unknown version")
+        info["voxpipe_file"] = os.path.dirname(vp.__file__)
+        threads = None
+        for name in ("get_num_threads", "num_threads", "get_threads", "threads"):
+            v = getattr(vp, name, None)
+            try:
+                v = v() if callable(v) else v
+            except Exception:
+                continue
+            if isinstance(v, int):
+                threads = f"{v} (vp.{name})"
+                break
+        if threads is None:
+            import inspect
+            try:
+                param = inspect.signature(vp.load).parameters.get("threads")
+            except (TypeError, ValueError):
+                param = None
+            if param is not None:
+                threads = f"`load(threads={param.default!r})` default (the library chooses; not overridden here)"
+        info["voxpipe_threads"] = threads
+    except Exception as e:  # report, don't fail: the nibabel side is still worth measuring
+        info["voxpipe"] = None
+        info["voxpipe_error"] = f"{type(e).__name__}: {e}"
+    return info
+
+
+def compare(a, b):
+    """'identical' or a short description of how voxpipe's array a differs from nibabel's b."""
+    import numpy as np
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False, f"shape {a.shape} vs nibabel {b.shape}"
+    if a.dtype != b.dtype:
+        note = f"dtype {a.dtype} vs nibabel {b.dtype}"
+        b = b.astype(a.dtype)  # still say whether the values agree
+    else:
+        note = ""
+    diff = a != b
+    n = int(np.count_nonzero(diff))
+    if n == 0:
+        return note == "", ("identical" if not note else note + "; values equal after cast")
+    d = np.abs(a[diff].astype(np.float64) - b[diff].astype(np.float64))
+    return False, (note + "; " if note else "") + f"{n} values differ, max abs diff {d.max():.3g}"
+
+
+def run_verify(spec):
+    """Do voxpipe and nibabel return the same thing for every case measured here?"""
+    import numpy as np
+    import nibabel as nib
+    import voxpipe as vp
+    t, checks = spec["t"], []
+
+    def check(name, fn):
+        try:
+            ok, msg = fn()
+        except Exception as e:
+            ok, msg = False, f"{type(e).__name__}: {e}"
+        checks.append((name, ok, msg))
+
+    for key in ("gz4d", "nii4d", "gz3d"):
+        p = FILES[key]
+        name = os.path.basename(p)
+        check(f"{name}: shape, affine, pixdim, slope/inter", lambda: header_agrees(vp.load(p), nib.load(p), np))
+        check(f"{name}: get_fdata(dtype=float32)",
+              lambda: compare(vp.load(p).get_fdata(dtype=np.float32), nib.load(p).get_fdata(dtype=np.float32)))
+    p = FILES["nii4d"]
+    check("bold_4d.nii: dataobj.get_unscaled()",
+          lambda: compare(vp.load(p).dataobj.get_unscaled(), np.asarray(nib.load(p).dataobj.get_unscaled())))
+    check(f"bold_4d.nii: dataobj[..., {t}]", lambda: compare(vp.load(p).dataobj[..., t], nib.load(p).dataobj[..., t]))
+    return checks
+
+
+def header_agrees(v, n, np):
+    problems = []
+    if tuple(v.shape) != tuple(n.shape):
+        problems.append(f"shape {v.shape} vs {n.shape}")
+    if not np.array_equal(np.asarray(v.affine), n.affine):
+        problems.append("affine differs")
+    if not np.array_equal(np.asarray(v.header["pixdim"]), n.header["pixdim"]):
+        problems.append(f"pixdim {v.header['pixdim']} vs {n.header['pixdim']}")
+    for attr in ("slope", "inter"):
+        a, b = getattr(v.dataobj, attr), getattr(n.dataobj, attr)
+        if a != b:
+            problems.append(f"dataobj.{attr} {a!r} vs {b!r}")
+    return not problems, "; ".join(problems) or "identical"
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side: schedule children, summarise, write the report.
+# --------------------------------------------------------------------------------------------
+
+def child(spec, timeout=600):
+    """Run one measurement in a fresh interpreter; returns its JSON or {'error': ...}."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if p.returncode != 0:
+        tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        if p.returncode < 0:
+            tail = f"killed by signal {-p.returncode}; {tail}"
+        return {"error": tail, "stderr": p.stderr[-3000:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+PRIME_CODE = "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)"
+
+
+def prime_memory(mib):
+    """Touch `mib` MiB in a throwaway process right before each timed child.
+
+    On this kind of VM, memory that nobody touched for a few seconds is handed back to the host
+    (free page reporting), and the next process to touch it pays up to ~10x more per page fault:
+    the same nibabel read measured 0.6 s right after a big allocation and 8.8 s after 20 s idle.
+    That penalty would land on whichever row happens to run after a pause. Priming makes the
+    condition the same for every row; the first call still pays the guest's own page faults.
+    """
+    if mib > 0:
+        subprocess.run([sys.executable, "-c", PRIME_CODE, str(mib)], check=True)
+
+
+def warm_page_cache(path):
+    """Read the whole file once so that neither tool pays for storage I/O."""
+    buf = bytearray(16 * MIB)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
+def summarise(results, key):
+    xs = [r[key] for r in results if key in r]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "n": len(xs)}
+
+
+def run_case(rows, repeat, log, warmup, prime_mib):
+    """rows: list of (label, spec). Alternates the order of the rows each repeat so that slow
+    drift of the machine (thermal, other load) does not favour one tool."""
+    results = {label: [] for label, _ in rows}
+    for path in {spec["path"] for _, spec in rows}:
+        warm_page_cache(path)
+    if warmup:
+        # One discarded round: the first large allocations after the page cache was filled are
+        # much slower on this kind of VM (the kernel/hypervisor still has to back that memory),
+        # and that penalty would land on whichever tool happens to run first.
+        for label, spec in rows:
+            prime_memory(prime_mib)
+            child(spec)
+    for r in range(repeat):
+        order = rows if r % 2 == 0 else rows[::-1]
+        for label, spec in order:
+            prime_memory(prime_mib)
+            res = child(spec)
+            results[label].append(res)
+            log(f"  [{r + 1}/{repeat}] {label}: " + (f"error: {res['error']}" if "error" in res else
+                f"first {res['first_s']:.3f} s" + (f", warm {res['warm_s']:.3f} s" if "warm_s" in res else "")
+                + f", peak RSS {res['peak_rss'] / MIB:.0f} MiB"))
+    out = {}
+    for label, _ in rows:
+        rs = [x for x in results[label] if "error" not in x]
+        errs = [x for x in results[label] if "error" in x]
+        out[label] = {
+            "first": summarise(rs, "first_s"),
+            "warm": summarise(rs, "warm_s"),
+            "peak": max((x["peak_rss"] for x in rs), default=None),
+            # Overhead: what the call needed beyond the process it started in and its output.
+            "overhead": max((x["peak_rss"] - x["rss_before"] - x["out_nbytes"] for x in rs), default=None),
+            "rchar": max((x.get("warm_rchar", x["rchar"]) for x in rs), default=None),
+            "rssfile": max((x.get("warm_rssfile_delta", x["rssfile_delta"]) for x in rs), default=None),
+            "out": rs[0] if rs else None,
+            "warm_mode": rs[0]["warm_mode"] if rs else None,
+            "was_mmap": any(x["was_mmap"] for x in rs),
+            "hwm_reset": all(x["hwm_reset"] for x in rs),
+            "error": errs[0] if errs else None,
+        }
+    return out
+
+
+def fmt_s(s):
+    if s is None:
+        return "n/a"
+    return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.3f} s"
+
+
+def fmt_t(st):
+    return "n/a" if st is None else f"{fmt_s(st['median'])} ({fmt_s(st['min'])})"
+
+
+def fmt_mib(b):
+    return "n/a" if b is None else f"{b / MIB:.0f}"
+
+
+def ratio(ref, ours, key):
+    """Speed-up of voxpipe over the reference: reference median time / voxpipe median time."""
+    if not ref or not ours or not ref.get(key) or not ours.get(key):
+        return None
+    return ref[key]["median"] / ours[key]["median"]
+
+
+def fmt_x(x):
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def verdict(value, ok):
+    if value is None:
+        return "not measured"
+    return "**met**" if ok else "**not met**"
+
+
+def cpu_snapshot():
+    """(machine busy CPU s, steal s, CPU s used by this benchmark and its children, wall s).
+
+    Other work on the machine (builds, tests) skews every number, multi-threaded voxpipe most;
+    busy time not spent by this benchmark tells how much of it there was during the run."""
+    import resource
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / hz  # user nice system irq softirq
+    steal = v[7] / hz if len(v) > 7 else 0.0
+    ours = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return busy, steal, ours, time.time()
+
+
+def overhead_target(what, v):
+    """voxpipe's memory beyond its output. Strictly: peak - RSS before the call - output; the
+    looser peak - output (which also counts the interpreter and NumPy) is shown alongside."""
+    if not v or v["overhead"] is None:
+        return (f"{what} -> float32 voxpipe overhead <= 64 MiB", "n/a", "not measured")
+    ov, loose = v["overhead"], v["peak"] - v["out"]["out_nbytes"]
+    return (f"{what} -> float32 voxpipe overhead <= 64 MiB",
+            f"{fmt_mib(ov)} MiB (peak - output: {fmt_mib(loose)} MiB, incl. interpreter)",
+            verdict(ov, ov <= TARGET_OVERHEAD_MIB * MIB))
+
+
+def machine_info():
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            thp = f.read().strip()
+    except OSError:
+        thp = "unknown"
+    return {"cpu": cpu, "cores": os.cpu_count(), "usable": len(os.sched_getaffinity(0)),
+            "mem_gib": mem / 2**30, "thp": thp, "kernel": platform.release()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5, help="fresh processes per measurement (default 5)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 1 repeat, report to bench/data/BENCHMARKS-quick.md unless --output")
+    ap.add_argument("--output", help="report path (default: BENCHMARKS.md at the repository root)")
+    ap.add_argument("--no-verify", action="store_true", help="skip the voxpipe == nibabel check")
+    ap.add_argument("--prime-mib", type=int, default=3072,
+                    help="MiB touched in a throwaway process before each measurement (0: off; see prime_memory)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child is not None:
+        spec = json.loads(args.child)
+        result = {"info": run_info, "verify": lambda: run_verify(spec)}.get(spec.get("op"), lambda: run_child(spec))()
+        print(json.dumps(result), flush=True)
+        # Skip interpreter shutdown: only the read is measured, and voxpipe 0.1.0 hangs at exit
+        # after a threaded read (its static thread pool destroys a condition variable that its
+        # detached workers still wait on). The parent's timeout reports any other hang.
+        os._exit(0)
+
+    if args.quick:
+        args.repeat = 1
+    output = args.output or (os.path.join(DATA, "BENCHMARKS-quick.md") if args.quick else os.path.join(REPO, "BENCHMARKS.md"))
+    missing = [p for p in FILES.values() if not os.path.exists(p)]
+    if missing:
+        sys.exit(f"missing {', '.join(missing)}: run .venv/bin/python bench/make_data.py first")
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+
+    import nibabel as nib  # parent only: for file facts (offset, sizes), never timed
+    import numpy as np
+    h4 = nib.load(FILES["nii4d"])
+    shape4 = h4.shape
+    t_mid = shape4[3] // 2
+    offset = int(h4.dataobj.offset)
+    nbytes4 = int(np.prod(shape4)) * 2
+    vol_bytes = int(np.prod(shape4[:3])) * 2
+
+    info = child({"op": "info"})
+    have_vp = bool(info.get("voxpipe"))
+    if not have_vp:
+        log(f"voxpipe unavailable ({info.get('voxpipe_error') or info.get('error')}); measuring nibabel only")
+    started = time.time()
+    info["cpu_before"] = cpu_snapshot()
+
+    def rows(*rs):
+        return [(label, spec) for label, spec in rs if spec["tool"] != "vp" or have_vp]
+
+    def s(tool, op, key, **kw):
+        return dict(tool=tool, op=op, path=FILES[key], **kw)
+
+    cases = {
+        "gz4d": rows(("voxpipe", s("vp", "fdata", "gz4d", warm=True)), ("nibabel", s("nib", "fdata", "gz4d", warm=True))),
+        "nii4d": rows(("voxpipe", s("vp", "fdata", "nii4d", warm=True)), ("nibabel", s("nib", "fdata", "nii4d", warm=True))),
+        "native": rows(("voxpipe", s("vp", "native", "nii4d", warm=True)),
+                       ("readinto", s("readinto", "native", "nii4d", warm=True, offset=offset, nbytes=nbytes4))),
+        "volume": rows(("voxpipe", s("vp", "volume", "nii4d", t=t_mid, warm=True)),
+                       ("nibabel", s("nib", "volume", "nii4d", t=t_mid, warm=True))),
+        "gz3d": rows(("voxpipe", s("vp", "fdata", "gz3d", warm=True)), ("nibabel", s("nib", "fdata", "gz3d", warm=True))),
+    }
+    res = {}
+    for name, case_rows in cases.items():
+        log(f"case {name}")
+        res[name] = run_case(case_rows, args.repeat, log, warmup=not args.quick, prime_mib=args.prime_mib)
+
+    checks = None
+    if have_vp and not args.no_verify:
+        log("verifying voxpipe == nibabel")
+        for p in FILES.values():
+            warm_page_cache(p)
+        checks = child({"op": "verify", "t": t_mid})
+
+    info["cpu_after"] = cpu_snapshot()
+    report = render(args, info, res, checks, dict(shape4=shape4, t=t_mid, vol_bytes=vol_bytes, nbytes4=nbytes4),
+                    time.time() - started)
+    with open(output, "w") as f:
+        f.write(report)
+    print(report)
+    log(f"wrote {output}")
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+def render(args, info, res, checks, facts, elapsed):
+    import numpy as np
+    m = machine_info()
+    py = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(REPO) else sys.executable
+    argv = " ".join(a for a in sys.argv[1:])
+    cmd = f"{py} bench/bench_nifti.py {argv}".strip()
+    L = []
+    w = L.append
+    w("# Benchmarks: voxpipe vs nibabel (NIfTI reads)\n")
+    w(f"Generated by `bench/bench_nifti.py`{' (**--quick smoke test, 1 repeat: not for quoting**)' if args.quick else ''}."
+      " Do not edit by hand; rerun instead.\n")
+    w(f"- Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} (run took {elapsed:.0f} s)")
+    w(f"- Machine: {m['cpu']}, {m['cores']} logical cores ({m['usable']} usable), {m['mem_gib']:.1f} GiB RAM, "
+      f"Linux {m['kernel']}, transparent huge pages `{m['thp']}`")
+    w(f"- Python {platform.python_version()}, NumPy {info.get('numpy')}, nibabel {info.get('nibabel')}, "
+      f"indexed_gzip {info.get('indexed_gzip')} (nibabel uses it for .nii.gz), "
+      f"voxpipe {info.get('voxpipe') or 'NOT AVAILABLE: ' + str(info.get('voxpipe_error') or info.get('error'))}")
+    thr = (info.get("voxpipe_threads") or "not exposed by the API") + f", {m['usable']} usable cores"
+    env = ", ".join(f"`{k}={v}`" for k, v in os.environ.items() if k.startswith("VOXPIPE") or k.endswith("_NUM_THREADS"))
+    w(f"- Threads: voxpipe {thr}; nibabel and readinto are single-threaded." + (f" Environment: {env}." if env else ""))
+    w(f"- Command: `{cmd}` (data: `{py} bench/make_data.py`)")
+    w(f"- Repeats: {args.repeat} fresh process(es) per row{', after one discarded warm-up round per case' if not args.quick else ''}; "
+      "times are **median (min)** of the timed call only.")
+    (b0, s0, o0, t0), (b1, s1, o1, t1) = info["cpu_before"], info["cpu_after"]
+    capacity = (t1 - t0) * m["usable"]
+    others = max(b1 - b0 - (o1 - o0), 0.0)
+    w(f"- Other work on the machine during the run: {others:.0f} CPU-seconds, {100 * others / capacity:.0f}% of the "
+      f"{m['usable']} cores (this benchmark used {100 * (o1 - o0) / capacity:.0f}%; hypervisor steal "
+      f"{100 * (s1 - s0) / capacity:.0f}%).")
+    if others > 0.1 * capacity:
+        w("- **Warning: the machine was busy during this run.** The numbers are pessimistic and noisy, most of all for "
+          "multi-threaded voxpipe, which competes with the other work for every core; rerun on a quiet machine.")
+    w("")
+
+    w("## Method\n")
+    w("- Data (`bench/make_data.py`, fixed seed): `bold_4d` 96x96x60x300 int16 (332 MB) and `t1_3d` 256x256x176 "
+      "int16 (23 MB), scl_slope 0.73, scl_inter -12.5, MRI-like structure plus Rician noise; "
+      f".nii.gz made by `gzip -6`: {ratio_of('bold_4d')} and {ratio_of('t1_3d')}.")
+    w("- Every measurement runs in a new Python process; only the measured library is imported. Timed: "
+      "`load(path)` plus the read, nothing else.")
+    w("- Children report their JSON and leave with `os._exit(0)`: interpreter shutdown is not measured.")
+    w("- Page cache: before each case the parent reads every input file once, so both tools read from a warm "
+      "cache; no storage I/O is measured.")
+    if args.prime_mib:
+        w(f"- Memory priming: right before every measured process, a throwaway process touches {args.prime_mib} MiB. "
+          "On this VM, memory left untouched for a few seconds goes back to the host and the next process to touch it "
+          "pays up to ~10x more per page fault (the same nibabel read took 0.6 s after a big allocation, 8.8 s after "
+          "20 s idle); priming gives every row the same condition instead of penalising whichever runs after a pause.")
+    else:
+        w("- Memory priming: off (`--prime-mib 0`): rows that run after an idle pause may pay much more for page faults.")
+    w("- **first** = the first call in a fresh process: the output is new memory, so its page faults are "
+      "included (expensive on this kind of machine, see DESIGN.md). **warm** = a second call in the same process "
+      "after freeing the first result: libraries, thread pools and the file are warm, but a new output array is "
+      "still allocated (so still fresh pages) unless noted *reused buffer*.")
+    w("- Peak RSS = VmHWM of the child, reset with `/proc/self/clear_refs` right before the call, so it is the "
+      "peak during the call (including the interpreter, ~RSS before the call). Overhead = peak - RSS before the "
+      "call - output size: the extra memory the read needed. nibabel maps `.nii` files (mmap), so its peak also "
+      "counts the file pages it maps.")
+    w("- Speed-up = nibabel (or readinto) median / voxpipe median; > 1 means voxpipe is faster.\n")
+
+    targets = []
+    MB = 1e6
+
+    def speed_table(title, case, out_bytes_note, ref="nibabel"):
+        r = res[case]
+        w(f"## {title}\n")
+        w(f"| tool | first | warm | peak RSS MiB | overhead MiB | throughput (first, output) |")
+        w("|---|---|---|---|---|---|")
+        for label in r:
+            x = r[label]
+            if x["error"] and not x["first"]:
+                w(f"| {label} | error: `{x['error']['error']}` | | | | |")
+                continue
+            thr_ = f"{x['out']['out_nbytes'] / x['first']['median'] / MB:.0f} MB/s" if x["first"] else "n/a"
+            wm = fmt_t(x["warm"]) + (" (reused buffer)" if x["warm_mode"] == "reused buffer" else "")
+            if x["was_mmap"]:
+                label += " (returned a memmap; timed incl. copying it)"
+            w(f"| {label} | {fmt_t(x['first'])} | {wm} | {fmt_mib(x['peak'])} | {fmt_mib(x['overhead'])} | {thr_} |")
+        v, n = r.get("voxpipe"), r.get(ref)
+        w("")
+        if v and n:
+            w(f"Speed-up ({ref} / voxpipe): first **{fmt_x(ratio(n, v, 'first'))}**, warm **{fmt_x(ratio(n, v, 'warm'))}**. "
+              + out_bytes_note + "\n")
+        elif out_bytes_note:
+            w(out_bytes_note + "\n")
+        return v, n
+
+    out4 = facts["nbytes4"] * 2  # float32 output of the 4D series
+    v, n = speed_table("1. bold_4d.nii.gz -> float32 (get_fdata)", "gz4d",
+                       f"Output {out4 / MIB:.0f} MiB float32.")
+    sp = ratio(n, v, "first")
+    targets.append(("4D .nii.gz -> float32 speed-up >= 3x (first)", fmt_x(sp), verdict(sp, sp is not None and sp >= TARGET_SPEEDUP)))
+    targets.append(overhead_target("4D .nii.gz", v))
+
+    v, n = speed_table("2. bold_4d.nii -> float32 (get_fdata)", "nii4d", f"Output {out4 / MIB:.0f} MiB float32.")
+    sp = ratio(n, v, "first")
+    targets.append(("4D .nii -> float32 speed-up >= 3x (first)", fmt_x(sp), verdict(sp, sp is not None and sp >= TARGET_SPEEDUP)))
+    targets.append(overhead_target("4D .nii", v))
+
+    v, n = speed_table("3. bold_4d.nii native int16 read: voxpipe `dataobj.get_unscaled()` vs plain `f.readinto(buffer)`",
+                       "native", f"Output {facts['nbytes4'] / MIB:.0f} MiB int16. readinto: first = `np.empty` + "
+                       "`readinto` into it; warm = `readinto` again into the same buffer.", ref="readinto")
+    for key in ("first", "warm"):
+        frac = ratio(n, v, key)
+        cond = ""
+        if key == "warm" and v and v["warm_mode"] != "reused buffer":
+            cond = " (voxpipe has no `out=`: its warm call allocates fresh memory, readinto's does not)"
+        targets.append((f"native read >= 80% of readinto speed ({key}){cond}",
+                        "n/a" if frac is None else f"{frac * 100:.0f}%",
+                        verdict(frac, frac is not None and frac >= TARGET_NATIVE_FRACTION)))
+
+    r = res["volume"]
+    w(f"## 4. One volume: `load(bold_4d.nii).dataobj[..., {facts['t']}]`\n")
+    w(f"Volume size: {facts['vol_bytes']:,} bytes of int16 on disk. Bytes read = `rchar` growth in /proc/self/io "
+      "(read/pread calls); mapped = RssFile growth (file pages mapped in through mmap, which rchar does not see). "
+      "Both are taken from the warm call, so that code pages of lazily imported modules do not count.\n")
+    w("| tool | first | warm | bytes read (rchar) | bytes mapped (RssFile) | output |")
+    w("|---|---|---|---|---|---|")
+    for label, x in r.items():
+        if x["error"] and not x["first"]:
+            w(f"| {label} | error: `{x['error']['error']}` | | | | |")
+            continue
+        o = x["out"]
+        w(f"| {label} | {fmt_t(x['first'])} | {fmt_t(x['warm'])} | {x['rchar']:,} | {x['rssfile']:,} | "
+          f"{o['out_dtype']} {tuple(o['out_shape'])} |")
+    w("")
+    v, n = r.get("voxpipe"), r.get("nibabel")
+    if v and n:
+        w(f"Speed-up (nibabel / voxpipe): first **{fmt_x(ratio(n, v, 'first'))}**, warm **{fmt_x(ratio(n, v, 'warm'))}**.\n")
+    if v and v["first"]:
+        touched = v["rchar"] + max(v["rssfile"], 0)
+        targets.append(("one volume: voxpipe reads about one volume of bytes (no target set)",
+                        f"{touched / facts['vol_bytes']:.2f}x volume",
+                        "info: ok (<= 2x)" if touched <= 2 * facts["vol_bytes"] else "info: **reads more than 2x**"))
+
+    v, n = speed_table("5. t1_3d.nii.gz (256x256x176) -> float32 (get_fdata)", "gz3d",
+                       f"Output {256 * 256 * 176 * 4 / MIB:.0f} MiB float32.")
+    sp = ratio(n, v, "first")
+    targets.append(("3D .nii.gz -> float32 speed-up (first; no target set)", fmt_x(sp),
+                    "not measured" if sp is None else ("info: >= 3x" if sp >= TARGET_SPEEDUP else "info: < 3x")))
+
+    w("## Targets\n")
+    w("| target | measured | status |")
+    w("|---|---|---|")
+    for t_, m_, s_ in targets:
+        w(f"| {t_} | {m_} | {s_} |")
+    w("")
+
+    w("## Agreement with nibabel\n")
+    if checks is None:
+        w("Not checked (voxpipe unavailable or --no-verify).\n")
+    elif isinstance(checks, dict):
+        w(f"Verification child failed: `{checks.get('error')}`\n")
+    else:
+        w("| check | result |")
+        w("|---|---|")
+        for name, ok, msg in checks:
+            w(f"| {name} | {'ok' if ok else '**MISMATCH**'}: {msg} |")
+        w("")
+
+    errors = [(c, l, x["error"]) for c, rr in res.items() for l, x in rr.items() if x["error"]]
+    if errors:
+        w("## Errors\n")
+        for c, l, e in errors:
+            w(f"- case {c}, {l}: `{e['error']}`")
+            if e.get("stderr"):
+                w("  ```\n  " + e["stderr"].strip().replace("\n", "\n  ")[-1500:] + "\n  ```")
+        w("")
+    if not all(x["hwm_reset"] for rr in res.values() for x in rr.values() if x["out"]):
+        w("Note: /proc/self/clear_refs was not writable, so peak RSS may include import-time peaks.\n")
+    return "\n".join(L) + "\n"
+
+
+def ratio_of(name):
+    n = os.path.getsize(os.path.join(DATA, name + ".nii"))
+    g = os.path.getsize(os.path.join(DATA, name + ".nii.gz"))
+    return f"{name} {g / 1e6:.0f} MB ({n / g:.2f}:1)"
+
+
+if __name__ == "__main__":
+    main()

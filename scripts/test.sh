@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The project's one test command (CI runs it through .ci/run):
+#   unit    C++ unit tests, Release build in build/test
+#   asan    the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, build/asan
+#   fuzz    libFuzzer targets (clang, ASan+UBSan) for FUZZ_SECONDS each on their seed corpora
+#   python  the Python tests (pytest tests/python) against the package installed in .venv;
+#           scripts/setup.sh --no-demo runs first when .venv or the package is missing, or the
+#           package is older than the sources
+# Usage: scripts/test.sh [STAGE...]   (no argument: all four, in this order)
+# Environment: FUZZ_SECONDS (default 20), JOBS (parallel build/test jobs, default 2).
+# Build directories are reused when present, so a second run only rebuilds what changed.
+# Exits non-zero when any stage fails; the last line is a one-line summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+JOBS=${JOBS:-2}
+all_stages=(unit asan fuzz python)
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
+for s in "${stages[@]}"; do
+  case " ${all_stages[*]} " in
+    *" $s "*) ;;
+    *) echo "scripts/test.sh: unknown stage '$s' (expected: ${all_stages[*]})" >&2; exit 2 ;;
+  esac
+done
+wants() { case " ${stages[*]} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+section() { printf '\n==================== %s ====================\n' "$*"; }
+
+# Sanitizer failures must abort the test that hit them, with a stack trace.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:check_initialization_order=1:detect_stack_use_after_return=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+configure_build() {  # DIR, then extra cmake arguments
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -DVOXPIPE_BUILD_PYTHON=OFF "$@" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; echo "configure of $dir failed"; return 1; }
+  cmake --build "$dir" -j "$JOBS"
+}
+
+stage_unit() {
+  configure_build build/test -DCMAKE_BUILD_TYPE=Release -DVOXPIPE_BUILD_TESTS=ON \
+    -DVOXPIPE_BUILD_FUZZERS=OFF -DVOXPIPE_SANITIZE=OFF
+  ctest --test-dir build/test -j "$JOBS" --output-on-failure
+}
+
+stage_asan() {
+  configure_build build/asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOXPIPE_BUILD_TESTS=ON \
+    -DVOXPIPE_BUILD_FUZZERS=OFF -DVOXPIPE_SANITIZE=ON
+  ctest --test-dir build/asan -j "$JOBS" --output-on-failure
+}
+
+stage_fuzz() {
+  command -v clang++ >/dev/null || { echo "clang++ not found (scripts/setup.sh installs it)"; return 1; }
+  configure_build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
+    -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip) pids=() t dict failed=0 inputs
+  mkdir -p build/fuzz/artifacts build/fuzz/logs
+  # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each.
+  for t in "${targets[@]}"; do
+    inputs=(tests/fuzz/regressions/"$t"/*)
+    [ -e "${inputs[0]}" ] || continue
+    if "build/fuzz/tests/$t" "${inputs[@]}" >"build/fuzz/logs/$t.regressions.log" 2>&1; then
+      echo "$t: ${#inputs[@]} regression inputs ok"
+    else
+      failed=1
+      echo "$t: a regression input FAILED (log build/fuzz/logs/$t.regressions.log):"
+      grep -E '^Running:|ERROR|runtime error|SUMMARY' "build/fuzz/logs/$t.regressions.log" | tail -8 || true
+    fi
+  done
+  # All targets at once: new inputs go to build/fuzz/work/<target> (kept between runs), the
+  # committed seeds in tests/fuzz/corpus/<target> are only read.
+  for t in "${targets[@]}"; do
+    dict=tests/fuzz/nifti.dict
+    [ "$t" = fuzz_gzip ] && dict=tests/fuzz/gzip.dict
+    mkdir -p "build/fuzz/work/$t"
+    "build/fuzz/tests/$t" -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 \
+      -dict="$dict" -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
+      "build/fuzz/work/$t" "tests/fuzz/corpus/$t" >"build/fuzz/logs/$t.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!targets[@]}"; do
+    t=${targets[$i]}
+    if wait "${pids[$i]}"; then
+      echo "$t: ok, $(grep -m1 -o 'number_of_executed_units: [0-9]*' "build/fuzz/logs/$t.log" | cut -d' ' -f2) inputs in ${FUZZ_SECONDS}s"
+    else
+      failed=1
+      echo "$t: FAILED; log build/fuzz/logs/$t.log, reproduce with: build/fuzz/tests/$t ARTIFACT"
+      grep -E 'ERROR|runtime error|SUMMARY|Test unit written|deadly|Assertion' "build/fuzz/logs/$t.log" | head -20 || true
+      tail -40 "build/fuzz/logs/$t.log"
+    fi
+  done
+  return $failed
+}
+
+stage_python() {
+  local rc=0
+  .venv/bin/python -m pytest tests/python -q || rc=$?
+  if [ $rc -eq 5 ]; then
+    # pytest's "no tests collected": fine only when there really are no test files.
+    if compgen -G 'tests/python/test_*.py' >/dev/null || compgen -G 'tests/python/*_test.py' >/dev/null; then
+      echo "pytest collected no tests, but tests/python has test files"
+      return 1
+    fi
+    echo "no Python tests yet"
+    return 0
+  fi
+  return $rc
+}
+
+declare -A result duration
+failed=0
+run_stage() {  # NAME
+  local name=$1 start=$SECONDS rc=0
+  section "$name"
+  set +e
+  ( set -euo pipefail; "stage_$name" )
+  rc=$?
+  set -e
+  duration[$name]=$((SECONDS - start))
+  if [ $rc -eq 0 ]; then result[$name]=PASS; else result[$name]=FAIL; failed=1; fi
+  echo "---- $name: ${result[$name]} in ${duration[$name]}s"
+}
+
+# "missing" (no .venv or no voxpipe in it), "stale" (sources changed since it was installed: a
+# non-editable install would test old code) or "current".
+python_package_state() {
+  [ -x .venv/bin/python ] || { echo missing; return; }
+  local so
+  so=$(.venv/bin/python -c 'import voxpipe._core as c; print(c.__file__)' 2>/dev/null) ||
+    { echo missing; return; }
+  if [ -n "$(find src include python CMakeLists.txt pyproject.toml -type f ! -name '*.pyc' \
+             -newer "$so" -print -quit 2>/dev/null)" ]; then
+    echo stale
+  else
+    echo current
+  fi
+}
+
+if wants python; then
+  state=$(python_package_state)
+  if [ "$state" != current ]; then
+    section "setup (the voxpipe package in .venv is $state)"
+    start=$SECONDS
+    if scripts/setup.sh --no-demo; then result[setup]=PASS; else result[setup]=FAIL; failed=1; fi
+    duration[setup]=$((SECONDS - start))
+  fi
+fi
+
+for s in "${all_stages[@]}"; do
+  wants "$s" && run_stage "$s"
+done
+
+summary=""
+for s in setup "${all_stages[@]}"; do
+  [ -n "${result[$s]:-}" ] && summary+="$s ${result[$s]} (${duration[$s]}s), "
+done
+section "summary"
+if [ $failed -eq 0 ]; then
+  echo "SUMMARY: ${summary%, } -- all passed (${SECONDS}s)"
+else
+  echo "SUMMARY: ${summary%, } -- FAILED (${SECONDS}s)"
+fi
+exit $failed

@@ -1,0 +1,168 @@
+// The voxpipe command line, called as a function: info (text and JSON), convert round trips,
+// and the documented exit codes for usage errors and failures.
+#include <sstream>
+
+#include "commands.hpp"
+#include "nifti/nifti_support.hpp"
+
+namespace {
+
+using voxpipe::DType;
+using vptest::Bytes;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = voxpipe::cli::run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// A 4x5x6 int16 image with scaling and an extension.
+std::string sample(const vptest::TempDir& dir, const std::string& name, bool big = false) {
+  voxpipe::NiftiHeader h = vptest::make_header(1, DType::i16, {4, 5, 6}, big);
+  h.scl_slope = 0.5;
+  h.scl_inter = -2;
+  h.pixdim = {1, 2, 2.5, 3, 1, 1, 1, 1};
+  h.descrip = vptest::chars<80>("cli sample");
+  std::vector<std::int16_t> v(120);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int16_t>(i * 11 - 600);
+  return vptest::write_image(dir, name, h, v, {{6, {'c', 'o', 'm', 'm', 'e', 'n', 't'}}});
+}
+
+TEST(Cli, InfoTextShowsShapeAndDtype) {
+  vptest::TempDir dir;
+  const auto r = run({"info", sample(dir, "a.nii")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("shape:       (4, 5, 6)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dtype:       int16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NIfTI-1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cli sample"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST(Cli, InfoJsonHasTheShape) {
+  vptest::TempDir dir;
+  const auto r = run({"info", "--json", sample(dir, "a.nii.gz", true)});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.front(), '{');
+  EXPECT_NE(r.out.find("\"shape\": [4, 5, 6]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"dtype\": \"int16\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"compression\": \"gzip\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"byte_order\": \"big\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"scl_slope\": 0.5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"extensions\": [{\"code\": 6, \"size\": 7}]"), std::string::npos) << r.out;
+  // Option order does not matter.
+  EXPECT_EQ(run({"info", dir.file("a.nii.gz"), "--json"}).out, r.out);
+}
+
+TEST(Cli, ConvertRoundTripKeepsStoredValuesAndScaling) {
+  vptest::TempDir dir;
+  const auto src = voxpipe::open_nifti(sample(dir, "a.nii", true));
+  auto r = run({"convert", dir.file("a.nii"), dir.file("b.nii.gz")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run({"convert", dir.file("b.nii.gz"), dir.file("c.hdr"), "--level", "9"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"b.nii.gz", "c.hdr"}) {
+    const auto img = voxpipe::open_nifti(dir.file(name));
+    EXPECT_EQ(img.shape, src.shape) << name;
+    EXPECT_EQ(img.dtype, DType::i16) << name;
+    EXPECT_EQ(img.header.big_endian, true) << name;
+    EXPECT_EQ(img.scaling.slope, 0.5) << name;
+    EXPECT_EQ(img.scaling.inter, -2.0) << name;
+    EXPECT_EQ(img.affine, src.affine) << name;
+    ASSERT_EQ(img.extensions.size(), 1u) << name;
+    EXPECT_EQ(img.extensions[0].content, (Bytes{'c', 'o', 'm', 'm', 'e', 'n', 't'}));
+    EXPECT_EQ(vptest::read_as<std::int16_t>(img, {}, {.type = DType::i16, .apply_scaling = false}),
+              vptest::read_as<std::int16_t>(src, {}, {.type = DType::i16, .apply_scaling = false}))
+        << name;
+  }
+  EXPECT_EQ(vptest::read_file(dir.file("b.nii.gz"))[8], 4);  // default gzip level 1
+}
+
+TEST(Cli, ConvertToFloat32StoresTheScaledValues) {
+  vptest::TempDir dir;
+  const auto src = voxpipe::open_nifti(sample(dir, "a.nii"));
+  ASSERT_EQ(run({"convert", dir.file("a.nii"), dir.file("b.nii.gz")}).code, 0);
+  const auto r = run({"convert", dir.file("b.nii.gz"), dir.file("f.nii"), "--dtype", "float32"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("f.nii"), std::string::npos);
+  const auto img = voxpipe::open_nifti(dir.file("f.nii"));
+  EXPECT_EQ(img.dtype, DType::f32);
+  EXPECT_FALSE(img.scaling.active());
+  EXPECT_EQ(img.shape, src.shape);
+  const auto stored = vptest::read_as<std::int16_t>(src, {}, {.type = DType::i16, .apply_scaling = false});
+  const auto values = vptest::read_as<float>(img, {}, {.type = DType::f32, .apply_scaling = false});
+  ASSERT_EQ(values.size(), stored.size());
+  for (std::size_t i = 0; i < stored.size(); ++i)
+    EXPECT_EQ(values[i], static_cast<float>(vptest::nib_scale(stored[i], 0.5, -2.0))) << i;
+  // float64 as well, then back: unchanged values.
+  ASSERT_EQ(run({"convert", dir.file("f.nii"), dir.file("d.nii.gz"), "--dtype", "float64"}).code, 0);
+  const auto d = vptest::read_as<double>(voxpipe::open_nifti(dir.file("d.nii.gz")), {}, {.type = DType::f64});
+  for (std::size_t i = 0; i < values.size(); ++i) EXPECT_EQ(d[i], static_cast<double>(values[i])) << i;
+}
+
+TEST(Cli, UsageErrorsExit2) {
+  vptest::TempDir dir;
+  const std::string a = sample(dir, "a.nii");
+  const std::vector<std::vector<std::string>> cases{
+      {},
+      {"frobnicate"},
+      {"info"},
+      {"info", a, a},
+      {"info", "--yaml", a},
+      {"convert", a},
+      {"convert", a, dir.file("b.nii"), dir.file("c.nii")},
+      {"convert", a, dir.file("b.nii"), "--level"},
+      {"convert", a, dir.file("b.nii"), "--level", "10"},
+      {"convert", a, dir.file("b.nii"), "--level", "x"},
+      {"convert", a, dir.file("b.nii"), "--dtype", "float16"},
+      {"convert", a, dir.file("b.nii"), "--dtype", "int32"},
+      {"convert", a, dir.file("b.nii"), "--fast"},
+  };
+  for (const auto& args : cases) {
+    std::string joined;
+    for (const auto& s : args) joined += s + " ";
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << joined << "\n" << r.err;
+    EXPECT_FALSE(r.err.empty()) << joined;
+  }
+  EXPECT_FALSE(vptest::fs::exists(dir.file("b.nii")));
+  const auto help = run({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("usage: voxpipe"), std::string::npos);
+}
+
+TEST(Cli, FailuresExitWithTheirCodes) {
+  vptest::TempDir dir;
+  EXPECT_EQ(run({"info", dir.file("missing.nii")}).code, 3);
+  EXPECT_EQ(run({"convert", dir.file("missing.nii"), dir.file("o.nii")}).code, 3);
+  vptest::write_file(dir.file("text.nii"), vptest::text_bytes(500, 1));
+  const auto bad = run({"info", dir.file("text.nii")});
+  EXPECT_EQ(bad.code, 5);
+  EXPECT_NE(bad.err.find("format"), std::string::npos) << bad.err;
+  EXPECT_EQ(run({"info", dir.file("x.txt")}).code, 5);
+  voxpipe::NiftiHeader h = vptest::make_header(1, DType::u8, {4});
+  h.datatype = 1536;
+  vptest::write_file(dir.file("f128.nii"), vptest::concat({voxpipe::encode_nifti_header(h), Bytes(4, 0)}));
+  EXPECT_EQ(run({"info", dir.file("f128.nii")}).code, 6);
+  // Truncated data: info still works (header only), convert fails with 7 and writes nothing.
+  const std::string t = sample(dir, "t.nii");
+  std::filesystem::resize_file(t, std::filesystem::file_size(t) - 10);
+  EXPECT_EQ(run({"info", t}).code, 0);
+  EXPECT_EQ(run({"convert", t, dir.file("t2.nii")}).code, 7);
+  EXPECT_FALSE(vptest::fs::exists(dir.file("t2.nii")));
+  // Corrupt gzip data: 8.
+  sample(dir, "c.nii.gz");
+  Bytes gz = vptest::read_file(dir.file("c.nii.gz"));
+  gz[gz.size() - 5] ^= 0xff;
+  vptest::write_file(dir.file("c.nii.gz"), gz);
+  EXPECT_EQ(run({"convert", dir.file("c.nii.gz"), dir.file("c2.nii")}).code, 8);
+  // Output into a directory that does not exist: not found (3).
+  EXPECT_EQ(run({"convert", sample(dir, "ok.nii"), dir.file("no/such/out.nii")}).code, 3);
+}
+
+}  // namespace

@@ -1,0 +1,191 @@
+// The worker pool: every index exactly once, exceptions reach the caller after all tasks have
+// stopped, and independent callers on different threads can use the pool at the same time.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "core/thread_pool.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using voxpipe::core::parallel_for;
+
+void expect_each_index_once(std::size_t n, unsigned threads) {
+  std::vector<std::atomic<int>> hits(n);
+  parallel_for(n, threads, [&](std::size_t i) { hits[i].fetch_add(1, std::memory_order_relaxed); });
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i << " threads " << threads;
+}
+
+TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
+  for (unsigned threads : {0u, 1u, 2u, 3u, 8u, 64u})
+    for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000}, std::size_t{100000}})
+      expect_each_index_once(n, threads);
+}
+
+TEST(ThreadPool, ZeroTasksRunsNothing) {
+  bool called = false;
+  parallel_for(0, 4, [&](std::size_t) { called = true; });
+  EXPECT_FALSE(called);
+}
+
+TEST(ThreadPool, DefaultThreadCountIsPositive) { EXPECT_GE(voxpipe::core::default_thread_count(), 1u); }
+
+TEST(ThreadPool, SingleThreadRunsInOrderOnTheCaller) {
+  std::vector<std::size_t> order;
+  const auto caller = std::this_thread::get_id();
+  parallel_for(50, 1, [&](std::size_t i) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    order.push_back(i);
+  });
+  ASSERT_EQ(order.size(), 50u);
+  for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(ThreadPool, ExceptionPropagatesAfterAllTasksStopped) {
+  for (unsigned threads : {1u, 2u, 4u}) {
+    std::atomic<int> running{0};
+    std::atomic<int> ran_after_return{0};
+    std::atomic<bool> returned{false};
+    try {
+      parallel_for(10000, threads, [&](std::size_t i) {
+        running.fetch_add(1);
+        if (returned.load()) ran_after_return.fetch_add(1);
+        if (i == 37) {
+          running.fetch_sub(1);
+          throw std::runtime_error("task 37 failed");
+        }
+        std::this_thread::yield();
+        running.fetch_sub(1);
+      });
+      ADD_FAILURE() << "no exception with " << threads << " threads";
+    } catch (const std::runtime_error& e) {
+      returned = true;
+      EXPECT_STREQ(e.what(), "task 37 failed");
+      EXPECT_EQ(running.load(), 0) << "tasks still running when parallel_for threw";
+    }
+    // Give stray workers a moment: none may touch the finished job.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(ran_after_return.load(), 0);
+    EXPECT_EQ(running.load(), 0);
+  }
+}
+
+TEST(ThreadPool, ExceptionTypeIsPreserved) {
+  EXPECT_THROW(parallel_for(100, 4, [](std::size_t i) { if (i == 99) throw std::out_of_range("x"); }),
+               std::out_of_range);
+  EXPECT_VP_ERROR(parallel_for(100, 4, [](std::size_t i) {
+                    if (i % 10 == 3) throw voxpipe::Error(voxpipe::ErrorCode::corrupt, "f", "", "bad");
+                  }),
+                  voxpipe::ErrorCode::corrupt);
+}
+
+TEST(ThreadPool, UsableAfterAnException) {
+  EXPECT_THROW(parallel_for(64, 4, [](std::size_t) { throw std::runtime_error("all fail"); }),
+               std::runtime_error);
+  expect_each_index_once(5000, 4);
+}
+
+TEST(ThreadPool, ConcurrentCallersFromDifferentThreads) {
+  constexpr int kCallers = 6, kRounds = 40;
+  constexpr std::size_t kN = 2000;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kCallers; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<std::atomic<int>> hits(kN);
+        parallel_for(kN, static_cast<unsigned>(2 + (t + round) % 4),
+                     [&](std::size_t i) { hits[i].fetch_add(1, std::memory_order_relaxed); });
+        for (auto& h : hits)
+          if (h.load() != 1) failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ThreadPool, NestedCallFromAnotherThreadInsideATask) {
+  // A task may not call parallel_for itself, but it may hand work to a thread of its own that
+  // does (e.g. a library user's callback): that inner call must complete while the outer tasks
+  // hold the workers.
+  constexpr std::size_t kOuter = 8, kInner = 500;
+  std::vector<std::atomic<int>> hits(kOuter * kInner);
+  parallel_for(kOuter, 4, [&](std::size_t o) {
+    std::thread inner([&, o] {
+      parallel_for(kInner, 4, [&](std::size_t i) { hits[o * kInner + i].fetch_add(1); });
+    });
+    inner.join();
+  });
+  for (std::size_t k = 0; k < hits.size(); ++k) ASSERT_EQ(hits[k].load(), 1) << k;
+}
+
+TEST(ThreadPool, ConcurrentCallersWithExceptions) {
+  std::atomic<int> caught{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 25; ++round) {
+        try {
+          parallel_for(500, 3, [&](std::size_t i) {
+            if (i == static_cast<std::size_t>(100 + t)) throw std::runtime_error("x");
+          });
+        } catch (const std::runtime_error&) {
+          caught.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(caught.load(), 4 * 25);
+}
+
+// Runs only inside the child process that ProcessExitsAfterUsingThePool starts.
+TEST(ThreadPoolChild, UsePoolThenReturnFromMain) {
+  if (!std::getenv("VOXPIPE_TEST_POOL_CHILD")) GTEST_SKIP() << "runs as a child process only";
+  expect_each_index_once(1000, 4);
+}
+
+// The library may keep workers for the life of the process, but it must still let the process
+// end: a program (the CLI, a Python interpreter) that used the pool has to exit normally.
+TEST(ThreadPool, ProcessExitsAfterUsingThePool) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.emplace_back("VOXPIPE_TEST_POOL_CHILD=1");
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = "--gtest_filter=ThreadPoolChild.UsePoolThenReturnFromMain";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "a process that used parallel_for with 4 threads did not exit within 20 s after "
+              "main returned (hang in static destruction of the worker pool?)";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace

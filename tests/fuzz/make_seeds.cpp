@@ -1,0 +1,154 @@
+// Writes the seed corpora for the fuzz targets: small valid NIfTI headers and files of every
+// flavour, and gzip streams with the features the reader handles.
+//   fuzz_make_seeds tests/fuzz/corpus
+// The output is committed; rerun after changing this file.
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "voxpipe/nifti.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::uint8_t>;
+
+void save(const fs::path& path, const Bytes& b) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+Bytes load(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+Bytes gzip(const Bytes& data, int level, gz_header* head = nullptr) {
+  z_stream z{};
+  deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+  if (head) deflateSetHeader(&z, head);
+  Bytes out(deflateBound(&z, data.size()) + 256);
+  z.next_in = const_cast<Bytef*>(data.data());
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+voxpipe::NiftiHeader header(int version, voxpipe::DType t, std::vector<std::int64_t> shape, bool big) {
+  voxpipe::NiftiHeader h;
+  h.version = version;
+  h.big_endian = big;
+  h.dim[0] = static_cast<std::int64_t>(shape.size());
+  for (std::size_t i = 0; i < 7; ++i) h.dim[i + 1] = i < shape.size() ? shape[i] : 1;
+  h.datatype = static_cast<std::int16_t>(voxpipe::nifti_datatype_code(t));
+  h.bitpix = static_cast<std::int16_t>(8 * voxpipe::dtype_size(t));
+  h.pixdim = {1, 1.5, 2, 2.5, 1, 1, 1, 1};
+  return h;
+}
+
+struct Image {
+  const char* name;
+  voxpipe::NiftiHeader h;
+  std::vector<voxpipe::NiftiExtension> ext;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+    return 2;
+  }
+  const fs::path root = argv[1];
+  for (const char* t : {"fuzz_nifti_header", "fuzz_nifti_file", "fuzz_gzip"}) fs::create_directories(root / t);
+  using voxpipe::DType;
+
+  std::vector<Image> images;
+  {
+    auto h = header(1, DType::i16, {3, 2, 2}, false);
+    h.scl_slope = 0.5, h.scl_inter = -1;
+    h.qform_code = 1, h.quatern_c = 0.5, h.quatern_d = 0.5, h.pixdim[0] = -1;
+    images.push_back({"n1_le_i16_scaled", h, {}});
+  }
+  {
+    auto h = header(1, DType::f32, {2, 2, 2, 2}, true);
+    h.sform_code = 2;
+    h.srow_x = {-2, 0, 0, 90}, h.srow_y = {0, 2, 0, -126}, h.srow_z = {0, 0, 2, -72};
+    images.push_back({"n1_be_f32_ext", h, {{6, {'s', 'e', 'e', 'd'}}, {4, {'a', 'f', 'n', 'i', 0, 0}}}});
+  }
+  images.push_back({"n1_le_u8_2d", header(1, DType::u8, {5, 3}, false), {}});
+  images.push_back({"n1_le_rgb24", header(1, DType::rgb24, {2, 2}, false), {}});
+  {
+    auto h = header(2, DType::c64, {2, 2}, false);
+    h.scl_slope = 2;
+    images.push_back({"n2_le_c64_scaled", h, {}});
+  }
+  images.push_back({"n2_be_i32_4d", header(2, DType::i32, {2, 1, 2, 3}, true), {{0, {1, 2, 3}}}});
+  images.push_back({"n2_le_f64", header(2, DType::f64, {3}, false), {}});
+  images.push_back({"n1_le_empty", header(1, DType::f32, {}, false), {}});
+  {
+    auto h = header(1, DType::i8, {4}, false);
+    h.vox_offset = 400;
+    images.push_back({"n1_le_i8_offset400", h, {}});
+  }
+
+  const fs::path tmp = fs::temp_directory_path() / "voxpipe-seeds.nii";
+  for (auto& img : images) {
+    const std::size_t bytes = [&] {
+      std::uint64_t n = voxpipe::dtype_size(*voxpipe::dtype_from_nifti_code(img.h.datatype));
+      if (img.h.dim[0] == 0) return std::size_t{0};
+      for (int i = 1; i <= img.h.dim[0]; ++i) n *= static_cast<std::uint64_t>(img.h.dim[i]);
+      return static_cast<std::size_t>(n);
+    }();
+    Bytes data(bytes);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 29 + 3);
+    // (An empty image gets a producer of its own: producer_from_bytes does not accept an empty
+    // span under UBSan, see tests/cpp/nifti/write_test.cpp.)
+    const voxpipe::DataProducer none = [](std::span<std::byte>) { return std::size_t{0}; };
+    voxpipe::write_nifti(tmp.string(), img.h, img.ext,
+                         data.empty() ? none : voxpipe::producer_from_bytes(std::as_bytes(std::span(data))));
+    const Bytes file = load(tmp);
+    save(root / "fuzz_nifti_file" / (std::string(img.name) + ".nii"), file);
+    const std::size_t hsize = img.h.version == 2 ? 540 : 348;
+    save(root / "fuzz_nifti_header" / (std::string(img.name) + ".hdr"), Bytes(file.begin(), file.begin() + hsize));
+  }
+  fs::remove(tmp);
+
+  const std::string text = "voxpipe gzip seed: the quick brown fox jumps over the lazy dog. ";
+  Bytes payload;
+  for (int i = 0; i < 8; ++i) payload.insert(payload.end(), text.begin(), text.end());
+  const fs::path g = root / "fuzz_gzip";
+  save(g / "level1.gz", gzip(payload, 1));
+  save(g / "level0_stored.gz", gzip(payload, 0));
+  save(g / "level9.gz", gzip(payload, 9));
+  save(g / "empty_member.gz", gzip({}, 6));
+  {
+    Bytes two = gzip(payload, 6), second = gzip(Bytes(payload.begin(), payload.begin() + 40), 1);
+    two.insert(two.end(), second.begin(), second.end());
+    save(g / "two_members.gz", two);
+    Bytes padded = gzip(payload, 6);
+    padded.insert(padded.end(), 12, 0);
+    save(g / "zero_padded.gz", padded);
+  }
+  {
+    gz_header head{};
+    std::string name = "seed.nii", comment = "comment";
+    Bytes extra{'V', 'P', 2, 0, 1, 2};
+    head.name = reinterpret_cast<Bytef*>(name.data());
+    head.comment = reinterpret_cast<Bytef*>(comment.data());
+    head.extra = extra.data();
+    head.extra_len = static_cast<uInt>(extra.size());
+    head.hcrc = 1;
+    save(g / "header_fields.gz", gzip(payload, 6, &head));
+  }
+  std::printf("seeds written under %s\n", root.c_str());
+  return 0;
+}
