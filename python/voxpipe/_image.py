@@ -380,12 +380,8 @@ def from_nibabel(nib_img):
             nib_img, nib.Nifti1Image) else Nifti1Image
     hdr = klass.header_class(nib_img.header.binaryblock, nib_img.header.endianness,
                              [Extension(e.get_code(), e.get_content()) for e in nib_img.header.extensions])
-    data = np.asanyarray(nib_img.dataobj)
-    img = klass(data, nib_img.affine, header=hdr)
-    if isinstance(nib_img.dataobj, np.ndarray) is False:
-        # Scale factors were applied to `data`; the header must not re-apply them.
-        img._header.set_slope_inter(None, None)
-    return img
+    # The data come scaled; the image constructor resets the header's scale factors (as nibabel).
+    return klass(np.asanyarray(nib_img.dataobj), nib_img.affine, header=hdr)
 
 
 def _image_for(obj, affine, header):
