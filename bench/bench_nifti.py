@@ -98,7 +98,8 @@ def make_call(spec, np):
 
     lib = __import__("voxpipe" if tool == "vp" else "nibabel")
     if op == "fdata":
-        return lambda out: lib.load(path).get_fdata(dtype=np.float32)
+        kw = {"threads": spec["threads"]} if "threads" in spec else {}
+        return lambda out: lib.load(path, **kw).get_fdata(dtype=np.float32)
     if op == "volume":
         t = spec["t"]
         return lambda out: lib.load(path).dataobj[..., t]
@@ -505,7 +506,9 @@ def main():
         return dict(tool=tool, op=op, path=FILES[key], **kw)
 
     cases = {
-        "gz4d": rows(("voxpipe", s("vp", "fdata", "gz4d", warm=True)), ("nibabel", s("nib", "fdata", "gz4d", warm=True))),
+        "gz4d": rows(("voxpipe", s("vp", "fdata", "gz4d", warm=True)),
+                     ("voxpipe threads=1", s("vp", "fdata", "gz4d", warm=True, threads=1)),
+                     ("nibabel", s("nib", "fdata", "gz4d", warm=True))),
         "nii4d": rows(("voxpipe", s("vp", "fdata", "nii4d", warm=True)), ("nibabel", s("nib", "fdata", "nii4d", warm=True))),
         "native": rows(("voxpipe", s("vp", "native", "nii4d", warm=True)),
                        ("readinto", s("readinto", "native", "nii4d", warm=True, offset=offset, nbytes=nbytes4))),
@@ -630,6 +633,13 @@ def render(args, info, res, checks, facts, elapsed):
                        f"Output {out4 / MIB:.0f} MiB float32.")
     sp = ratio(n, v, "first")
     targets.append(("4D .nii.gz -> float32 speed-up >= 3x (first)", fmt_x(sp), verdict(sp, sp is not None and sp >= TARGET_SPEEDUP)))
+    # The issue asks for the speed-up "on one thread": voxpipe's default overlaps inflate with
+    # conversion on a second core, so the single-threaded figure is reported too.
+    v1 = res["gz4d"].get("voxpipe threads=1")
+    if v1 and n:
+        sp1 = ratio(n, v1, "first")
+        targets.append(("4D .nii.gz -> float32 speed-up >= 3x, voxpipe `threads=1` (first)", fmt_x(sp1),
+                        verdict(sp1, sp1 is not None and sp1 >= TARGET_SPEEDUP)))
     targets.append(overhead_target("4D .nii.gz", v))
 
     v, n = speed_table("2. bold_4d.nii -> float32 (get_fdata)", "nii4d", f"Output {out4 / MIB:.0f} MiB float32.")
