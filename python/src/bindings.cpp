@@ -88,6 +88,9 @@ NB_MODULE(_core, m) {
         nb::call_guard<nb::gil_scoped_release>(),
         "Open a NIfTI file, reading the header and extensions only.");
 
+  m.def("is_pair_path", &nifti_is_pair_path, nb::arg("path"),
+        "Whether a file name is a .hdr/.img pair name (optionally .gz).");
+
   m.def("check_data_size", &check_data_size, nb::arg("image"),
         nb::call_guard<nb::gil_scoped_release>());
 

@@ -403,9 +403,7 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     img = _image_for(img, affine, header)
     klass = Nifti2Image if (version == 2 or (version is None and isinstance(img, Nifti2Image))) else Nifti1Image
     hdr = _convert_header(img.header, klass.header_class)
-    pair_path = os.path.splitext(path[:-3] if path.lower().endswith(".gz") else path)[1].lower() in (
-        ".hdr", ".img")
-    if pair_path != img._is_pair:
+    if _core.is_pair_path(path) != img._is_pair:
         # nibabel's save converts single <-> pair through a new header in native byte order.
         hdr = hdr.as_byteorder("=")
     # Keep the shape/affine synchronised as nibabel's update_header does.

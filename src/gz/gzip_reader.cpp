@@ -147,10 +147,12 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
 std::size_t GzipByteSource::read_at(std::uint64_t offset, std::span<std::byte> dst) {
   if (offset < position_) restart();
   if (offset > position_) {
-    std::vector<std::byte> discard(std::min<std::uint64_t>(offset - position_, 256 * 1024));
+    // Skipped bytes are inflated into a scratch buffer kept for the source's lifetime.
+    constexpr std::size_t kDiscard = 256 * 1024;
+    if (!discard_) discard_.reset(new std::byte[kDiscard]);
     while (position_ < offset) {
-      std::size_t want = std::min<std::uint64_t>(offset - position_, discard.size());
-      if (inflate_into(discard.data(), want) < want) return 0;
+      std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(offset - position_, kDiscard));
+      if (inflate_into(discard_.get(), want) < want) return 0;
     }
   }
   return inflate_into(dst.data(), dst.size());

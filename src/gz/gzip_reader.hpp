@@ -40,6 +40,7 @@ class GzipByteSource final : public core::ByteSource {
   core::InputFile file_;
   std::unique_ptr<State> state_;
   std::uint64_t position_ = 0;  // uncompressed offset of the next byte inflate_into produces
+  std::unique_ptr<std::byte[]> discard_;  // where skipped bytes are inflated
 };
 
 }  // namespace voxpipe::gz

@@ -98,7 +98,7 @@ class Executor {
 
   void flush() {
     if (pending_.empty()) return;
-    if (scratch_.size() < kPiece) scratch_.resize(kPiece);
+    if (scratch_.size() < window_end_ - window_start_) scratch_.resize(window_end_ - window_start_);
     core::read_exact(source_, window_start_,
                      std::span(scratch_.data(), window_end_ - window_start_), "data");
     for (const Row& r : pending_)
@@ -140,10 +140,9 @@ class Executor {
         sequential_pipelined(pieces, piece_row);
       return;
     }
-    unsigned slots = source_.random_access()
-                         ? static_cast<unsigned>(std::min<std::uint64_t>(
-                               threads_ == 0 ? core::default_thread_count() : threads_, pieces))
-                         : 1;
+    const unsigned slots = source_.random_access()
+                               ? static_cast<unsigned>(std::min<std::uint64_t>(threads, pieces))
+                               : 1;
     if (slots <= 1) {
       for (std::uint64_t p = 0; p < pieces; ++p) run_piece(piece_row(p), scratch_);
       return;

@@ -73,7 +73,8 @@ DataProducer producer_from_bytes(std::span<const std::byte> bytes) {
 void write_nifti(const std::string& path, NiftiHeader header,
                  const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
                  const WriteOptions& options) {
-  const bool pair = nifti_is_pair_path(path);
+  const nifti::FilePaths paths = nifti::file_paths(path);
+  const bool pair = paths.pair;
   const bool single = !pair;
   const char v = header.version == 2 ? '2' : '1';
   header.magic = {'n', single ? '+' : 'i', v, '\0'};
@@ -102,7 +103,6 @@ void write_nifti(const std::string& path, NiftiHeader header,
     expected = *m;
   }
 
-  const nifti::FilePaths paths = nifti::file_paths(path);
   std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options.gzip_level);
   hdr_sink->write(std::as_bytes(std::span(hdr_bytes)));
   hdr_sink->write(std::as_bytes(std::span(ext_bytes)));
