@@ -129,7 +129,7 @@ class ArrayProxy:
         if not self._scaled():
             natural = self._dtype
         else:
-            natural = np.dtype(_core_dtype(self._img.scaled_dtype))
+            natural = _NAME_TO_DTYPE[self._img.scaled_dtype]
         if dtype is None:
             if not self._scaled():
                 return self._read(ranges, self._dtype, False, True, out=out)
@@ -156,7 +156,7 @@ class ArrayProxy:
         return arr
 
     def __getitem__(self, slicer):
-        full, ranges, out_shape = plan(slicer, self._shape)
+        ranges, out_shape = plan(slicer, self._shape)
         arr = self._get_scaled(None, ranges).reshape(out_shape, order="F")
         if out_shape == () and not self._scaled():
             # nibabel indexes unscaled data down to a NumPy scalar; scaled data stay 0-d arrays.
@@ -165,10 +165,6 @@ class ArrayProxy:
 
     def __repr__(self):
         return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
-
-
-def _core_dtype(name):
-    return _NAME_TO_DTYPE[name]
 
 
 class Nifti1Image:

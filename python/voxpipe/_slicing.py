@@ -27,9 +27,8 @@ def _is_fancy(sliceobj) -> bool:
 
 
 def plan(sliceobj, shape):
-    """Returns (full, ranges, out_shape).
+    """Returns (ranges, out_shape).
 
-    full: the slicer selects the whole array (nibabel then reads it as one block);
     ranges: per on-disk axis (start, step, count);
     out_shape: the shape of the result after integer axes are dropped and None axes added.
     """
@@ -40,12 +39,10 @@ def plan(sliceobj, shape):
     ndim = len(shape)
     ranges = []
     out_shape = []
-    full = True
     n_real = 0
     for i, slicer in enumerate(sliceobj):
         if slicer is None:
             out_shape.append(1)
-            full = False
             continue
         if slicer is Ellipsis:
             remaining = sliceobj[i + 1 :]
@@ -66,8 +63,6 @@ def plan(sliceobj, shape):
         if isinstance(slicer, slice):
             start, stop, step = slicer.indices(dim)
             count = len(range(start, stop, step))
-            if not (count == dim and step == 1):
-                full = False
             ranges.append((start if count else 0, step, count))
             out_shape.append(count)
         else:
@@ -79,11 +74,10 @@ def plan(sliceobj, shape):
             elif index >= dim:
                 raise ValueError(f"Integer index {index} too large")
             ranges.append((index, 1, 1))
-            full = False
     for k in range(n_real, ndim):
         ranges.append((0, 1, shape[k]))
         out_shape.append(shape[k])
-    return full, ranges, tuple(out_shape)
+    return ranges, tuple(out_shape)
 
 
 def read_shape(ranges):
