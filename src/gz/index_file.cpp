@@ -1,0 +1,315 @@
+// The GZIDX index file format, as written by indexed_gzip's zran_export_index and read by its
+// zran_import_index (pauldmccarthy/indexed_gzip, indexed_gzip/zran.c and zran.h), and read and
+// written by rapidgzip (mxmlnkn/rapidgzip, src/core/rapidgzip/IndexFileFormat.hpp, namespace
+// indexed_gzip). Little-endian (neither tool converts byte order; both run on little-endian
+// machines in practice):
+//
+//   0  "GZIDX"  5 B
+//   5  version  u8   0 or 1
+//   6  flags    u8   unused, 0
+//   7  compressed size    u64
+//  15  uncompressed size  u64
+//  23  spacing            u32
+//  27  window size        u32   32768 (indexed_gzip requires >= 32768, rapidgzip == 32768)
+//  31  number of points   u32
+//  35  points: compressed offset u64, uncompressed offset u64, bits u8, and in version 1 only a
+//      data flag u8 (1: the point has a window). In version 0 every point but the first has one.
+//      then the windows of the points that have one, in point order, window-size bytes each.
+//
+// `bits` (zran.c: point->bits = data_type & 7 after inflate(Z_BLOCK)) is the number of bits of
+// the byte before `compressed offset` that belong to the block: the block's first bit is the LSB-
+// first bit position offset * 8 - bits. Both tools agree (rapidgzip: compressedOffsetInBits =
+// offset * 8 - bits on read; offset = ceil(bit / 8), bits = (8 - bit % 8) % 8 on write), and
+// tests/python/test_gzidx_interop.py checks it against both. A window holds the window-size
+// bytes of output before the point; when fewer exist, the window is zero-padded at the front
+// (rapidgzip) or holds stale bytes there (zran's ring buffer), so only the last
+// min(32 KiB, offset) bytes mean anything. Member starts: indexed_gzip puts a point at each
+// member's first deflate block with bits 0 and data flag 0; rapidgzip writes none there. Both
+// end with a point at (compressed size, uncompressed size), which cannot be decoded from.
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/checked.hpp"
+#include "core/file.hpp"
+#include "gz/seek_index.hpp"
+#include "voxpipe/error.hpp"
+
+namespace voxpipe::gz {
+namespace {
+
+constexpr char kMagic[5] = {'G', 'Z', 'I', 'D', 'X'};
+constexpr std::size_t kHeaderSize = 35;
+constexpr char kKeyMagic[5] = {'V', 'P', 'K', 'E', 'Y'};
+constexpr std::uint8_t kKeyVersion = 1;
+constexpr std::size_t kTrailerSize = 5 + 1 + 8 + 8 + 4 + 4;
+// Windows larger than this are not written by any tool (deflate needs 32 KiB); the cap keeps a
+// hostile header from making us skip over absurd amounts of data per point.
+constexpr std::uint32_t kMaxWindowSize = 1u << 20;
+// Bit positions must fit in 64 bits.
+constexpr std::uint64_t kMaxCompressedSize = std::numeric_limits<std::uint64_t>::max() / 8;
+
+std::uint64_t get_le(const std::uint8_t* p, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+std::uint32_t crc32_of(std::span<const std::uint8_t> bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths; feed in pieces.
+  while (!bytes.empty()) {
+    const std::size_t n = std::min<std::size_t>(bytes.size(), 1u << 30);
+    crc = crc32(crc, bytes.data(), static_cast<uInt>(n));
+    bytes = bytes.subspan(n);
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+[[noreturn]] void fail(ErrorCode code, const std::string& name, const std::string& field,
+                       const std::string& detail, std::uint64_t at) {
+  throw Error(code, name, field, detail, at);
+}
+
+}  // namespace
+
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name) {
+  return read_gzidx(bytes, name, nullptr);
+}
+
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name,
+                     std::optional<IndexKey>* key_out) {
+  if (bytes.size() < kHeaderSize)
+    fail(ErrorCode::truncated, name, "GZIDX header",
+         "expected " + std::to_string(kHeaderSize) + " bytes, but the file has " +
+             std::to_string(bytes.size()),
+         0);
+  if (std::memcmp(bytes.data(), kMagic, 5) != 0)
+    fail(ErrorCode::format, name, "magic", "expected \"GZIDX\", but found other bytes", 0);
+  const std::uint8_t version = bytes[5];
+  if (version > 1)
+    fail(ErrorCode::format, name, "version",
+         "expected 0 or 1, but found " + std::to_string(version), 5);
+  SeekIndex index;
+  index.compressed_size = get_le(&bytes[7], 8);
+  index.uncompressed_size = get_le(&bytes[15], 8);
+  index.spacing = static_cast<std::uint32_t>(get_le(&bytes[23], 4));
+  const auto window_size = static_cast<std::uint32_t>(get_le(&bytes[27], 4));
+  const auto npoints = static_cast<std::uint32_t>(get_le(&bytes[31], 4));
+  if (index.compressed_size > kMaxCompressedSize)
+    fail(ErrorCode::format, name, "compressed size",
+         "expected at most " + std::to_string(kMaxCompressedSize) + ", but found " +
+             std::to_string(index.compressed_size),
+         7);
+  if (window_size < kWindowSize || window_size > kMaxWindowSize)
+    fail(ErrorCode::format, name, "window size",
+         "expected " + std::to_string(kWindowSize) + " to " + std::to_string(kMaxWindowSize) +
+             ", but found " + std::to_string(window_size),
+         27);
+
+  // Everything the header promises must be in `bytes` before anything is allocated.
+  const std::size_t point_size = version == 0 ? 17 : 18;
+  const std::uint64_t points_end = kHeaderSize + std::uint64_t{npoints} * point_size;
+  if (points_end > bytes.size())
+    fail(ErrorCode::truncated, name, "points",
+         "expected " + std::to_string(npoints) + " points (" +
+             std::to_string(points_end - kHeaderSize) + " bytes), but the file has " +
+             std::to_string(bytes.size() - kHeaderSize) + " bytes after the header",
+         kHeaderSize);
+
+  struct Raw {
+    std::uint64_t bit, uncompressed;
+    bool has_window;
+  };
+  std::vector<Raw> raw(npoints);
+  std::uint64_t nwindows = 0;
+  for (std::uint32_t i = 0; i < npoints; ++i) {
+    const std::size_t at = kHeaderSize + std::size_t{i} * point_size;
+    const std::string field = "point " + std::to_string(i);
+    const std::uint64_t offset = get_le(&bytes[at], 8);
+    const std::uint64_t uncompressed = get_le(&bytes[at + 8], 8);
+    const std::uint8_t bits = bytes[at + 16];
+    const bool has_window = version == 0 ? i != 0 : bytes[at + 17] != 0;
+    if (offset > index.compressed_size)
+      fail(ErrorCode::format, name, field,
+           "compressed offset " + std::to_string(offset) + " is beyond the compressed size " +
+               std::to_string(index.compressed_size),
+           at);
+    if (uncompressed > index.uncompressed_size)
+      fail(ErrorCode::format, name, field,
+           "uncompressed offset " + std::to_string(uncompressed) +
+               " is beyond the uncompressed size " + std::to_string(index.uncompressed_size),
+           at + 8);
+    if (bits > 7 || (bits > 0 && offset == 0))
+      fail(ErrorCode::format, name, field,
+           "expected a bit count of 0 to 7 (0 at offset 0), but found " + std::to_string(bits),
+           at + 16);
+    const std::uint64_t bit = offset * 8 - bits;
+    if (i > 0 && (bit <= raw[i - 1].bit || uncompressed < raw[i - 1].uncompressed))
+      fail(ErrorCode::format, name, field,
+           "expected to follow point " + std::to_string(i - 1) + " (bit " +
+               std::to_string(raw[i - 1].bit) + ", uncompressed offset " +
+               std::to_string(raw[i - 1].uncompressed) + "), but found bit " +
+               std::to_string(bit) + ", uncompressed offset " + std::to_string(uncompressed),
+           at);
+    if (i == 0 && uncompressed != 0)
+      fail(ErrorCode::format, name, field,
+           "expected the first point at uncompressed offset 0, but found " +
+               std::to_string(uncompressed),
+           at + 8);
+    raw[i] = {bit, uncompressed, has_window};
+    nwindows += has_window ? 1 : 0;
+  }
+  const std::uint64_t windows_end = points_end + nwindows * window_size;  // < 2^32 * 2^20 + ...
+  if (windows_end > bytes.size())
+    fail(ErrorCode::truncated, name, "windows",
+         "expected " + std::to_string(nwindows) + " windows of " + std::to_string(window_size) +
+             " bytes, but the file ends after " + std::to_string(bytes.size() - points_end),
+         points_end);
+  if (npoints == 0 && index.uncompressed_size > 0)
+    fail(ErrorCode::format, name, "number of points",
+         "expected at least one point for " + std::to_string(index.uncompressed_size) +
+             " bytes of data, but found none",
+         31);
+
+  // The trailer, if any.
+  std::optional<IndexKey> key;
+  const std::uint64_t rest = bytes.size() - windows_end;
+  if (rest != 0) {
+    const std::uint8_t* t = bytes.data() + windows_end;
+    if (rest != kTrailerSize || std::memcmp(t, kKeyMagic, 5) != 0)
+      fail(ErrorCode::format, name, "trailer",
+           "expected the end of the file or a " + std::to_string(kTrailerSize) +
+               "-byte VPKEY trailer after the windows, but found " + std::to_string(rest) +
+               " other bytes",
+           windows_end);
+    if (t[5] != kKeyVersion)
+      fail(ErrorCode::format, name, "trailer version",
+           "expected " + std::to_string(kKeyVersion) + ", but found " + std::to_string(t[5]),
+           windows_end + 5);
+    const auto stored = static_cast<std::uint32_t>(get_le(t + kTrailerSize - 4, 4));
+    const std::uint32_t actual = crc32_of(bytes.first(bytes.size() - 4));
+    if (stored != actual)
+      fail(ErrorCode::corrupt, name, "trailer CRC32",
+           "the index file is damaged: the CRC32 of its contents does not match the trailer",
+           bytes.size() - 4);
+    key = IndexKey{get_le(t + 6, 8), static_cast<std::int64_t>(get_le(t + 14, 8)),
+                   static_cast<std::uint32_t>(get_le(t + 22, 4))};
+  }
+
+  std::size_t window_at = points_end;
+  for (std::uint32_t i = 0; i < npoints; ++i) {
+    const Raw& r = raw[i];
+    std::span<const std::uint8_t> w;
+    if (r.has_window) {
+      w = bytes.subspan(window_at, window_size);
+      window_at += window_size;
+    }
+    // End-of-stream points (both tools write one) cannot be inflated from.
+    if (r.uncompressed == index.uncompressed_size) continue;
+    if (r.bit >= index.compressed_size * 8)
+      fail(ErrorCode::format, name, "point " + std::to_string(i),
+           "expected a point inside the compressed data, but it is at its end while " +
+               std::to_string(index.uncompressed_size - r.uncompressed) +
+               " uncompressed bytes remain",
+           kHeaderSize + std::size_t{i} * point_size);
+    SeekPoint p;
+    p.compressed_bit = r.bit;
+    p.uncompressed = r.uncompressed;
+    if (!w.empty()) {
+      const std::size_t keep = static_cast<std::size_t>(
+          std::min<std::uint64_t>(kWindowSize, r.uncompressed));
+      p.window.assign(w.end() - static_cast<std::ptrdiff_t>(keep), w.end());
+    }
+    index.points.push_back(std::move(p));
+  }
+  if (key_out) *key_out = key;
+  return index;
+}
+
+SeekIndex read_gzidx_file(const std::string& path, std::optional<IndexKey>* key) {
+  core::InputFile file(path);
+  std::vector<std::uint8_t> bytes(file.size());
+  const std::size_t got = file.read_at(0, std::as_writable_bytes(std::span(bytes)));
+  if (got != bytes.size())
+    throw Error(ErrorCode::io, path, "", "the file shrank while being read");
+  return read_gzidx(bytes, path, key);
+}
+
+std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
+                                       const std::optional<IndexKey>& key) {
+  const auto invalid = [](const std::string& detail) {
+    throw Error(ErrorCode::invalid_argument, "", "seek index", detail);
+  };
+  if (index.compressed_size > kMaxCompressedSize) invalid("compressed size too large");
+  // +1: the end point.
+  if (index.points.size() >= std::numeric_limits<std::uint32_t>::max())
+    invalid("more than 2^32 - 2 points");
+  std::uint64_t nwindows = 0;
+  for (std::size_t i = 0; i < index.points.size(); ++i) {
+    const SeekPoint& p = index.points[i];
+    if (p.window.size() > kWindowSize || p.window.size() > p.uncompressed)
+      invalid("point " + std::to_string(i) + " has a window longer than the output before it");
+    if (p.compressed_bit >= index.compressed_size * 8 ||
+        p.uncompressed >= index.uncompressed_size)
+      invalid("point " + std::to_string(i) + " is at or beyond the end of the stream");
+    if (i == 0 ? p.uncompressed != 0
+               : (p.compressed_bit <= index.points[i - 1].compressed_bit ||
+                  p.uncompressed < index.points[i - 1].uncompressed))
+      invalid("point " + std::to_string(i) + " is out of order");
+    nwindows += p.window.empty() ? 0 : 1;
+  }
+  if (index.points.empty() && index.uncompressed_size > 0) invalid("no points");
+
+  const std::uint64_t npoints = index.points.size() + 1;
+  std::vector<std::uint8_t> out;
+  out.reserve(kHeaderSize + npoints * 18 + nwindows * kWindowSize + kTrailerSize);
+  for (char c : kMagic) out.push_back(static_cast<std::uint8_t>(c));
+  out.push_back(1);  // version
+  out.push_back(0);  // flags
+  put_le(out, index.compressed_size, 8);
+  put_le(out, index.uncompressed_size, 8);
+  put_le(out, index.spacing, 4);
+  put_le(out, kWindowSize, 4);
+  put_le(out, npoints, 4);
+  const auto put_point = [&](std::uint64_t bit, std::uint64_t uncompressed, bool window) {
+    put_le(out, (bit + 7) / 8, 8);
+    put_le(out, uncompressed, 8);
+    out.push_back(static_cast<std::uint8_t>((8 - bit % 8) % 8));
+    out.push_back(window ? 1 : 0);
+  };
+  for (const SeekPoint& p : index.points)
+    put_point(p.compressed_bit, p.uncompressed, !p.window.empty());
+  put_point(index.compressed_size * 8, index.uncompressed_size, false);
+  for (const SeekPoint& p : index.points) {
+    if (p.window.empty()) continue;
+    out.insert(out.end(), kWindowSize - p.window.size(), 0);
+    out.insert(out.end(), p.window.begin(), p.window.end());
+  }
+  if (key) {
+    for (char c : kKeyMagic) out.push_back(static_cast<std::uint8_t>(c));
+    out.push_back(kKeyVersion);
+    put_le(out, key->size, 8);
+    put_le(out, static_cast<std::uint64_t>(key->mtime_ns), 8);
+    put_le(out, key->tail_crc, 4);
+    put_le(out, crc32_of(out), 4);
+  }
+  return out;
+}
+
+void write_gzidx_file(const std::string& path, const SeekIndex& index,
+                      const std::optional<IndexKey>& key) {
+  const std::vector<std::uint8_t> bytes = encode_gzidx(index, key);
+  core::AtomicOutputFile out(path);
+  out.write(std::as_bytes(std::span(bytes)));
+  out.commit();
+}
+
+}  // namespace voxpipe::gz

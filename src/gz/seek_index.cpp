@@ -1,0 +1,480 @@
+// Building a seek index by one sequential inflate, decoding ranges from it (the zran.c method:
+// madler/zlib examples/zran.c, and indexed_gzip's zran.c), and where index files live.
+#include "gz/seek_index.hpp"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "core/thread_pool.hpp"
+#include "voxpipe/error.hpp"
+
+namespace voxpipe::gz {
+namespace {
+
+// Input is read in pieces of this size. 128 KiB: large enough that pread costs nothing next to
+// inflate (~300 MB/s), small enough that a task decoding one short span between two points
+// does not read much past it.
+constexpr std::size_t kInputChunk = std::size_t{128} << 10;
+constexpr std::size_t kOutputChunk = std::size_t{256} << 10;
+constexpr std::size_t kTailBytes = std::size_t{64} << 10;
+
+// Compressed input read from the file in pieces, fed to a z_stream.
+class Input {
+ public:
+  Input(const core::InputFile& file, std::uint64_t offset)
+      : file_(file), buf_(new std::uint8_t[kInputChunk]), next_read_(offset) {}
+
+  // Makes input available to z; false at the end of the file.
+  bool fill(z_stream& z) {
+    sync(z);
+    if (pos_ < len_) return true;
+    len_ = file_.read_at(next_read_, std::as_writable_bytes(std::span(buf_.get(), kInputChunk)));
+    start_ = next_read_;
+    next_read_ += len_;
+    pos_ = 0;
+    z.next_in = buf_.get();
+    z.avail_in = static_cast<uInt>(len_);
+    return len_ > 0;
+  }
+  // Records how much z consumed; call after every inflate.
+  void sync(const z_stream& z) {
+    if (z.next_in) pos_ = len_ - z.avail_in;
+  }
+  // File offset of the next unconsumed byte.
+  std::uint64_t offset() const noexcept { return start_ + pos_; }
+  // The next byte without consuming it (fill() must have returned true).
+  std::uint8_t peek() const noexcept { return buf_[pos_]; }
+  void skip(z_stream& z, std::size_t n) {
+    pos_ += n;
+    z.next_in = buf_.get() + pos_;
+    z.avail_in = static_cast<uInt>(len_ - pos_);
+  }
+
+ private:
+  const core::InputFile& file_;
+  std::unique_ptr<std::uint8_t[]> buf_;
+  std::uint64_t start_ = 0;  // file offset of buf_[0]
+  std::size_t pos_ = 0, len_ = 0;
+  std::uint64_t next_read_;
+};
+
+struct Inflater {
+  z_stream z{};
+  explicit Inflater(int window_bits, const std::string& path) {
+    if (inflateInit2(&z, window_bits) != Z_OK)
+      throw Error(ErrorCode::io, path, "", "cannot initialise zlib");
+  }
+  ~Inflater() { inflateEnd(&z); }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+};
+
+// Between members only zero padding (as Python's gzip) or the next member's magic may follow.
+// Skips the padding; returns false at the end of the file.
+bool skip_to_member(Input& in, z_stream& z, const std::string& path) {
+  while (in.fill(z)) {
+    if (in.peek() == 0) {
+      in.skip(z, 1);
+      continue;
+    }
+    if (in.peek() != 0x1f)
+      throw Error(ErrorCode::corrupt, path, "gzip member",
+                  "expected a gzip member (1f 8b) or the end of the file, but found other data",
+                  in.offset());
+    return true;
+  }
+  return false;
+}
+
+[[noreturn]] void throw_inflate_error(const z_stream& z, int rc, const std::string& path,
+                                      std::uint64_t at) {
+  const char* msg = z.msg ? z.msg : "zlib error";
+  if (rc == Z_DATA_ERROR &&
+      (std::strcmp(msg, "incorrect data check") == 0 ||
+       std::strcmp(msg, "incorrect length check") == 0))
+    throw Error(ErrorCode::corrupt, path, "gzip trailer",
+                "CRC32 or ISIZE does not match the inflated data", at);
+  if (rc == Z_MEM_ERROR) throw Error(ErrorCode::io, path, "", "out of memory in zlib");
+  throw Error(ErrorCode::corrupt, path, "gzip stream",
+              std::string("invalid compressed data (") + msg + ")", at);
+}
+
+[[noreturn]] void throw_truncated(const std::string& path, std::uint64_t at) {
+  throw Error(ErrorCode::truncated, path, "gzip stream",
+              "expected more compressed data, but the file ends inside a gzip member", at);
+}
+
+// The state of the index while it is built: which boundary to turn into a point.
+class PointPicker {
+ public:
+  PointPicker(SeekIndex& index, std::uint64_t spacing, std::span<const std::uint64_t> wanted)
+      : index_(index), spacing_(spacing), wanted_(wanted) {}
+
+  // A deflate block starts at `bit` with `u` bytes of output before it, `window` the last
+  // min(32 KiB, output of this member) of them.
+  void boundary(std::uint64_t bit, std::uint64_t u, std::span<const std::uint8_t> window) {
+    // The wanted offsets before this boundary: the previous boundary is the last at or before
+    // each of them.
+    bool any_before = false;
+    while (next_ < wanted_.size() && wanted_[next_] < u) {
+      any_before = true;
+      ++next_;
+    }
+    if (any_before) emit_candidate();
+    const bool member_start = window.empty();
+    bool here = member_start || index_.points.empty() ||
+                (spacing_ != 0 && u - index_.points.back().uncompressed >= spacing_);
+    while (next_ < wanted_.size() && wanted_[next_] == u) {
+      here = true;
+      ++next_;
+    }
+    if (here) {
+      index_.points.push_back(SeekPoint{bit, u, {window.begin(), window.end()}});
+      candidate_valid_ = false;
+    } else if (next_ < wanted_.size()) {
+      // Keep it in case the next wanted offset comes before the next boundary.
+      candidate_.compressed_bit = bit;
+      candidate_.uncompressed = u;
+      candidate_.window.assign(window.begin(), window.end());
+      candidate_valid_ = true;
+    }
+  }
+
+  // The end of the data: wanted offsets before it fall in the last block.
+  void finish(std::uint64_t total) {
+    if (next_ < wanted_.size() && wanted_[next_] < total) emit_candidate();
+  }
+
+ private:
+  void emit_candidate() {
+    if (!candidate_valid_) return;
+    candidate_valid_ = false;
+    if (candidate_.uncompressed == index_.points.back().uncompressed) return;  // no gain
+    index_.points.push_back(std::move(candidate_));
+    candidate_ = SeekPoint{};
+  }
+
+  SeekIndex& index_;
+  std::uint64_t spacing_;
+  std::span<const std::uint64_t> wanted_;
+  std::size_t next_ = 0;
+  SeekPoint candidate_;
+  bool candidate_valid_ = false;
+};
+
+}  // namespace
+
+SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
+                           std::span<const std::uint64_t> wanted) {
+  const std::string& path = file.path();
+  if (!std::is_sorted(wanted.begin(), wanted.end()))
+    throw Error(ErrorCode::invalid_argument, path, "wanted offsets", "expected ascending order");
+  {
+    std::uint8_t magic[2] = {0, 0};
+    if (file.read_at(0, std::as_writable_bytes(std::span(magic))) != 2 || magic[0] != 0x1f ||
+        magic[1] != 0x8b)
+      throw Error(ErrorCode::format, path, "gzip magic",
+                  "expected 1f 8b, but the file does not start with it", 0);
+  }
+  SeekIndex index;
+  index.compressed_size = file.size();
+  index.spacing = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(spacing, std::numeric_limits<std::uint32_t>::max()));
+  PointPicker picker(index, spacing, wanted);
+
+  Inflater inf(16 + MAX_WBITS, path);
+  z_stream& z = inf.z;
+  Input in(file, 0);
+  // Output slides through a buffer that keeps the last 32 KiB (the window of the next point).
+  std::vector<std::uint8_t> out(kWindowSize + kOutputChunk);
+  std::size_t have = 0;             // bytes of out in use
+  std::uint64_t total = 0;          // output so far
+  std::uint64_t member_out = 0;     // output of the current member
+  std::uint64_t last_bit = ~std::uint64_t{0};  // the last boundary seen (zlib may report twice)
+  bool first = true;
+  while (true) {
+    if (!skip_to_member(in, z, path)) break;
+    if (!first && inflateReset(&z) != Z_OK)
+      throw Error(ErrorCode::io, path, "", "cannot reset zlib");
+    first = false;
+    member_out = 0;
+    int rc = Z_OK;
+    while (rc != Z_STREAM_END) {
+      // At the end of the file zlib may still hold output; only no progress is truncation.
+      const bool eof = z.avail_in == 0 && !in.fill(z);
+      if (have == out.size()) {
+        std::memmove(out.data(), out.data() + have - kWindowSize, kWindowSize);
+        have = kWindowSize;
+      }
+      z.next_out = out.data() + have;
+      z.avail_out = static_cast<uInt>(out.size() - have);
+      rc = inflate(&z, Z_BLOCK);
+      in.sync(z);
+      const std::size_t produced = out.size() - have - z.avail_out;
+      have += produced;
+      total += produced;
+      member_out += produced;
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+        throw_inflate_error(z, rc, path, in.offset());
+      if (eof && produced == 0 && rc != Z_STREAM_END) throw_truncated(path, in.offset());
+      // At a block start that is not after the last block (zran.c's test).
+      if ((z.data_type & 128) && !(z.data_type & 64)) {
+        const std::uint64_t bit = in.offset() * 8 - static_cast<unsigned>(z.data_type & 7);
+        if (bit != last_bit) {
+          last_bit = bit;
+          const std::size_t w =
+              static_cast<std::size_t>(std::min<std::uint64_t>(member_out, kWindowSize));
+          picker.boundary(bit, total, std::span(out.data() + have - w, w));
+        }
+      }
+    }
+  }
+  picker.finish(total);
+  index.uncompressed_size = total;
+  return index;
+}
+
+namespace {
+
+// Decodes from point `pi` and delivers the output in [from, stop) to the sink.
+void decode_from(const core::InputFile& file, const SeekPoint& p, std::uint64_t from,
+                 std::uint64_t stop, const Sink& sink) {
+  const std::string& path = file.path();
+  Inflater inf(-MAX_WBITS, path);
+  z_stream& z = inf.z;
+  const unsigned shift = static_cast<unsigned>(p.compressed_bit % 8);
+  Input in(file, p.compressed_bit / 8);
+  if (!in.fill(z))
+    throw Error(ErrorCode::truncated, path, "seek point",
+                "expected compressed data at the seek point, but the file ends there",
+                p.compressed_bit / 8);
+  if (shift != 0) {
+    // The block starts inside this byte: hand its remaining high bits to zlib.
+    const int value = in.peek() >> shift;
+    in.skip(z, 1);
+    if (inflatePrime(&z, static_cast<int>(8 - shift), value) != Z_OK)
+      throw Error(ErrorCode::io, path, "", "inflatePrime failed");
+  }
+  if (!p.window.empty() &&
+      inflateSetDictionary(&z, p.window.data(), static_cast<uInt>(p.window.size())) != Z_OK)
+    throw Error(ErrorCode::io, path, "", "inflateSetDictionary failed");
+
+  std::unique_ptr<std::uint8_t[]> out(new std::uint8_t[kOutputChunk]);
+  std::uint64_t pos = p.uncompressed;
+  bool raw = true;  // the member entered at the point: no header, trailer not checkable
+  bool in_member = true;
+  while (pos < stop) {
+    if (!in_member) {
+      if (!skip_to_member(in, z, path))
+        throw Error(ErrorCode::truncated, path, "gzip stream",
+                    "expected more data (the index promises " + std::to_string(stop - pos) +
+                        " more bytes), but the file ends",
+                    in.offset());
+      if (inflateReset2(&z, 16 + MAX_WBITS) != Z_OK)
+        throw Error(ErrorCode::io, path, "", "cannot reset zlib");
+      raw = false;
+      in_member = true;
+    }
+    const bool eof = z.avail_in == 0 && !in.fill(z);
+    const std::size_t want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(kOutputChunk, stop - pos));
+    z.next_out = out.get();
+    z.avail_out = static_cast<uInt>(want);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    in.sync(z);
+    const std::size_t produced = want - z.avail_out;
+    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+      throw_inflate_error(z, rc, path, in.offset());
+    if (eof && produced == 0 && rc != Z_STREAM_END) throw_truncated(path, in.offset());
+    if (produced > 0) {
+      const std::uint64_t a = std::max(pos, from);
+      const std::uint64_t b = pos + produced;
+      if (a < b)
+        sink(a, std::as_bytes(std::span(out.get() + (a - pos), static_cast<std::size_t>(b - a))));
+      pos = b;
+    }
+    if (rc == Z_STREAM_END) {
+      in_member = false;
+      if (raw) {
+        // Raw inflate stops after the deflate data; the 8-byte trailer follows.
+        for (int left = 8; left > 0;) {
+          if (!in.fill(z))
+            throw Error(ErrorCode::truncated, path, "gzip trailer",
+                        "expected 8 bytes of CRC32 and ISIZE, but the file ends", in.offset());
+          const int n = std::min<int>(left, static_cast<int>(z.avail_in));
+          in.skip(z, static_cast<std::size_t>(n));
+          left -= n;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+                   std::uint64_t end, unsigned threads, const Sink& sink) {
+  const std::string& path = file.path();
+  if (index.compressed_size != file.size())
+    throw Error(ErrorCode::invalid_argument, path, "seek index",
+                "expected an index for a file of " + std::to_string(file.size()) +
+                    " bytes, but it is for one of " + std::to_string(index.compressed_size));
+  if (begin > end || end > index.uncompressed_size)
+    throw Error(ErrorCode::invalid_argument, path, "range",
+                "expected 0 <= begin <= end <= " + std::to_string(index.uncompressed_size) +
+                    ", but found [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+  if (begin == end) return;
+  const auto& pts = index.points;
+  const auto by_u = [](std::uint64_t u, const SeekPoint& p) { return u < p.uncompressed; };
+  // The last point at or before begin, and the first at or after end.
+  const std::size_t first =
+      static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), begin, by_u) - pts.begin());
+  const std::size_t last =
+      static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), end - 1, by_u) - pts.begin());
+  if (first == 0)
+    throw Error(ErrorCode::invalid_argument, path, "seek index",
+                "expected a point at uncompressed offset 0, but the index has none");
+  // Points [first - 1, last) start the spans that cover the range.
+  const std::size_t nspans = last - first + 1;
+  if (threads == 1 || nspans == 1) {
+    decode_from(file, pts[first - 1], begin, end, sink);
+    return;
+  }
+  // Group consecutive spans into a few tasks of similar output size: each task then decodes
+  // through the points inside it without restarting, and the pool stays busy.
+  const unsigned workers = threads == 0 ? core::default_thread_count() : threads;
+  const std::uint64_t ntasks = std::min<std::uint64_t>(nspans, std::uint64_t{workers} * 4);
+  const std::uint64_t target = (end - begin + ntasks - 1) / ntasks;
+  struct Task {
+    std::size_t point;
+    std::uint64_t from, stop;
+  };
+  std::vector<Task> tasks;
+  std::size_t start = first - 1;
+  for (std::size_t k = first; k <= last; ++k) {
+    const std::uint64_t from = std::max(begin, pts[start].uncompressed);
+    const std::uint64_t stop = k == last ? end : pts[k].uncompressed;
+    if (k == last || stop - from >= target) {
+      if (stop > from) tasks.push_back({start, from, stop});
+      start = k;
+    }
+  }
+  core::parallel_for(tasks.size(), threads, [&](std::size_t i) {
+    decode_from(file, pts[tasks[i].point], tasks[i].from, tasks[i].stop, sink);
+  });
+}
+
+IndexKey index_key(const std::string& gz_path) {
+  struct stat st {};
+  if (::stat(gz_path.c_str(), &st) != 0) {
+    const int err = errno;
+    throw Error(err == ENOENT ? ErrorCode::not_found : ErrorCode::io, gz_path, "",
+                std::string("cannot stat: ") + std::strerror(err));
+  }
+  core::InputFile file(gz_path);
+  IndexKey key;
+  key.size = file.size();
+  key.mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kTailBytes, key.size));
+  std::vector<std::uint8_t> tail(n);
+  if (file.read_at(key.size - n, std::as_writable_bytes(std::span(tail))) != n)
+    throw Error(ErrorCode::io, gz_path, "", "the file shrank while being read");
+  key.tail_crc = static_cast<std::uint32_t>(crc32(crc32(0L, Z_NULL, 0), tail.data(),
+                                                  static_cast<uInt>(n)));
+  return key;
+}
+
+std::string sidecar_path(const std::string& gz_path) { return gz_path + ".gzidx"; }
+
+std::string cache_path(const std::string& gz_path) {
+  namespace fs = std::filesystem;
+  std::string dir;
+  if (const char* v = std::getenv("VOXPIPE_CACHE_DIR"); v && *v) {
+    dir = v;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    dir = std::string(x) + "/voxpipe";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = std::string(h) + "/.cache/voxpipe";
+  } else {
+    throw Error(ErrorCode::invalid_argument, gz_path, "index cache",
+                "expected VOXPIPE_CACHE_DIR, XDG_CACHE_HOME or HOME to be set, but none is");
+  }
+  // The same file reached through a symlink or "..": the same cache entry.
+  std::error_code ec;
+  fs::path abs = fs::weakly_canonical(fs::absolute(gz_path, ec), ec);
+  if (ec) abs = fs::absolute(gz_path, ec).lexically_normal();
+  const std::string key = abs.string();
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a, 64-bit
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return dir + "/" + abs.filename().string() + "-" + hex + ".gzidx";
+}
+
+std::optional<SeekIndex> find_index(const std::string& gz_path) {
+  const IndexKey key = index_key(gz_path);
+  std::vector<std::string> candidates{sidecar_path(gz_path)};
+  try {
+    candidates.push_back(cache_path(gz_path));
+  } catch (const Error&) {
+    // No cache directory configured: only the sidecar.
+  }
+  for (const std::string& p : candidates) {
+    if (!core::file_size(p)) continue;
+    try {
+      std::optional<IndexKey> found;
+      SeekIndex index = read_gzidx_file(p, &found);
+      if (found && *found == key && index.compressed_size == key.size) return index;
+    } catch (const Error&) {
+      // Damaged or unreadable: as if absent; the caller rebuilds and overwrites it.
+    }
+  }
+  return std::nullopt;
+}
+
+SeekIndex load_index(const std::string& gz_path, const std::string& index_path) {
+  const IndexKey key = index_key(gz_path);
+  std::optional<IndexKey> found;
+  SeekIndex index = read_gzidx_file(index_path, &found);
+  if (found ? *found != key : index.compressed_size != key.size)
+    throw Error(ErrorCode::invalid_argument, index_path, "seek index",
+                "stale index: " +
+                    std::string(found ? "it was written for a different version of "
+                                      : "its compressed size does not match ") +
+                    gz_path);
+  if (index.compressed_size != key.size)
+    throw Error(ErrorCode::format, index_path, "compressed size",
+                "expected " + std::to_string(key.size) + ", but found " +
+                    std::to_string(index.compressed_size));
+  return index;
+}
+
+void save_index(const std::string& gz_path, const SeekIndex& index, bool sidecar) {
+  const IndexKey key = index_key(gz_path);
+  if (index.compressed_size != key.size)
+    throw Error(ErrorCode::invalid_argument, gz_path, "seek index",
+                "expected an index for a file of " + std::to_string(key.size) +
+                    " bytes, but it is for one of " + std::to_string(index.compressed_size));
+  const std::string out = sidecar ? sidecar_path(gz_path) : cache_path(gz_path);
+  if (!sidecar) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
+    if (ec)
+      throw Error(ErrorCode::io, out, "", "cannot create the index cache directory: " +
+                                              ec.message());
+  }
+  write_gzidx_file(out, index, key);
+}
+
+}  // namespace voxpipe::gz

@@ -1,0 +1,147 @@
+// Seek index for gzip files: where inflation can resume (deflate block starts with the 32 KiB
+// of output before them), stored in the GZIDX format of indexed_gzip and rapidgzip, so that any
+// byte range of a .nii.gz can be decompressed by inflating only from the nearest point, and in
+// parallel between points.
+//
+// Where an index file lives and how staleness is detected
+// -------------------------------------------------------
+// An index is only valid for the exact bytes it was built from. GZIDX records the compressed size
+// but nothing else about the file, and a re-compressed file often has the same size. So voxpipe
+// appends a trailer after the windows of the GZIDX files it writes:
+//
+//   "VPKEY" | version u8 = 1 | file size u64 | mtime ns i64 | CRC32 of the file's last 64 KiB u32
+//           | CRC32 of every byte of the index file before this field u32        (little-endian)
+//
+// Both indexed_gzip (1.10.3, zran_import_index) and rapidgzip (0.16.2, indexed_gzip::readGzipIndex
+// in IndexFileFormat.hpp) read the header, the points and the windows and ignore what follows, so
+// the trailer keeps the file interoperable (tests/python/test_gzidx_interop.py checks this). Its
+// CRC covers the whole index, so a damaged window is detected as well as a stale key.
+//
+// Loading rules:
+//  * find_index() (automatic: sidecar, then cache) returns an index only when it has a trailer
+//    whose key matches the file now (size, mtime and tail CRC) and whose CRC is right. An index
+//    without a trailer (written by indexed_gzip or rapidgzip) is never picked up automatically:
+//    its size alone cannot tell a re-compressed file of the same size from the original.
+//  * load_index() (the caller names the index file) accepts a trailer-less index when its
+//    recorded compressed size equals the file size; one with a trailer must match the key.
+//
+// Thread-safety: all functions are safe to call concurrently on distinct outputs; a SeekIndex is
+// immutable after construction and may be shared by concurrent inflate_range calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/file.hpp"
+#include "gz/stream.hpp"
+
+namespace voxpipe::gz {
+
+struct SeekIndex {
+  std::uint64_t compressed_size = 0;    // of the gzip file
+  std::uint64_t uncompressed_size = 0;  // total, members concatenated
+  std::uint32_t spacing = 0;            // requested spacing, as recorded in GZIDX
+  // Sorted by `uncompressed` (and strictly by `compressed_bit`); the first is at the first
+  // deflate block of the file. Every member's first block has a point with an empty window when
+  // the index was built by voxpipe or indexed_gzip; rapidgzip omits them, which inflate_range
+  // handles (it crosses member boundaries). A window read from GZIDX holds the last
+  // min(32 KiB, uncompressed) bytes, which may reach back into the previous member.
+  std::vector<SeekPoint> points;
+};
+
+// The staleness key of a gzip file.
+struct IndexKey {
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::uint32_t tail_crc = 0;  // CRC32 of the file's last 64 KiB (or the whole file if smaller)
+  bool operator==(const IndexKey&) const = default;
+};
+
+// --- GZIDX format (index_file.cpp) ---------------------------------------------------------
+
+// Parses a GZIDX file (versions 0 and 1). `name_for_errors` names the index in messages.
+// Validates everything before allocating: magic, version, window size (>= 32 KiB, <= 1 MiB; only
+// the last 32 KiB are kept), that the points and windows fit in `bytes`, point order (compressed
+// strictly and uncompressed non-decreasingly increasing), bit field < 8, offsets within the
+// recorded sizes, and the trailer if any bytes follow the windows (anything there other than a
+// well-formed trailer is an error). Points at the end of the stream (nothing can be inflated
+// from them; both tools write one) are dropped. Throws Error(format) or Error(truncated).
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name_for_errors);
+
+// As read_gzidx, also returning the trailer's key (nullopt when the index has no trailer).
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name_for_errors,
+                     std::optional<IndexKey>* key);
+
+// Reads and parses an index file; Error(not_found / io) when it cannot be read.
+SeekIndex read_gzidx_file(const std::string& path, std::optional<IndexKey>* key = nullptr);
+
+// Encodes GZIDX version 1: a window (zero-padded at the front to 32 KiB) for every point with a
+// non-empty window, data flag 0 and no window bytes for points with an empty one (member starts),
+// then an end point at (compressed_size, uncompressed_size) without a window, as rapidgzip
+// writes, then the trailer when `key` is given. Error(invalid_argument) if the index breaks the
+// SeekIndex invariants or has more than 2^32 - 1 points.
+std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
+                                       const std::optional<IndexKey>& key = std::nullopt);
+
+// Writes encode_gzidx(index, key) atomically (temporary file + rename).
+void write_gzidx_file(const std::string& path, const SeekIndex& index,
+                      const std::optional<IndexKey>& key = std::nullopt);
+
+// --- Building and using an index (seek_index.cpp) ---------------------------------------------
+
+// Builds an index by inflating the whole file once (zlib, Z_BLOCK, as zran.c): a point at every
+// member's first block (empty window); a point at the last block boundary at or before each
+// offset in `wanted` (sorted ascending; offsets at or past the end are ignored); otherwise a
+// point at the first block boundary at least `spacing` bytes of output after the previous point
+// (spacing 0: no such points). Verifies every member's CRC32 and ISIZE. Zero bytes between
+// members are skipped, as Python's gzip does; other data there is Error(corrupt). Throws
+// Error(corrupt / truncated / format) naming the file and the compressed byte offset.
+// Memory: one input buffer, one output buffer and two 32 KiB windows plus the points.
+SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
+                           std::span<const std::uint64_t> wanted = {});
+
+// Delivers the uncompressed bytes [begin, end) of `file` to `sink`. Decoding starts at the last
+// point <= begin (raw inflate, inflatePrime for the bit offset, inflateSetDictionary with the
+// window: the zran.c method) and crosses member boundaries (a member decoded from its header has
+// its CRC32 and ISIZE checked; a member entered at a point cannot be). With threads != 1 and
+// several points inside the range, the spans between consecutive points are decoded as separate
+// tasks of core::parallel_for (threads 0: all cores); the sink is then called concurrently for
+// disjoint ranges. Error(invalid_argument) when the index does not belong to a file of this size
+// or the range exceeds index.uncompressed_size; Error(corrupt / truncated) on bad data, naming
+// the file and compressed byte offset.
+void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+                   std::uint64_t end, unsigned threads, const Sink& sink);
+
+// --- Staleness and locations (seek_index.cpp) ---------------------------------------------------
+
+// The key of the file as it is now. Error(not_found / io).
+IndexKey index_key(const std::string& gz_path);
+
+// gz_path + ".gzidx".
+std::string sidecar_path(const std::string& gz_path);
+
+// <dir>/<file name>-<16 hex digits of a 64-bit FNV-1a hash of the absolute, normalised path>
+// .gzidx, where <dir> is $VOXPIPE_CACHE_DIR, else $XDG_CACHE_HOME/voxpipe, else
+// $HOME/.cache/voxpipe. Does not touch the file system beyond resolving the absolute path.
+std::string cache_path(const std::string& gz_path);
+
+// The index from the sidecar, else from the cache, that carries a trailer matching
+// index_key(gz_path) and is otherwise valid; nullopt when there is none (missing, stale,
+// damaged or trailer-less index files are skipped, never returned). Error(not_found / io) only
+// when gz_path itself cannot be read.
+std::optional<SeekIndex> find_index(const std::string& gz_path);
+
+// Reads the index file the caller names for gz_path. With a trailer: its key must equal
+// index_key(gz_path). Without one: its compressed size must equal the file's size. Otherwise
+// Error(invalid_argument) "stale index". Parse errors as read_gzidx.
+SeekIndex load_index(const std::string& gz_path, const std::string& index_path);
+
+// Writes `index` with the key of gz_path as it is now: next to the file (sidecar_path) when
+// `sidecar`, else to cache_path (creating the directory). Atomic. Error(io) on failure;
+// Error(invalid_argument) when the index's compressed size differs from the file's size.
+void save_index(const std::string& gz_path, const SeekIndex& index, bool sidecar);
+
+}  // namespace voxpipe::gz
