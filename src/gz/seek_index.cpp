@@ -241,6 +241,10 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
     }
   }
   picker.finish(total);
+  // A block boundary at the very end (an empty last block, an empty file) has nothing to
+  // inflate after it.
+  while (!index.points.empty() && index.points.back().uncompressed == total)
+    index.points.pop_back();
   index.uncompressed_size = total;
   return index;
 }

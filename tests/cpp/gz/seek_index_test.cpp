@@ -1,0 +1,638 @@
+// Seek index: GZIDX encoding, building on the output of every gzip producer, decoding any range
+// from the nearest point (one and two threads) equal to zlib's output, rejection of damaged
+// index files, and staleness of stored indexes.
+#include "gz/seek_index.hpp"
+
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/file.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace vptest;
+using voxpipe::ErrorCode;
+using voxpipe::core::InputFile;
+namespace gz = voxpipe::gz;
+
+// Text with runs of incompressible bytes: dynamic, fixed and stored blocks from most producers.
+Bytes mixed_payload(std::size_t n, std::uint64_t seed) {
+  Bytes out = text_bytes(n / 2, seed);
+  const Bytes noise = random_bytes(n / 8, seed + 1);
+  out.insert(out.end(), noise.begin(), noise.end());
+  const Bytes more = text_bytes(n - out.size(), seed + 2);
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+// Decodes [begin, end) through the index; checks every byte arrives exactly once.
+Bytes read_range(const InputFile& file, const gz::SeekIndex& index, std::uint64_t begin,
+                 std::uint64_t end, unsigned threads) {
+  Bytes out(end - begin);
+  std::vector<std::uint8_t> seen(end - begin, 0);
+  gz::inflate_range(file, index, begin, end, threads,
+                    [&](std::uint64_t offset, std::span<const std::byte> data) {
+                      EXPECT_GE(offset, begin);
+                      EXPECT_LE(offset + data.size(), end);
+                      std::memcpy(out.data() + (offset - begin), data.data(), data.size());
+                      for (std::size_t i = 0; i < data.size(); ++i) ++seen[offset - begin + i];
+                    });
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    if (seen[i] != 1) {
+      ADD_FAILURE() << "byte " << begin + i << " delivered " << int(seen[i]) << " times";
+      break;
+    }
+  return out;
+}
+
+void expect_invariants(const gz::SeekIndex& index, std::uint64_t compressed_size,
+                       std::uint64_t uncompressed_size) {
+  EXPECT_EQ(index.compressed_size, compressed_size);
+  EXPECT_EQ(index.uncompressed_size, uncompressed_size);
+  ASSERT_FALSE(index.points.empty());
+  EXPECT_EQ(index.points[0].uncompressed, 0u);
+  EXPECT_TRUE(index.points[0].window.empty());
+  for (std::size_t i = 0; i < index.points.size(); ++i) {
+    const auto& p = index.points[i];
+    EXPECT_LT(p.compressed_bit, compressed_size * 8);
+    EXPECT_LE(p.window.size(), gz::kWindowSize);
+    EXPECT_LE(p.window.size(), p.uncompressed);
+    if (i > 0) {
+      EXPECT_GT(p.compressed_bit, index.points[i - 1].compressed_bit) << i;
+      EXPECT_GE(p.uncompressed, index.points[i - 1].uncompressed) << i;
+    }
+  }
+}
+
+// Random ranges, plus ranges that start and end exactly at points, equal the reference.
+void expect_ranges_match(const InputFile& file, const gz::SeekIndex& index, const Bytes& ref,
+                         std::uint64_t seed, int nrandom = 20) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges{{0, ref.size()}};
+  for (int i = 0; i < nrandom; ++i) {
+    const std::uint64_t a = rng() % (ref.size() + 1);
+    const std::uint64_t len = (i % 4 == 0) ? rng() % (ref.size() - a + 1) : rng() % 70000;
+    ranges.emplace_back(a, std::min<std::uint64_t>(ref.size(), a + len));
+  }
+  for (std::size_t i = 0; i < index.points.size(); i += 1 + index.points.size() / 8) {
+    const std::uint64_t u = index.points[i].uncompressed;
+    ranges.emplace_back(u, std::min<std::uint64_t>(ref.size(), u + 1));
+    if (u > 0) ranges.emplace_back(u - 1, u);
+    if (u > 0) ranges.emplace_back(0, u);
+    if (i + 2 < index.points.size()) ranges.emplace_back(u, index.points[i + 2].uncompressed);
+  }
+  for (const auto& [a, b] : ranges)
+    for (unsigned threads : {1u, 2u}) {
+      const Bytes got = read_range(file, index, a, b, threads);
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), ref.begin() + static_cast<std::ptrdiff_t>(a)))
+          << "range [" << a << ", " << b << ") threads " << threads;
+    }
+}
+
+// Compresses `data` with an external producer; nullopt when the tool is not installed.
+std::optional<Bytes> compress_with(const std::string& command, const Bytes& data,
+                                   const TempDir& dir) {
+  const std::string tool = command.substr(0, command.find(' '));
+  if (::access(tool.c_str(), X_OK) != 0) return std::nullopt;
+  const std::string in = dir.file("payload"), out = dir.file("payload.gz");
+  write_file(in, data);
+  const std::string cmd = command + " < '" + in + "' > '" + out + "'";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+  return read_file(out);
+}
+
+struct Producer {
+  const char* name;
+  const char* command;  // empty: zlib level `level` through test_support
+  int level;
+};
+
+class ProducerTest : public ::testing::TestWithParam<Producer> {};
+
+TEST_P(ProducerTest, BuiltIndexDecodesEveryRangeAsZlib) {
+  const Producer& pr = GetParam();
+  TempDir dir;
+  const Bytes payload = mixed_payload(1536 * 1024, 7);
+  Bytes gzdata;
+  if (std::string(pr.command).empty()) {
+    gzdata = gzip_compress(payload, pr.level);
+  } else {
+    auto c = compress_with(pr.command, payload, dir);
+    if (!c) GTEST_SKIP() << pr.command << " is not installed";
+    gzdata = *c;
+  }
+  ASSERT_EQ(gunzip(gzdata), payload);
+  const std::string path = dir.file("x.gz");
+  write_file(path, gzdata);
+  InputFile file(path);
+  const gz::SeekIndex index = gz::build_seek_index(file, 128 * 1024);
+  expect_invariants(index, gzdata.size(), payload.size());
+  // igzip -0 writes the whole payload as one block (and an empty last one): one point.
+  if (std::string(pr.name) != "igzip0") {
+    EXPECT_GE(index.points.size(), 4u);
+  }
+  expect_ranges_match(file, index, payload, 11);
+  // Through the file format and back: the same reads.
+  const gz::SeekIndex again = gz::read_gzidx(gz::encode_gzidx(index), "x.gzidx");
+  expect_ranges_match(file, again, payload, 12, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Producers, ProducerTest,
+    ::testing::Values(Producer{"zlib1", "", 1}, Producer{"zlib6", "", 6}, Producer{"zlib9", "", 9},
+                      Producer{"gzip1", "/usr/bin/gzip -c -1", 0},
+                      Producer{"gzip6", "/usr/bin/gzip -c -6", 0},
+                      Producer{"gzip9", "/usr/bin/gzip -c -9", 0},
+                      Producer{"pigz", "/usr/bin/pigz -c -6 -p 2 -b 128", 0},
+                      Producer{"igzip0", "/usr/bin/igzip -c -0", 0},
+                      Producer{"igzip3", "/usr/bin/igzip -c -3", 0},
+                      Producer{"libdeflate12", "/usr/bin/libdeflate-gzip -c -12", 0}),
+    [](const ::testing::TestParamInfo<Producer>& info) { return std::string(info.param.name); });
+
+TEST(SeekIndex, StoredBlocksFromRandomBytes) {
+  TempDir dir;
+  const Bytes payload = random_bytes(700 * 1024, 3);
+  const Bytes gzdata = gzip_compress(payload, 6);
+  write_file(dir.file("r.gz"), gzdata);
+  InputFile file(dir.file("r.gz"));
+  const gz::SeekIndex index = gz::build_seek_index(file, 50000);
+  expect_invariants(index, gzdata.size(), payload.size());
+  EXPECT_GE(index.points.size(), 8u);
+  expect_ranges_match(file, index, payload, 5);
+}
+
+TEST(SeekIndex, MultiMemberHasEmptyWindowPointAtEachMemberAndDecodesAcrossThem) {
+  TempDir dir;
+  const Bytes a = text_bytes(300000, 1), b = random_bytes(100000, 2), c = text_bytes(250000, 3);
+  const Bytes empty;
+  const Bytes ga = gzip_compress(a, 6), gb = gzip_compress(b, 1), ge = gzip_compress(empty, 6),
+              gc = gzip_compress(c, 9);
+  const Bytes gzdata = concat({ga, gb, ge, gc});
+  const Bytes payload = concat({a, b, c});
+  write_file(dir.file("m.gz"), gzdata);
+  InputFile file(dir.file("m.gz"));
+  const gz::SeekIndex index = gz::build_seek_index(file, 64 * 1024);
+  expect_invariants(index, gzdata.size(), payload.size());
+  // Member starts: first block right after each 10-byte header, with an empty window.
+  for (std::uint64_t member_byte : {ga.size(), ga.size() + gb.size(), ga.size() + gb.size() + ge.size()}) {
+    bool found = false;
+    for (const auto& p : index.points)
+      if (p.compressed_bit == (member_byte + 10) * 8) {
+        found = true;
+        EXPECT_TRUE(p.window.empty());
+      }
+    EXPECT_TRUE(found) << "no point at the member starting at byte " << member_byte;
+  }
+  expect_ranges_match(file, index, payload, 9);
+  // Exactly across the member boundaries.
+  for (std::uint64_t u : {a.size(), a.size() + b.size()})
+    for (unsigned threads : {1u, 2u}) {
+      const Bytes got = read_range(file, index, u - 5, u + 5, threads);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), payload.begin() + static_cast<long>(u - 5)));
+    }
+  // An index without member-start points (as rapidgzip writes) still decodes across members.
+  gz::SeekIndex sparse = index;
+  std::erase_if(sparse.points, [](const gz::SeekPoint& p) { return p.window.empty() && p.uncompressed > 0; });
+  ASSERT_LT(sparse.points.size(), index.points.size());
+  expect_ranges_match(file, sparse, payload, 10, 8);
+}
+
+TEST(SeekIndex, ZeroPaddingBetweenMembersIsSkipped) {
+  TempDir dir;
+  const Bytes a = text_bytes(50000, 1), b = text_bytes(60000, 2);
+  const Bytes zeros(100, 0);
+  const Bytes gzdata = concat({gzip_compress(a), zeros, gzip_compress(b), zeros});
+  write_file(dir.file("p.gz"), gzdata);
+  InputFile file(dir.file("p.gz"));
+  const gz::SeekIndex index = gz::build_seek_index(file, 10000);
+  const Bytes payload = concat({a, b});
+  expect_invariants(index, gzdata.size(), payload.size());
+  expect_ranges_match(file, index, payload, 4, 8);
+}
+
+TEST(SeekIndex, TinyFiles) {
+  TempDir dir;
+  for (std::size_t n : {0, 1, 2, 100, 40000}) {
+    const Bytes payload = text_bytes(n, n);
+    const Bytes gzdata = gzip_compress(payload, 6);
+    write_file(dir.file("t.gz"), gzdata);
+    InputFile file(dir.file("t.gz"));
+    const gz::SeekIndex index = gz::build_seek_index(file, 1);
+    EXPECT_EQ(index.uncompressed_size, n);
+    EXPECT_EQ(index.points.empty(), n == 0);
+    const gz::SeekIndex again = gz::read_gzidx(gz::encode_gzidx(index), "t.gzidx");
+    EXPECT_EQ(again.uncompressed_size, n);
+    if (n > 0) {
+      expect_invariants(again, gzdata.size(), n);
+      EXPECT_EQ(read_range(file, again, 0, n, 2), payload);
+      EXPECT_EQ(read_range(file, again, n - 1, n, 1), Bytes(payload.end() - 1, payload.end()));
+    }
+    EXPECT_TRUE(read_range(file, index, n, n, 1).empty());
+  }
+}
+
+// A point at the last block start at or before each wanted offset: no block starts between it
+// and the offset (checked against an index with a point at every block start).
+TEST(SeekIndex, WantedOffsetsGetTheLastBlockStartAtOrBeforeThem) {
+  TempDir dir;
+  const Bytes payload = mixed_payload(1200 * 1024, 21);
+  const Bytes gzdata = gzip_compress(payload, 6);
+  write_file(dir.file("w.gz"), gzdata);
+  InputFile file(dir.file("w.gz"));
+  const gz::SeekIndex every = gz::build_seek_index(file, 1);
+  ASSERT_GE(every.points.size(), 10u);
+  std::vector<std::uint64_t> wanted;
+  for (std::uint64_t w = 352; w < payload.size(); w += 110592) wanted.push_back(w);
+  wanted.push_back(every.points[5].uncompressed);  // exactly at a block start
+  std::sort(wanted.begin(), wanted.end());
+  wanted.push_back(payload.size() + 10);  // past the end: ignored
+  const gz::SeekIndex index = gz::build_seek_index(file, 0, wanted);
+  expect_invariants(index, gzdata.size(), payload.size());
+  const auto last_at_or_before = [](const gz::SeekIndex& idx, std::uint64_t w) {
+    const gz::SeekPoint* best = nullptr;
+    for (const auto& p : idx.points)
+      if (p.uncompressed <= w) best = &p;
+    return best;
+  };
+  for (std::uint64_t w : wanted) {
+    if (w >= payload.size()) continue;
+    const gz::SeekPoint* mine = last_at_or_before(index, w);
+    const gz::SeekPoint* truth = last_at_or_before(every, w);
+    ASSERT_TRUE(mine && truth);
+    EXPECT_EQ(mine->compressed_bit, truth->compressed_bit) << "wanted " << w;
+    EXPECT_EQ(mine->uncompressed, truth->uncompressed) << "wanted " << w;
+    EXPECT_EQ(mine->window, truth->window) << "wanted " << w;
+  }
+  // No spacing points: at most one per wanted offset, plus the first.
+  EXPECT_LE(index.points.size(), wanted.size() + 1);
+  expect_ranges_match(file, index, payload, 22, 8);
+}
+
+TEST(SeekIndex, BuildRejectsBadChecksumTruncationAndNonGzip) {
+  TempDir dir;
+  const Bytes payload = text_bytes(100000, 5);
+  Bytes gzdata = gzip_compress(payload, 6);
+  const std::string path = dir.file("c.gz");
+  Bytes bad = gzdata;
+  bad[bad.size() - 6] ^= 1;  // CRC32
+  write_file(path, bad);
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::corrupt);
+  bad = gzdata;
+  bad[bad.size() - 2] ^= 1;  // ISIZE
+  write_file(path, bad);
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::corrupt);
+  write_file(path, std::span(gzdata).first(gzdata.size() / 2));
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::truncated);
+  write_file(path, concat({gzdata, Bytes{'x', 'y'}}));
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::corrupt);
+  write_file(path, payload);
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::format);
+  write_file(path, Bytes{});
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 1 << 20), ErrorCode::format);
+  write_file(path, gzdata);
+  const std::vector<std::uint64_t> unsorted{5, 3};
+  EXPECT_VP_ERROR(gz::build_seek_index(InputFile(path), 0, unsorted), ErrorCode::invalid_argument);
+}
+
+TEST(SeekIndex, InflateRangeRejectsWrongFileAndRangeAndReportsBadData) {
+  TempDir dir;
+  const Bytes payload = text_bytes(300000, 8);
+  const Bytes gzdata = gzip_compress(payload, 6);
+  const std::string path = dir.file("d.gz");
+  write_file(path, gzdata);
+  const gz::SeekIndex index = gz::build_seek_index(InputFile(path), 32768);
+  auto ignore = [](std::uint64_t, std::span<const std::byte>) {};
+  EXPECT_VP_ERROR(gz::inflate_range(InputFile(path), index, 10, payload.size() + 1, 1, ignore),
+                  ErrorCode::invalid_argument);
+  EXPECT_VP_ERROR(gz::inflate_range(InputFile(path), index, 10, 5, 1, ignore),
+                  ErrorCode::invalid_argument);
+  // A file of another size.
+  write_file(path, concat({gzdata, Bytes(4, 0)}));
+  EXPECT_VP_ERROR(gz::inflate_range(InputFile(path), index, 0, 10, 1, ignore),
+                  ErrorCode::invalid_argument);
+  // Garbage in the deflate data after a point: an error naming the file, never a crash.
+  // (Garbage bytes inside a block may well decode; a reserved block type (BTYPE 11, the two
+  // bits after BFINAL) at the point never does.)
+  Bytes bad = gzdata;
+  for (std::uint64_t bit : {index.points[1].compressed_bit + 1, index.points[1].compressed_bit + 2})
+    bad[bit / 8] |= static_cast<std::uint8_t>(1u << (bit % 8));
+  write_file(path, bad);
+  auto err = catch_error([&] {
+    gz::inflate_range(InputFile(path), index, index.points[1].uncompressed, payload.size(), 2,
+                      ignore);
+  });
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->code(), ErrorCode::corrupt) << err->what();
+  EXPECT_EQ(err->path(), path);
+  EXPECT_TRUE(err->offset().has_value());
+}
+
+TEST(SeekIndex, SinkExceptionStopsTheDecodeAndReachesTheCaller) {
+  TempDir dir;
+  const Bytes payload = text_bytes(600000, 9);
+  write_file(dir.file("s.gz"), gzip_compress(payload, 6));
+  InputFile file(dir.file("s.gz"));
+  const gz::SeekIndex index = gz::build_seek_index(file, 65536);
+  for (unsigned threads : {1u, 2u})
+    EXPECT_THROW(gz::inflate_range(file, index, 0, payload.size(), threads,
+                                   [](std::uint64_t, std::span<const std::byte>) {
+                                     throw std::runtime_error("stop");
+                                   }),
+                 std::runtime_error);
+}
+
+// --- GZIDX ------------------------------------------------------------------------------------
+
+gz::SeekIndex sample_index(TempDir& dir, Bytes* payload_out = nullptr) {
+  const Bytes payload = mixed_payload(400 * 1024, 31);
+  write_file(dir.file("g.gz"), gzip_compress(payload, 6));
+  if (payload_out) *payload_out = payload;
+  return gz::build_seek_index(InputFile(dir.file("g.gz")), 40000);
+}
+
+void put_u64(Bytes& b, std::size_t at, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void put_u32(Bytes& b, std::size_t at, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+TEST(Gzidx, EncodeReadRoundTripWithAndWithoutKey) {
+  TempDir dir;
+  const gz::SeekIndex index = sample_index(dir);
+  ASSERT_GE(index.points.size(), 5u);
+  for (bool with_key : {false, true}) {
+    const std::optional<gz::IndexKey> key =
+        with_key ? std::optional(gz::IndexKey{123, -456789, 0xdeadbeef}) : std::nullopt;
+    const Bytes bytes = gz::encode_gzidx(index, key);
+    std::optional<gz::IndexKey> got_key;
+    const gz::SeekIndex got = gz::read_gzidx(bytes, "r.gzidx", &got_key);
+    EXPECT_EQ(got_key, key);
+    EXPECT_EQ(got.compressed_size, index.compressed_size);
+    EXPECT_EQ(got.uncompressed_size, index.uncompressed_size);
+    EXPECT_EQ(got.spacing, index.spacing);
+    ASSERT_EQ(got.points.size(), index.points.size());
+    for (std::size_t i = 0; i < got.points.size(); ++i) {
+      EXPECT_EQ(got.points[i].compressed_bit, index.points[i].compressed_bit);
+      EXPECT_EQ(got.points[i].uncompressed, index.points[i].uncompressed);
+      EXPECT_EQ(got.points[i].window, index.points[i].window);
+    }
+    // Written to a file and read back: the same bytes.
+    gz::write_gzidx_file(dir.file("r.gzidx"), index, key);
+    EXPECT_EQ(read_file(dir.file("r.gzidx")), bytes);
+    EXPECT_EQ(gz::read_gzidx_file(dir.file("r.gzidx")).points.size(), index.points.size());
+  }
+}
+
+// The layout of what is written: version 1, 32 KiB windows, the bit convention of zran.c
+// (offset = ceil(bit / 8), bits = bits of the byte before it), and an end point.
+TEST(Gzidx, WritesVersion1WithZranBitConventionAndEndPoint) {
+  gz::SeekIndex index;
+  index.compressed_size = 1000;
+  index.uncompressed_size = 5000;
+  index.spacing = 777;
+  index.points.push_back({80, 0, {}});
+  index.points.push_back({8 * 300 + 3, 2000, Bytes(100, 7)});
+  const Bytes b = gz::encode_gzidx(index);
+  ASSERT_EQ(b.size(), 35u + 3 * 18 + 32768);
+  EXPECT_EQ(std::string(b.begin(), b.begin() + 5), "GZIDX");
+  EXPECT_EQ(b[5], 1);
+  EXPECT_EQ(b[27] | b[28] << 8 | b[29] << 16, 32768);
+  EXPECT_EQ(b[31], 3);
+  const std::size_t p1 = 35 + 18;
+  EXPECT_EQ(b[p1], 301 % 256);
+  EXPECT_EQ(b[p1 + 1], 301 / 256);
+  EXPECT_EQ(b[p1 + 16], 5);  // 8 - 3 bits of byte 300 belong to the block
+  EXPECT_EQ(b[p1 + 17], 1);
+  EXPECT_EQ(b[35 + 17], 0);        // first point: no window
+  EXPECT_EQ(b[35 + 2 * 18], 1000 % 256);  // end point at the compressed size
+  EXPECT_EQ(b[35 + 2 * 18 + 17], 0);
+  const std::size_t w = 35 + 3 * 18;
+  EXPECT_EQ(b[w], 0);  // zero padding before a short window
+  EXPECT_EQ(b[w + 32767], 7);
+}
+
+TEST(Gzidx, ReadsVersion0WithWindowsForAllButTheFirstPoint) {
+  Bytes b(35);
+  std::memcpy(b.data(), "GZIDX", 5);
+  b[5] = 0;
+  put_u64(b, 7, 1000);
+  put_u64(b, 15, 50000);
+  put_u32(b, 23, 4096);
+  put_u32(b, 27, 32768);
+  put_u32(b, 31, 2);
+  Bytes p(17 * 2, 0);
+  put_u64(p, 0, 10);
+  put_u64(p, 17, 400);
+  put_u64(p, 17 + 8, 40000);
+  p[17 + 16] = 6;
+  b = concat({b, p});
+  Bytes window(32768);
+  for (std::size_t i = 0; i < window.size(); ++i) window[i] = static_cast<std::uint8_t>(i);
+  b = concat({b, window});
+  const gz::SeekIndex index = gz::read_gzidx(b, "v0.gzidx");
+  ASSERT_EQ(index.points.size(), 2u);
+  EXPECT_EQ(index.points[0].compressed_bit, 80u);
+  EXPECT_TRUE(index.points[0].window.empty());
+  EXPECT_EQ(index.points[1].compressed_bit, 400u * 8 - 6);
+  EXPECT_EQ(index.points[1].window, window);
+  // A window before only 1000 bytes of output keeps just those.
+  put_u64(b, 35 + 17 + 8, 1000);
+  EXPECT_EQ(gz::read_gzidx(b, "v0.gzidx").points[1].window,
+            Bytes(window.end() - 1000, window.end()));
+}
+
+TEST(Gzidx, DamagedFilesGiveClearErrors) {
+  TempDir dir;
+  const gz::SeekIndex index = sample_index(dir);
+  const Bytes good = gz::encode_gzidx(index, gz::IndexKey{1, 2, 3});
+  const std::size_t pts = 35, npoints = index.points.size() + 1;
+  // Every truncation.
+  for (std::size_t n = 0; n < good.size(); n += (n < 200 ? 1 : 997)) {
+    auto err = catch_error([&] { gz::read_gzidx(std::span(good).first(n), "t.gzidx"); });
+    ASSERT_TRUE(err) << "prefix of " << n << " bytes accepted";
+    EXPECT_TRUE(err->code() == ErrorCode::truncated || err->code() == ErrorCode::format)
+        << err->what();
+  }
+  const auto expect = [&](Bytes b, ErrorCode code, const char* what) {
+    auto err = catch_error([&] { gz::read_gzidx(b, "x.gzidx"); });
+    ASSERT_TRUE(err) << what;
+    EXPECT_EQ(err->code(), code) << what << ": " << err->what();
+    EXPECT_NE(std::string(err->what()).find("x.gzidx"), std::string::npos);
+    EXPECT_TRUE(err->offset().has_value()) << what;
+  };
+  Bytes b = good;
+  b[0] = 'X';
+  expect(b, ErrorCode::format, "magic");
+  b = good;
+  b[5] = 2;
+  expect(b, ErrorCode::format, "version");
+  b = good;
+  put_u32(b, 27, 1024);
+  expect(b, ErrorCode::format, "window size");
+  b = good;
+  put_u32(b, 31, 0xffffffffu);  // npoints huge: checked against the file size first
+  expect(b, ErrorCode::truncated, "npoints");
+  b = good;
+  put_u64(b, pts + 2 * 18 + 8, index.points[1].uncompressed - 1);  // before point 1
+  expect(b, ErrorCode::format, "uncompressed order");
+  b = good;
+  put_u64(b, pts + 2 * 18, index.points[1].compressed_bit / 8);  // compressed before point 1
+  b[pts + 2 * 18 + 16] = 7;
+  expect(b, ErrorCode::format, "compressed order");
+  b = good;
+  put_u64(b, pts + 18, index.compressed_size + 1);
+  expect(b, ErrorCode::format, "compressed offset beyond the file");
+  b = good;
+  put_u64(b, pts + 18 + 8, index.uncompressed_size + 1);
+  expect(b, ErrorCode::format, "uncompressed offset beyond the data");
+  b = good;
+  b[pts + 18 + 16] = 8;
+  expect(b, ErrorCode::format, "bits");
+  b = good;
+  put_u64(b, pts + 8, 5);
+  expect(b, ErrorCode::format, "first point not at 0");
+  b = good;
+  b[pts + npoints * 18 + 100] ^= 1;  // a window byte: caught by the trailer CRC
+  expect(b, ErrorCode::corrupt, "window damaged");
+  b = good;
+  b.push_back(0);
+  expect(b, ErrorCode::format, "trailing byte");
+  b = gz::encode_gzidx(index);
+  b.insert(b.end(), {1, 2, 3});
+  expect(b, ErrorCode::format, "trailing garbage without a key");
+}
+
+TEST(Gzidx, EncodeRejectsIndexesThatBreakTheInvariants) {
+  gz::SeekIndex index;
+  index.compressed_size = 100;
+  index.uncompressed_size = 1000;
+  index.points.push_back({80, 0, {}});
+  index.points.push_back({200, 500, Bytes(600, 1)});  // window longer than the output before it
+  EXPECT_VP_ERROR(gz::encode_gzidx(index), ErrorCode::invalid_argument);
+  index.points[1] = {60, 500, {}};  // compressed order
+  EXPECT_VP_ERROR(gz::encode_gzidx(index), ErrorCode::invalid_argument);
+  index.points[1] = {800, 500, {}};  // at the end of the compressed data
+  EXPECT_VP_ERROR(gz::encode_gzidx(index), ErrorCode::invalid_argument);
+}
+
+// --- Locations and staleness ------------------------------------------------------------------
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+void set_mtime(const std::string& path, long sec, long usec) {
+  struct timeval tv[2] = {{sec, usec}, {sec, usec}};
+  ASSERT_EQ(::utimes(path.c_str(), tv), 0);
+}
+
+TEST(IndexStore, SidecarIsFoundUntilTheFileChanges) {
+  TempDir dir;
+  ScopedEnv cache("VOXPIPE_CACHE_DIR", dir.file("cache"));
+  Bytes payload;
+  const gz::SeekIndex index = sample_index(dir, &payload);
+  const std::string gzp = dir.file("g.gz");
+  set_mtime(gzp, 1700000000, 250000);
+  EXPECT_FALSE(gz::find_index(gzp));
+  gz::save_index(gzp, index, /*sidecar=*/true);
+  EXPECT_EQ(gz::sidecar_path(gzp), gzp + ".gzidx");
+  ASSERT_TRUE(fs::exists(gzp + ".gzidx"));
+  auto found = gz::find_index(gzp);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->points.size(), index.points.size());
+  expect_ranges_match(InputFile(gzp), *found, payload, 3, 4);
+
+  // Touched: stale.
+  set_mtime(gzp, 1700000001, 250000);
+  EXPECT_FALSE(gz::find_index(gzp));
+  EXPECT_VP_ERROR(gz::load_index(gzp, gzp + ".gzidx"), ErrorCode::invalid_argument);
+  set_mtime(gzp, 1700000000, 250000);
+  EXPECT_TRUE(gz::find_index(gzp));
+
+  // Same size and mtime, different tail: stale.
+  Bytes data = read_file(gzp);
+  data[data.size() - 9] ^= 0x40;
+  write_file(gzp, data);
+  set_mtime(gzp, 1700000000, 250000);
+  EXPECT_FALSE(gz::find_index(gzp));
+  data[data.size() - 9] ^= 0x40;
+  write_file(gzp, data);
+  set_mtime(gzp, 1700000000, 250000);
+  EXPECT_TRUE(gz::find_index(gzp));
+
+  // A damaged sidecar is skipped, not returned and not thrown.
+  Bytes idx = read_file(gzp + ".gzidx");
+  idx[idx.size() / 2] ^= 1;
+  write_file(gzp + ".gzidx", idx);
+  EXPECT_FALSE(gz::find_index(gzp));
+}
+
+TEST(IndexStore, CacheDirectoryFromTheEnvironment) {
+  TempDir dir;
+  Bytes payload;
+  const gz::SeekIndex index = sample_index(dir, &payload);
+  const std::string gzp = dir.file("g.gz");
+  {
+    ScopedEnv cache("VOXPIPE_CACHE_DIR", dir.file("c1"));
+    const std::string p = gz::cache_path(gzp);
+    EXPECT_EQ(p.rfind(dir.file("c1") + "/g.gz-", 0), 0u) << p;
+    EXPECT_EQ(p.substr(p.size() - 6), ".gzidx");
+    EXPECT_EQ(gz::cache_path(dir.path() + "/./g.gz"), p);  // same file, same entry
+    EXPECT_NE(gz::cache_path(dir.file("h.gz")), p);
+    gz::save_index(gzp, index, /*sidecar=*/false);
+    EXPECT_TRUE(fs::exists(p));
+    EXPECT_FALSE(fs::exists(gz::sidecar_path(gzp)));
+    ASSERT_TRUE(gz::find_index(gzp));
+    ::unlink(p.c_str());
+    EXPECT_FALSE(gz::find_index(gzp));
+  }
+  {
+    ScopedEnv unset_vp("VOXPIPE_CACHE_DIR", "");
+    ScopedEnv xdg("XDG_CACHE_HOME", dir.file("xdg"));
+    EXPECT_EQ(gz::cache_path(gzp).rfind(dir.file("xdg") + "/voxpipe/g.gz-", 0), 0u);
+    ScopedEnv no_xdg("XDG_CACHE_HOME", "");
+    ScopedEnv home("HOME", dir.file("home"));
+    EXPECT_EQ(gz::cache_path(gzp).rfind(dir.file("home") + "/.cache/voxpipe/g.gz-", 0), 0u);
+  }
+}
+
+TEST(IndexStore, IndexWithoutTrailerIsOnlyUsedWhenNamed) {
+  TempDir dir;
+  ScopedEnv cache("VOXPIPE_CACHE_DIR", dir.file("cache"));
+  Bytes payload;
+  const gz::SeekIndex index = sample_index(dir, &payload);
+  const std::string gzp = dir.file("g.gz");
+  gz::write_gzidx_file(gz::sidecar_path(gzp), index);  // as indexed_gzip would write it
+  EXPECT_FALSE(gz::find_index(gzp));
+  const gz::SeekIndex named = gz::load_index(gzp, gz::sidecar_path(gzp));
+  expect_ranges_match(InputFile(gzp), named, payload, 8, 4);
+  // Named, but for a file of another size.
+  write_file(dir.file("other.gz"), gzip_compress(text_bytes(1000, 1)));
+  EXPECT_VP_ERROR(gz::load_index(dir.file("other.gz"), gz::sidecar_path(gzp)),
+                  ErrorCode::invalid_argument);
+  EXPECT_VP_ERROR(gz::save_index(dir.file("other.gz"), index, true), ErrorCode::invalid_argument);
+  EXPECT_VP_ERROR(gz::find_index(dir.file("missing.gz")), ErrorCode::not_found);
+}
+
+}  // namespace
