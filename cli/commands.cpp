@@ -38,10 +38,12 @@ const char* kUsageText =
     "commands:\n"
     "  info FILE [--json]       header summary: shape, dtype, zooms, affine, scaling, codes,\n"
     "                           extensions, storage\n"
-    "  convert IN OUT [--dtype T] [--level N]\n"
+    "  convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N]\n"
     "                           rewrite IN as OUT (.nii, .nii.gz, .hdr/.img); --dtype float32 or\n"
     "                           float64 stores the scaled values, otherwise the stored values and\n"
-    "                           scale factors are kept; --level is the gzip level (0-9, default 1)\n";
+    "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
+    "                           --layout members (default: parallel, random access), bgzf, or\n"
+    "                           single (one member, as Python's gzip); --threads 0 = all cores\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";
@@ -206,9 +208,11 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   std::vector<std::string> paths;
   std::optional<DType> dtype;
   int level = 1;
+  GzipLayout layout = GzipLayout::members;
+  unsigned threads = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--dtype" || a == "--level") {
+    if (a == "--dtype" || a == "--level" || a == "--layout" || a == "--threads") {
       if (i + 1 >= args.size()) {
         err << "voxpipe convert: " << a << " needs a value\n";
         return kUsage;
@@ -220,14 +224,30 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
           err << "voxpipe convert: unknown dtype " << v << "\n";
           return kUsage;
         }
-      } else {
-        char* end = nullptr;
-        long l = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || l < 0 || l > 9) {
-          err << "voxpipe convert: --level expects 0..9, but received " << v << "\n";
+      } else if (a == "--layout") {
+        if (v == "members") {
+          layout = GzipLayout::members;
+        } else if (v == "bgzf") {
+          layout = GzipLayout::bgzf;
+        } else if (v == "single") {
+          layout = GzipLayout::single;
+        } else {
+          err << "voxpipe convert: --layout expects members, bgzf or single, but received " << v << "\n";
           return kUsage;
         }
-        level = static_cast<int>(l);
+      } else {
+        const bool is_level = a == "--level";
+        char* end = nullptr;
+        long l = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end || l < 0 || l > (is_level ? 9 : 1024)) {
+          err << "voxpipe convert: " << a << " expects " << (is_level ? "0..9" : "0..1024")
+              << ", but received " << v << "\n";
+          return kUsage;
+        }
+        if (is_level)
+          level = static_cast<int>(l);
+        else
+          threads = static_cast<unsigned>(l);
       }
     } else if (!a.empty() && a[0] == '-') {
       err << "voxpipe convert: unknown option " << a << "\n" << kUsageText;
@@ -287,7 +307,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
       for (std::size_t k = 0; k + 1 < ndim; ++k) sel.push_back({0, 1, img.shape[k]});
       sel.push_back({next, 1, n});
       slab.resize(slab_bytes * static_cast<std::uint64_t>(n));
-      reader.read(sel, spec, slab);
+      reader.read(sel, spec, slab, ReadOptions{threads});
       next += n;
       slab_pos = 0;
     }
@@ -296,7 +316,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     slab_pos += k;
     return k;
   };
-  write_nifti(paths[1], h, img.extensions, producer, WriteOptions{level});
+  write_nifti(paths[1], h, img.extensions, producer, WriteOptions{level, layout, threads});
   out << "wrote " << paths[1] << "\n";
   return 0;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "voxpipe/dtype.hpp"
+#include "voxpipe/gzip.hpp"
 
 namespace voxpipe {
 
@@ -201,7 +202,11 @@ bool conversion_supported(DType source, const OutputSpec& spec);
 DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path);
 
 struct WriteOptions {
-  int gzip_level = 1;  // nibabel's default; 0..9 (zlib levels)
+  // 0..9. 1 is nibabel's default; the members and bgzf layouts compress with libdeflate, whose
+  // level 1 makes smaller files than zlib's, the single layout with zlib.
+  int gzip_level = 1;
+  GzipLayout gzip_layout = GzipLayout::members;
+  unsigned threads = 0;  // compression threads for the members and bgzf layouts; 0: all cores
 };
 
 // Produces the next bytes of voxel data, in the header's dtype and byte order, Fortran order;

@@ -136,7 +136,17 @@ NB_MODULE(_core, m) {
       "write",
       [](const std::string& path, const nb::bytes& header,
          const std::vector<std::pair<std::int32_t, nb::bytes>>& extensions, ByteArray data,
-         int level) {
+         int level, const std::string& layout, unsigned threads) {
+        GzipLayout gz_layout;
+        if (layout == "members")
+          gz_layout = GzipLayout::members;
+        else if (layout == "bgzf")
+          gz_layout = GzipLayout::bgzf;
+        else if (layout == "single")
+          gz_layout = GzipLayout::single;
+        else
+          throw Error(ErrorCode::invalid_argument, path, "gzip layout",
+                      "expected 'members', 'bgzf' or 'single', but received '" + layout + "'");
         auto hbytes = from_bytes(header);
         std::vector<NiftiExtension> exts;
         for (const auto& [code, content] : extensions) exts.push_back({code, from_bytes(content)});
@@ -144,8 +154,9 @@ NB_MODULE(_core, m) {
         NiftiHeader h = decode_nifti_header(hbytes, path);
         write_nifti(path, h, exts,
                     producer_from_bytes(std::span(reinterpret_cast<const std::byte*>(data.data()), data.size())),
-                    WriteOptions{level});
+                    WriteOptions{level, gz_layout, threads});
       },
       nb::arg("path"), nb::arg("header"), nb::arg("extensions"), nb::arg("data"), nb::arg("level"),
+      nb::arg("layout") = "members", nb::arg("threads") = 0,
       "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order).");
 }

@@ -388,8 +388,15 @@ def _image_for(obj, affine, header):
     return Nifti1Image(np.asanyarray(obj), affine, header=header)
 
 
-def save(img, filename, affine=None, *, header=None, level: int = 1, version: int | None = None):
+def save(img, filename, affine=None, *, header=None, level: int = 1, version: int | None = None,
+         gzip_layout: str = "members", threads: int = 0):
     """Write an image (or an array with `affine`) to .nii, .nii.gz or a .hdr/.img pair.
+
+    ``.gz`` outputs are compressed at ``level`` (0-9) on ``threads`` threads (0: all cores).
+    ``gzip_layout="members"`` (the default) writes independent gzip members of 1 MiB that
+    announce their sizes: every gzip reader (nibabel included) reads the file, and voxpipe reads
+    it in parallel and at random. ``"bgzf"`` writes htslib's BGZF blocks; ``"single"`` writes
+    one member, byte-identical to nibabel's output at the same level.
 
     The file is written under a temporary name and renamed when complete. An image read by
     ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
@@ -421,7 +428,7 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     if not data.flags.f_contiguous:
         data = np.asfortranarray(data)
     _core.write(path, hdr.binaryblock, [(e.get_code(), e.get_content()) for e in hdr.extensions],
-                _as_bytes_view(data), level)
+                _as_bytes_view(data), level, gzip_layout, threads)
 
 
 def _data_for_writing(data: np.ndarray, out_dtype: np.dtype):

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "voxpipe/error.hpp"
 
@@ -96,6 +98,19 @@ std::optional<std::uint64_t> file_size(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   return static_cast<std::uint64_t>(st.st_size);
+}
+
+void ByteSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned /*threads*/,
+                            const ByteSink& sink) {
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  std::vector<std::byte> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, end - begin)));
+  while (begin < end) {
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), end - begin));
+    const std::size_t got = read_at(begin, std::span(buffer.data(), want));
+    if (got == 0) return;
+    sink(begin, std::span<const std::byte>(buffer.data(), got));
+    begin += got;
+  }
 }
 
 void read_exact(ByteSource& source, std::uint64_t offset, std::span<std::byte> dst,

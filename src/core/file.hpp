@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -52,9 +53,23 @@ class AtomicOutputFile {
 
 // A source of the bytes of one stored stream (a file, or the inflated content of a gzip file),
 // addressed by offset in the uncompressed stream.
+// Receives bytes of a stream: `offset` is the position of data[0]. Producers may call it from
+// pool threads, concurrently, for disjoint ranges and in any order; every requested byte is
+// delivered exactly once. `data` is valid only during the call. An exception thrown by the sink
+// stops the producer and reaches its caller.
+using ByteSink = std::function<void(std::uint64_t offset, std::span<const std::byte> data)>;
+
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
+  // Delivers [begin, end) to `sink`, using up to `threads` pool threads (0: all cores) where the
+  // source can decode in parallel. Ends early, without error, only at the end of the stream.
+  // The default reads pieces with read_at on the calling thread.
+  virtual void read_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
+                          const ByteSink& sink);
+  // True when read_range is faster than the caller splitting the range into read_at calls
+  // (it decodes in parallel, or overlaps decoding with the sink's work).
+  virtual bool prefers_read_range() const noexcept { return false; }
   // Reads up to dst.size() bytes starting at `offset`; returns how many were read (fewer only at
   // the end of the stream). Sequential sources require offsets not to go backwards.
   virtual std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) = 0;

@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "core/file.hpp"
+
 namespace voxpipe::gz {
 
 // Receives decompressed bytes. `offset` is the position of data[0] in the uncompressed stream
@@ -15,7 +17,7 @@ namespace voxpipe::gz {
 // for disjoint ranges and in any order; within one decode call every requested byte is
 // delivered exactly once. `data` is valid only during the call. An exception thrown by the
 // sink stops the decode and is rethrown to the caller.
-using Sink = std::function<void(std::uint64_t offset, std::span<const std::byte> data)>;
+using Sink = core::ByteSink;
 
 // Where inflation can resume: the first bit of a deflate block, with the output that precedes
 // it. Bits are numbered LSB-first, as DEFLATE reads them: bit b is bit (b % 8) of byte b / 8.

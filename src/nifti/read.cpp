@@ -3,15 +3,12 @@
 // kSkipThreshold bytes, nibabel's fileslice SKIP_THRESH) and converted straight into the
 // destination. Long contiguous rows (whole images, whole volumes) are read in pieces, in
 // parallel when the source allows it, directly into the destination when no conversion is needed.
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +16,7 @@
 #include "core/convert.hpp"
 #include "core/file.hpp"
 #include "core/thread_pool.hpp"
-#include "gz/gzip_reader.hpp"
+#include "gz/gzip_source.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
@@ -57,6 +54,87 @@ core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec
   c.raw = spec.type == image.dtype && !c.scale && !spec.real_part;
   return c;
 }
+
+// Converts one row whose bytes arrive in pieces of any size, from several threads at once
+// (ByteSource::read_range). Elements inside a piece are converted in one call; an element
+// split between pieces is assembled in a small side table and converted when complete.
+class RowConverter {
+ public:
+  RowConverter(const Row& row, RowShape shape, std::uint64_t in_size, const core::Conversion& conv,
+               core::ConvertFn fn, std::byte* dest)
+      : row_(row), shape_(shape), in_size_(in_size), conv_(conv), fn_(fn), dest_(dest) {}
+
+  core::ByteSink sink() {
+    return [this](std::uint64_t offset, std::span<const std::byte> data) { take(offset, data); };
+  }
+
+  // Throws Error(truncated) when the source ended before the row did.
+  void check_complete(const std::string& path) const {
+    if (converted_.load() != row_.n)
+      throw Error(ErrorCode::truncated, path, "data",
+                  "expected " + std::to_string(row_.n) + " elements, but the stream ended after " +
+                      std::to_string(converted_.load()),
+                  row_.src);
+  }
+
+ private:
+  void take(std::uint64_t offset, std::span<const std::byte> data) {
+    const std::uint64_t stride = shape_.src_stride;
+    const std::uint64_t lo = std::max(offset, row_.src);
+    const std::uint64_t row_end = row_.src + (row_.n - 1) * stride + in_size_;
+    const std::uint64_t hi = std::min(offset + data.size(), row_end);
+    if (lo >= hi) return;
+    // Elements [first, last] overlap [lo, hi); element k starts at row_.src + k * stride.
+    const std::uint64_t first = (lo - row_.src) / stride;
+    const std::uint64_t last = std::min(row_.n - 1, (hi - 1 - row_.src) / stride);
+    std::uint64_t k = first;
+    if (start(k) < lo) {  // starts in an earlier piece
+      if (start(k) + in_size_ > lo) partial(k, lo, hi, offset, data);
+      ++k;
+    }
+    std::uint64_t whole_end = k;  // elements [k, whole_end) lie entirely in this piece
+    while (whole_end <= last && start(whole_end) + in_size_ <= hi) ++whole_end;
+    if (whole_end > k) {
+      const std::uint64_t count = whole_end - k;
+      fn_(conv_, data.data() + (start(k) - offset), static_cast<std::ptrdiff_t>(stride),
+          dest_ + row_.dst + static_cast<std::int64_t>(k) * shape_.dst_stride, shape_.dst_stride,
+          count);
+      converted_ += count;
+    }
+    if (whole_end <= last && start(whole_end) < hi) partial(whole_end, lo, hi, offset, data);
+  }
+
+  std::uint64_t start(std::uint64_t k) const { return row_.src + k * shape_.src_stride; }
+
+  void partial(std::uint64_t k, std::uint64_t lo, std::uint64_t hi, std::uint64_t offset,
+               std::span<const std::byte> data) {
+    const std::uint64_t a = std::max(lo, start(k)), b = std::min(hi, start(k) + in_size_);
+    std::lock_guard lock(mutex_);
+    Split& s = split_[k];
+    std::memcpy(s.bytes + (a - start(k)), data.data() + (a - offset), b - a);
+    s.filled += b - a;
+    if (s.filled == in_size_) {
+      fn_(conv_, s.bytes, static_cast<std::ptrdiff_t>(in_size_),
+          dest_ + row_.dst + static_cast<std::int64_t>(k) * shape_.dst_stride, shape_.dst_stride, 1);
+      converted_ += 1;
+      split_.erase(k);
+    }
+  }
+
+  struct Split {
+    alignas(16) std::byte bytes[16];
+    std::uint64_t filled = 0;
+  };
+  const Row row_;
+  const RowShape shape_;
+  const std::uint64_t in_size_;
+  const core::Conversion& conv_;
+  core::ConvertFn fn_;
+  std::byte* dest_;
+  std::atomic<std::uint64_t> converted_{0};
+  std::mutex mutex_;
+  std::map<std::uint64_t, Split> split_;
+};
 
 class Executor {
  public:
@@ -109,6 +187,14 @@ class Executor {
 
   // A row longer than one piece: split it, in parallel when the source is random access.
   void big_row(const Row& row) {
+    if (source_.prefers_read_range()) {
+      // Decoding sources (gzip) deliver pieces, in parallel where they can: convert each piece
+      // as it arrives.
+      RowConverter convert(row, shape_, in_size_, conv_, fn_, dest_);
+      source_.read_range(row.src, row.src + span_of(row.n), threads_, convert.sink());
+      convert.check_complete(source_.path());
+      return;
+    }
     const bool contiguous = shape_.src_stride == in_size_;
     const bool direct = direct_ && contiguous && shape_.dst_stride == static_cast<std::int64_t>(out_size_);
     const std::uint64_t piece_bytes = direct ? kDirectPiece : kPiece;
@@ -133,13 +219,6 @@ class Executor {
           shape_.dst_stride, r.n);
     };
     const unsigned threads = threads_ == 0 ? core::default_thread_count() : threads_;
-    if (!source_.random_access() && threads >= 2 && pieces > 1) {
-      if (direct)
-        sequential_direct(row, pieces, piece_row, run_piece);
-      else
-        sequential_pipelined(pieces, piece_row);
-      return;
-    }
     const unsigned slots = source_.random_access()
                                ? static_cast<unsigned>(std::min<std::uint64_t>(threads, pieces))
                                : 1;
@@ -153,91 +232,6 @@ class Executor {
       std::vector<std::byte> scratch;
       for (std::uint64_t p = s; p < pieces; p += slots) run_piece(piece_row(p), scratch);
     });
-  }
-
-  // A sequential source (gzip) read straight into the destination: inflate on this thread while
-  // another populates the destination's pages ahead of it (MADV_POPULATE_WRITE maps pages without
-  // changing their contents, so it cannot race with the data written). On this machine first
-  // touch of fresh memory costs about as much as inflating into it (DESIGN.md).
-  template <class PieceRow, class RunPiece>
-  void sequential_direct(const Row& row, std::uint64_t pieces, PieceRow& piece_row,
-                         RunPiece& run_piece) {
-    std::atomic<bool> stop{false};
-    std::thread prefault([&] {
-      const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-      auto begin = reinterpret_cast<std::uintptr_t>(dest_ + row.dst);
-      const auto end = begin + row.n * in_size_;
-      begin = (begin + page - 1) / page * page;
-      for (std::uintptr_t at = begin; at < end && !stop; at += kDirectPiece) {
-        std::size_t len = std::min<std::uintptr_t>(kDirectPiece, (end - at) / page * page);
-        if (len == 0 || ::madvise(reinterpret_cast<void*>(at), len, MADV_POPULATE_WRITE) != 0) break;
-      }
-    });
-    std::vector<std::byte> unused;
-    try {
-      for (std::uint64_t p = 0; p < pieces; ++p) run_piece(piece_row(p), unused);
-    } catch (...) {
-      stop = true;
-      prefault.join();
-      throw;
-    }
-    stop = true;
-    prefault.join();
-  }
-
-  // A sequential source that needs conversion: this thread inflates pieces into a small ring of
-  // buffers while a second thread converts them into the destination (and takes its page faults).
-  // A dedicated thread rather than the pool: the two stages wait on each other, which tasks of a
-  // shared pool must not do.
-  template <class PieceRow>
-  void sequential_pipelined(std::uint64_t pieces, PieceRow& piece_row) {
-    constexpr std::size_t kRing = 4;
-    std::vector<std::vector<std::byte>> ring(kRing, std::vector<std::byte>(kPiece));
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::uint64_t produced = 0, consumed = 0;  // pieces filled / converted
-    bool failed = false;
-    std::thread converter([&] {
-      for (std::uint64_t p = 0; p < pieces; ++p) {
-        {
-          std::unique_lock lock(mutex);
-          cv.wait(lock, [&] { return produced > p || failed; });
-          if (failed) return;
-        }
-        const Row r = piece_row(p);
-        fn_(conv_, ring[p % kRing].data(), static_cast<std::ptrdiff_t>(shape_.src_stride),
-            dest_ + r.dst, shape_.dst_stride, r.n);
-        {
-          std::lock_guard lock(mutex);
-          ++consumed;
-        }
-        cv.notify_all();
-      }
-    });
-    try {
-      for (std::uint64_t p = 0; p < pieces; ++p) {
-        {
-          std::unique_lock lock(mutex);
-          cv.wait(lock, [&] { return p - consumed < kRing; });
-        }
-        const Row r = piece_row(p);
-        core::read_exact(source_, r.src, std::span(ring[p % kRing].data(), span_of(r.n)), "data");
-        {
-          std::lock_guard lock(mutex);
-          ++produced;
-        }
-        cv.notify_all();
-      }
-    } catch (...) {
-      {
-        std::lock_guard lock(mutex);
-        failed = true;
-      }
-      cv.notify_all();
-      converter.join();
-      throw;
-    }
-    converter.join();
   }
 
   core::ByteSource& source_;
@@ -279,7 +273,7 @@ DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path
 
 std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image) {
   if (image.data_compression == Compression::gzip)
-    return std::make_unique<gz::GzipByteSource>(image.data_path);
+    return std::make_unique<gz::GzipSource>(image.data_path);
   return std::make_unique<core::FileByteSource>(image.data_path);
 }
 

@@ -9,6 +9,7 @@
 #include "core/checked.hpp"
 #include "core/file.hpp"
 #include "gz/gzip_writer.hpp"
+#include "gz/member_writer.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
@@ -27,12 +28,18 @@ bool is_gz_name(const std::string& path) {
 // One output file, compressed or not, committed only when complete.
 class Sink {
  public:
-  Sink(const std::string& path, int level) : file_(path) {
-    if (is_gz_name(path)) gz_.emplace(file_, level);
+  Sink(const std::string& path, const WriteOptions& options) : file_(path) {
+    if (!is_gz_name(path)) return;
+    if (options.gzip_layout == GzipLayout::single)
+      single_.emplace(file_, options.gzip_level);
+    else
+      members_.emplace(file_, options.gzip_level, options.gzip_layout, options.threads);
   }
   void write(std::span<const std::byte> bytes) {
-    if (gz_)
-      gz_->write(bytes);
+    if (single_)
+      single_->write(bytes);
+    else if (members_)
+      members_->write(bytes);
     else
       file_.write(bytes);
     written_ += bytes.size();
@@ -47,13 +54,15 @@ class Sink {
   }
   std::uint64_t written() const { return written_; }
   void finish() {
-    if (gz_) gz_->finish();
+    if (single_) single_->finish();
+    if (members_) members_->finish();
   }
   void commit() { file_.commit(); }
 
  private:
   core::AtomicOutputFile file_;
-  std::optional<gz::GzipWriter> gz_;
+  std::optional<gz::GzipWriter> single_;
+  std::optional<gz::MemberWriter> members_;
   std::uint64_t written_ = 0;
 };
 
@@ -103,13 +112,13 @@ void write_nifti(const std::string& path, NiftiHeader header,
     expected = *m;
   }
 
-  std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options.gzip_level);
+  std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options);
   hdr_sink->write(std::as_bytes(std::span(hdr_bytes)));
   hdr_sink->write(std::as_bytes(std::span(ext_bytes)));
   std::unique_ptr<Sink> img_sink;
   Sink* data_sink = hdr_sink.get();
   if (pair) {
-    img_sink = std::make_unique<Sink>(paths.image, options.gzip_level);
+    img_sink = std::make_unique<Sink>(paths.image, options);
     data_sink = img_sink.get();
   }
   const auto offset = static_cast<std::uint64_t>(header.vox_offset);

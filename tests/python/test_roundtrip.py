@@ -25,6 +25,9 @@ from nifti_testlib import (
 logging.getLogger('nibabel').setLevel(logging.CRITICAL)
 
 GZIP_HEADER = bytes.fromhex('1f8b0800000000000400')[:8] + bytes([4, 0xFF])
+# voxpipe's default .gz: members whose FEXTRA 'VP' subfield holds their compressed and
+# uncompressed sizes (fixed part of the header up to SLEN).
+MEMBERS_HEADER = bytes.fromhex('1f8b080400000000') + bytes([4, 0xFF, 12, 0]) + b'VP' + bytes([8, 0])
 EXTS = {'nii': ('.nii',), 'nii.gz': ('.nii.gz',), 'pair': ('.hdr', '.img'),
         'pair.gz': ('.hdr.gz', '.img.gz')}
 
@@ -84,10 +87,21 @@ def assert_same_files(vp_files, nib_files, version=1):
     assert not problems, '\n  - '.join(['voxpipe output != nibabel output'] + problems)
 
 
-def check_gzip_container(path):
+def check_gzip_container(path, layout='members'):
     raw = open(path, 'rb').read()
-    assert raw[:10] == GZIP_HEADER, (
-        f'gzip header of {path}: {raw[:10].hex(" ")} != nibabel {GZIP_HEADER.hex(" ")}')
+    expect = MEMBERS_HEADER if layout == 'members' else GZIP_HEADER[:8]  # XFL follows the level
+    assert raw[:len(expect)] == expect, (
+        f'gzip header of {path}: {raw[:len(expect)].hex(" ")} != {expect.hex(" ")}')
+    if layout == 'members':
+        # Walk the members by their announced sizes: they must tile the file exactly.
+        at = 0
+        while at < len(raw):
+            assert raw[at:at + len(expect)] == expect, f'member header at byte {at}'
+            size = int.from_bytes(raw[at + 16:at + 20], 'little')
+            usize = int.from_bytes(raw[at + 20:at + 24], 'little')
+            assert int.from_bytes(raw[at + size - 4:at + size], 'little') == usize
+            at += size
+        assert at == len(raw)
     gzip.decompress(raw)  # Python's gzip reads it (CRC and ISIZE checked)
     with gzip.open(path, 'rb') as f:
         f.read()
@@ -354,6 +368,58 @@ def test_nibabel_writes_float_to_int_scaled(tmp_path, dtype, kind):
     path, _ = out_paths(tmp_path, 'fi', kind)
     nib.save(img, path)
     compare_load(path, expect_nib_error=False)
+
+
+@pytest.mark.parametrize('kind', ['nii.gz', 'pair.gz'])
+# Level 0 is left out: zlib's stored blocks end where each write call ends, and nibabel's write
+# calls are not ours.
+@pytest.mark.parametrize('level', [1, 6, 9])
+def test_single_layout_is_nibabels_gzip_byte_for_byte(tmp_path, vp, kind, level):
+    data = make_data('int16', (20, 30, 40), seed=5)
+    (tmp_path / 'vp').mkdir()
+    (tmp_path / 'nb').mkdir()
+    vpath, vfiles = out_paths(tmp_path / 'vp', 's', kind)
+    npath, nfiles = out_paths(tmp_path / 'nb', 's', kind)
+    vp.save(data, vpath, affine=SFORM, level=level, gzip_layout='single')
+    nimg = nib.Nifti1Image(data, SFORM)
+    if level == 1:
+        nib.save(nimg, npath)
+    else:  # nibabel's level is its opener's class attribute
+        import nibabel.openers
+        old = nibabel.openers.Opener.default_compresslevel
+        nibabel.openers.Opener.default_compresslevel = level
+        try:
+            nib.save(nimg, npath)
+        finally:
+            nibabel.openers.Opener.default_compresslevel = old
+    for vf, nf in zip(vfiles, nfiles):
+        assert open(vf, 'rb').read() == open(nf, 'rb').read(), vf
+        check_gzip_container(vf, layout='single')
+
+
+@pytest.mark.parametrize('layout', ['members', 'bgzf'])
+@pytest.mark.parametrize('threads', [1, 2, 3])
+def test_parallel_layouts_read_back_everywhere(tmp_path, vp, layout, threads):
+    # Larger than several members, so that the parallel writer and reader both split it.
+    data = make_data('int16', (96, 96, 60, 3), seed=9)
+    path = str(tmp_path / 'p.nii.gz')
+    vp.save(data, path, affine=SFORM, gzip_layout=layout, threads=threads)
+    raw = open(path, 'rb').read()
+    if layout == 'bgzf':
+        assert raw.endswith(bytes.fromhex('1f8b08040000000000ff0600424302001b0003000000000000000000'))
+    else:
+        check_gzip_container(path)
+    np.testing.assert_array_equal(np.asanyarray(nib.load(path).dataobj), data)
+    img = vp.load(path, threads=threads)
+    np.testing.assert_array_equal(img.get_fdata(dtype=np.float32), data.astype(np.float32))
+    np.testing.assert_array_equal(img.dataobj[10:20, ::3, 5, 1], data[10:20, ::3, 5, 1])
+    np.testing.assert_array_equal(img.dataobj[..., 2], data[..., 2])
+
+
+def test_save_rejects_unknown_gzip_layout(tmp_path, vp):
+    with pytest.raises(vp.errors.InvalidArgumentError):
+        vp.save(make_data('int16', (2, 2, 2)), str(tmp_path / 'x.nii.gz'), affine=SFORM,
+                gzip_layout='zip')
 
 
 @pytest.mark.parametrize('version', [1, 2])

@@ -105,11 +105,11 @@ template <class T>
 std::string write_image(const TempDir& dir, const std::string& name, const voxpipe::NiftiHeader& h,
                         const std::vector<T>& values,
                         const std::vector<voxpipe::NiftiExtension>& extensions = {},
-                        int level = 1) {
+                        int level = 1, voxpipe::GzipLayout layout = voxpipe::GzipLayout::members) {
   const std::size_t comp = voxpipe::dtype_component_size(*voxpipe::dtype_from_nifti_code(h.datatype));
   const Bytes data = to_bytes(values, h.big_endian, comp);
   voxpipe::write_nifti(dir.file(name), h, extensions, voxpipe::producer_from_bytes(as_bytes(data)),
-                       voxpipe::WriteOptions{level});
+                       voxpipe::WriteOptions{level, layout});
   return dir.file(name);
 }
 

@@ -66,19 +66,43 @@ TEST(WriteNifti, PairLayout) {
   }
 }
 
-TEST(WriteNifti, GzipOutputIsTheSameBytesCompressed) {
+TEST(WriteNifti, SingleLayoutGzipIsWhatPythonsGzipWrites) {
   vptest::TempDir dir;
   const NiftiHeader h = vptest::make_header(1, DType::f32, {50, 40});
   std::vector<float> v(2000);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
   vptest::write_image(dir, "g.nii", h, v);
   for (int level : {0, 1, 9}) {
-    vptest::write_image(dir, "g.nii.gz", h, v, {}, level);
+    vptest::write_image(dir, "g.nii.gz", h, v, {}, level, voxpipe::GzipLayout::single);
     const Bytes gz = vptest::read_file(dir.file("g.nii.gz"));
     EXPECT_EQ(Bytes(gz.begin(), gz.begin() + 8), (Bytes{0x1f, 0x8b, 8, 0, 0, 0, 0, 0}));
     EXPECT_EQ(gz[8], level == 1 ? 4 : level == 9 ? 2 : 0);
     EXPECT_EQ(gz[9], 0xff);
     EXPECT_EQ(vptest::gunzip(gz), vptest::read_file(dir.file("g.nii"))) << "level " << level;
+  }
+  // Pairs compress both files.
+  vptest::write_image(dir, "g.hdr.gz", h, v, {}, 1, voxpipe::GzipLayout::single);
+  vptest::write_image(dir, "g.hdr", h, v);
+  EXPECT_EQ(vptest::gunzip(vptest::read_file(dir.file("g.hdr.gz"))), vptest::read_file(dir.file("g.hdr")));
+  EXPECT_EQ(vptest::gunzip(vptest::read_file(dir.file("g.img.gz"))), vptest::read_file(dir.file("g.img")));
+}
+
+TEST(WriteNifti, DefaultGzipIsSizedMembersThatZlibAndVoxpipeRead) {
+  vptest::TempDir dir;
+  const NiftiHeader h = vptest::make_header(1, DType::i16, {64, 64, 200});
+  std::vector<std::int16_t> v(64 * 64 * 200);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int16_t>((i * 7) % 1000 - 300);
+  vptest::write_image(dir, "m.nii", h, v);
+  for (auto layout : {voxpipe::GzipLayout::members, voxpipe::GzipLayout::bgzf}) {
+    vptest::write_image(dir, "m.nii.gz", h, v, {}, 1, layout);
+    const Bytes gz = vptest::read_file(dir.file("m.nii.gz"));
+    EXPECT_EQ(Bytes(gz.begin(), gz.begin() + 4), (Bytes{0x1f, 0x8b, 8, 4}));  // FEXTRA: sizes
+    EXPECT_EQ(vptest::gunzip(gz), vptest::read_file(dir.file("m.nii")));
+    const auto img = voxpipe::open_nifti(dir.file("m.nii.gz"));
+    std::vector<std::int16_t> back(v.size());
+    voxpipe::read_nifti_data(img, {}, voxpipe::OutputSpec{DType::i16, false},
+                             std::as_writable_bytes(std::span(back)));
+    EXPECT_EQ(back, v);
   }
   // Pairs compress both files.
   vptest::write_image(dir, "g.hdr.gz", h, v);

@@ -1,0 +1,130 @@
+#include "gz/member_writer.hpp"
+
+#include <libdeflate.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "core/thread_pool.hpp"
+#include "voxpipe/error.hpp"
+
+namespace voxpipe::gz {
+
+namespace {
+
+constexpr std::size_t kVpHeader = 24;    // 10 fixed + XLEN + 'V' 'P' SLEN + 8
+constexpr std::size_t kBgzfHeader = 18;  // 10 fixed + XLEN + 'B' 'C' SLEN + 2
+constexpr std::size_t kTrailer = 8;
+// BGZF's end-of-file marker: an empty block (SAMv1 section 4.1.2).
+constexpr std::array<std::uint8_t, 28> kBgzfEof = {0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff, 6, 0, 0x42, 0x43,
+                                                   2, 0, 0x1b, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+void put32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+
+struct Compressors {
+  std::array<libdeflate_compressor*, 10> by_level{};
+  ~Compressors() {
+    for (auto* c : by_level) libdeflate_free_compressor(c);
+  }
+  libdeflate_compressor* get(int level) {
+    auto& c = by_level[static_cast<std::size_t>(level)];
+    if (!c) c = libdeflate_alloc_compressor(level);
+    if (!c) throw std::bad_alloc();
+    return c;
+  }
+};
+
+// One member: header, raw deflate of `data`, trailer. BGZF blocks whose deflate would not fit
+// in 64 KiB are stored instead (level 0 never grows 0xff00 bytes past the limit).
+void compress_member(std::span<const std::byte> data, int level, GzipLayout layout,
+                     std::vector<std::uint8_t>& out) {
+  thread_local Compressors compressors;
+  const std::size_t header = layout == GzipLayout::bgzf ? kBgzfHeader : kVpHeader;
+  libdeflate_compressor* c = compressors.get(level);
+  out.resize(header + libdeflate_deflate_compress_bound(c, data.size()) + kTrailer);
+  std::size_t n = libdeflate_deflate_compress(c, data.data(), data.size(), out.data() + header,
+                                              out.size() - header - kTrailer);
+  if (layout == GzipLayout::bgzf && (n == 0 || header + n + kTrailer > 65536)) {
+    c = compressors.get(0);
+    n = libdeflate_deflate_compress(c, data.data(), data.size(), out.data() + header,
+                                    out.size() - header - kTrailer);
+  }
+  if (n == 0) throw Error(ErrorCode::io, "", "gzip member", "libdeflate could not compress a member");
+  const std::size_t total = header + n + kTrailer;
+  out.resize(total);
+  std::uint8_t* h = out.data();
+  // XFL as gzip sets it: 2 for the best levels, 4 for the fastest.
+  const std::uint8_t xfl = level >= 9 ? 2 : level == 1 ? 4 : 0;
+  const std::uint8_t fixed[10] = {0x1f, 0x8b, 8, 4, 0, 0, 0, 0, xfl, 0xff};
+  std::memcpy(h, fixed, 10);
+  if (layout == GzipLayout::bgzf) {
+    const std::uint8_t extra[8] = {6, 0, 'B', 'C', 2, 0, static_cast<std::uint8_t>((total - 1) & 0xff),
+                                   static_cast<std::uint8_t>((total - 1) >> 8)};
+    std::memcpy(h + 10, extra, 8);
+  } else {
+    const std::uint8_t extra[6] = {12, 0, 'V', 'P', 8, 0};
+    std::memcpy(h + 10, extra, 6);
+    put32(h + 16, static_cast<std::uint32_t>(total));
+    put32(h + 20, static_cast<std::uint32_t>(data.size()));
+  }
+  put32(h + total - 8, static_cast<std::uint32_t>(libdeflate_crc32(0, data.data(), data.size())));
+  put32(h + total - 4, static_cast<std::uint32_t>(data.size()));
+}
+
+}  // namespace
+
+MemberWriter::MemberWriter(core::AtomicOutputFile& out, int level, GzipLayout layout,
+                           unsigned threads)
+    : out_(out), level_(level), layout_(layout),
+      threads_(threads == 0 ? core::default_thread_count() : threads),
+      member_size_(layout == GzipLayout::bgzf ? kBgzfBlockSize : kMemberSize) {
+  if (level < 0 || level > 9)
+    throw Error(ErrorCode::invalid_argument, out.path(), "gzip level",
+                "expected 0..9, but received " + std::to_string(level));
+  if (layout == GzipLayout::single)
+    throw Error(ErrorCode::invalid_argument, out.path(), "gzip layout",
+                "MemberWriter writes the members and bgzf layouts");
+  // Two members per thread per batch: the pool stays busy when members compress unevenly.
+  const std::size_t per_batch =
+      std::max<std::size_t>(2 * threads_, layout == GzipLayout::bgzf ? 32 : 2);
+  input_.resize(per_batch * member_size_);
+  compressed_.resize(per_batch);
+}
+
+MemberWriter::~MemberWriter() = default;
+
+void MemberWriter::write(std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const std::size_t n = std::min(bytes.size(), input_.size() - filled_);
+    std::memcpy(input_.data() + filled_, bytes.data(), n);
+    filled_ += n;
+    bytes = bytes.subspan(n);
+    if (filled_ == input_.size()) flush_batch();
+  }
+}
+
+void MemberWriter::flush_batch() {
+  const std::size_t count = std::max<std::size_t>((filled_ + member_size_ - 1) / member_size_,
+                                                  wrote_member_ ? 0 : 1);
+  core::parallel_for(count, threads_, [&](std::size_t i) {
+    const std::size_t lo = std::min(i * member_size_, filled_);
+    const std::size_t hi = std::min(lo + member_size_, filled_);
+    compress_member(std::span(input_.data() + lo, hi - lo), level_, layout_, compressed_[i]);
+  });
+  for (std::size_t i = 0; i < count; ++i)
+    out_.write(std::as_bytes(std::span(compressed_[i])));
+  wrote_member_ = wrote_member_ || count > 0;
+  filled_ = 0;
+}
+
+void MemberWriter::finish() {
+  if (filled_ > 0 || !wrote_member_) flush_batch();
+  if (layout_ == GzipLayout::bgzf) out_.write(std::as_bytes(std::span(kBgzfEof)));
+}
+
+}  // namespace voxpipe::gz

@@ -1,0 +1,273 @@
+// Sized-member gzip ('VP' and BGZF): what MemberWriter writes is ordinary gzip to zlib, and its
+// members are found from the headers alone and inflated in any order, any range, any threads.
+#include <random>
+
+#include "gz/gzip_source.hpp"
+#include "gz/member_writer.hpp"
+#include "gz/members.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using voxpipe::ErrorCode;
+using voxpipe::GzipLayout;
+using voxpipe::core::AtomicOutputFile;
+using voxpipe::core::InputFile;
+using voxpipe::gz::kBgzfBlockSize;
+using voxpipe::gz::kMemberSize;
+using voxpipe::gz::Member;
+using voxpipe::gz::MemberWriter;
+using vptest::Bytes;
+
+// Smooth int16-like data with a zero background: compresses like an anatomical image.
+Bytes image_bytes(std::size_t n, std::uint64_t seed) {
+  Bytes b(n);
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < n; ++i)
+    b[i] = (i / 4096) % 3 == 0 ? 0 : static_cast<std::uint8_t>((i / 7) ^ (rng() & 3));
+  return b;
+}
+
+std::string write_members(const vptest::TempDir& dir, const Bytes& data, int level,
+                          GzipLayout layout, unsigned threads, std::size_t piece = 0) {
+  const std::string path = dir.file(layout == GzipLayout::bgzf ? "m.bgz" : "m.gz");
+  AtomicOutputFile out(path);
+  MemberWriter w(out, level, layout, threads);
+  if (piece == 0) piece = data.size() + 1;
+  for (std::size_t i = 0; i < data.size(); i += piece)
+    w.write(vptest::as_bytes(data).subspan(i, std::min(piece, data.size() - i)));
+  w.finish();
+  out.commit();
+  return path;
+}
+
+Bytes collect(const InputFile& file, const std::vector<Member>& members, std::uint64_t begin,
+              std::uint64_t end, unsigned threads) {
+  Bytes out(end - begin);
+  std::vector<int> seen(end - begin, 0);
+  voxpipe::gz::inflate_members(file, members, begin, end, threads,
+                               [&](std::uint64_t at, std::span<const std::byte> data) {
+                                 ASSERT_GE(at, begin);
+                                 ASSERT_LE(at + data.size(), end);
+                                 std::memcpy(out.data() + (at - begin), data.data(), data.size());
+                                 for (std::size_t i = 0; i < data.size(); ++i) ++seen[at - begin + i];
+                               });
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    if (seen[i] != 1) ADD_FAILURE() << "byte " << begin + i << " delivered " << seen[i] << " times";
+  return out;
+}
+
+TEST(MemberWriter, ZlibReadsEverySizeLayoutLevelAndThreadCount) {
+  vptest::TempDir dir;
+  const std::size_t sizes[] = {0, 1, 1000, kBgzfBlockSize, kMemberSize - 1, kMemberSize,
+                               kMemberSize + 1, 3 * kMemberSize + 12345};
+  for (std::size_t size : sizes) {
+    const Bytes data = image_bytes(size, size);
+    for (GzipLayout layout : {GzipLayout::members, GzipLayout::bgzf}) {
+      for (int level : {0, 1, 6, 9}) {
+        for (unsigned threads : {1u, 3u}) {
+          const std::string path = write_members(dir, data, level, layout, threads, 100000);
+          EXPECT_EQ(vptest::gunzip(vptest::read_file(path)), data)
+              << size << " bytes, level " << level << ", threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(MemberWriter, HeadersAnnounceTheSizesAndBgzfEndsWithItsMarker) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(2 * kMemberSize + 10, 1);
+  const Bytes vp = vptest::read_file(write_members(dir, data, 1, GzipLayout::members, 2));
+  EXPECT_EQ(Bytes(vp.begin(), vp.begin() + 16),
+            (Bytes{0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 4, 0xff, 12, 0, 'V', 'P', 8, 0}));
+  const InputFile vp_file(dir.file("m.gz"));
+  const auto members = voxpipe::gz::read_member_table(vp_file);
+  ASSERT_TRUE(members);
+  ASSERT_EQ(members->size(), 3u);
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Member& m = (*members)[i];
+    EXPECT_EQ(m.offset, offset);
+    EXPECT_EQ(m.uncompressed_offset, i * kMemberSize);
+    EXPECT_EQ(m.uncompressed_size, i < 2 ? kMemberSize : 10u);
+    const std::uint32_t announced = vp[m.offset + 16] | vp[m.offset + 17] << 8 |
+                                    vp[m.offset + 18] << 16 | static_cast<std::uint32_t>(vp[m.offset + 19]) << 24;
+    EXPECT_EQ(announced, m.size);
+    offset += m.size;
+  }
+  EXPECT_EQ(offset, vp.size());
+
+  const Bytes bgzf = vptest::read_file(write_members(dir, data, 6, GzipLayout::bgzf, 2));
+  const Bytes eof{0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff, 6, 0, 0x42, 0x43, 2, 0, 0x1b, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  ASSERT_GT(bgzf.size(), eof.size());
+  EXPECT_EQ(Bytes(bgzf.end() - 28, bgzf.end()), eof);
+  const InputFile bgzf_file(dir.file("m.bgz"));
+  const auto blocks = voxpipe::gz::read_member_table(bgzf_file);
+  ASSERT_TRUE(blocks);
+  EXPECT_EQ(blocks->size(), (data.size() + kBgzfBlockSize - 1) / kBgzfBlockSize + 1);
+  for (const Member& m : *blocks) {
+    EXPECT_LE(m.size, 65536u);
+    EXPECT_LE(m.uncompressed_size, kBgzfBlockSize);
+  }
+}
+
+TEST(MemberWriter, IncompressibleBgzfBlocksStayWithin64KiB) {
+  vptest::TempDir dir;
+  const Bytes data = vptest::random_bytes(5 * kBgzfBlockSize + 7, 3);
+  const std::string path = write_members(dir, data, 9, GzipLayout::bgzf, 2);
+  EXPECT_EQ(vptest::gunzip(vptest::read_file(path)), data);
+  const auto blocks = voxpipe::gz::read_member_table(InputFile(path));
+  ASSERT_TRUE(blocks);
+  for (const Member& m : *blocks) EXPECT_LE(m.size, 65536u);
+}
+
+TEST(InflateMembers, AnyRangeWithAnyThreadsDeliversEachByteOnce) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(4 * kMemberSize + 777, 5);
+  for (GzipLayout layout : {GzipLayout::members, GzipLayout::bgzf}) {
+    const InputFile file(write_members(dir, data, 1, layout, 2));
+    const auto members = voxpipe::gz::read_member_table(file);
+    ASSERT_TRUE(members);
+    std::mt19937_64 rng(7);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges = {
+        {0, data.size()}, {0, 1}, {kMemberSize - 1, kMemberSize + 1}, {kMemberSize, 2 * kMemberSize},
+        {data.size() - 1, data.size()}, {5, 5}};
+    for (int i = 0; i < 20; ++i) {
+      std::uint64_t a = rng() % data.size(), b = rng() % (data.size() + 1);
+      ranges.push_back({std::min(a, b), std::max(a, b)});
+    }
+    for (auto [begin, end] : ranges)
+      for (unsigned threads : {1u, 2u, 4u})
+        EXPECT_EQ(collect(file, *members, begin, end, threads),
+                  Bytes(data.begin() + static_cast<std::ptrdiff_t>(begin), data.begin() + static_cast<std::ptrdiff_t>(end)))
+            << begin << ".." << end << " threads " << threads;
+  }
+}
+
+TEST(GzipSource, RandomReadsOfSizedMembersEqualTheData) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(3 * kMemberSize + 99, 9);
+  voxpipe::gz::GzipSource source(write_members(dir, data, 1, GzipLayout::members, 2));
+  ASSERT_TRUE(source.random_access());
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 60; ++i) {
+    const std::uint64_t at = rng() % data.size();
+    const std::size_t n = static_cast<std::size_t>(rng() % (i % 2 ? 300 : 2 * kMemberSize));
+    Bytes got(n);
+    const std::size_t r = source.read_at(at, std::as_writable_bytes(std::span(got)));
+    const std::size_t expect = std::min<std::uint64_t>(n, data.size() - at);
+    ASSERT_EQ(r, expect);
+    got.resize(r);
+    EXPECT_EQ(got, Bytes(data.begin() + static_cast<std::ptrdiff_t>(at),
+                         data.begin() + static_cast<std::ptrdiff_t>(at + r)));
+  }
+  Bytes none(10);
+  EXPECT_EQ(source.read_at(data.size(), std::as_writable_bytes(std::span(none))), 0u);
+}
+
+TEST(GzipSource, PlainGzipIsReadSequentiallyThroughTheSamePipe) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(3 * kMemberSize + 5, 13);
+  vptest::write_file(dir.file("p.gz"), vptest::gzip_compress(data, 6));
+  for (unsigned threads : {1u, 2u}) {
+    voxpipe::gz::GzipSource source(dir.file("p.gz"));
+    EXPECT_FALSE(source.random_access());
+    Bytes out(data.size() - 100);
+    source.read_range(100, data.size(), threads, [&](std::uint64_t at, std::span<const std::byte> d) {
+      std::memcpy(out.data() + (at - 100), d.data(), d.size());
+    });
+    EXPECT_EQ(out, Bytes(data.begin() + 100, data.end()));
+  }
+}
+
+TEST(GzipSource, SinkErrorsReachTheCallerFromEitherPipelineThread) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(4 * kMemberSize, 17);
+  vptest::write_file(dir.file("p.gz"), vptest::gzip_compress(data, 1));
+  for (int fail_at : {0, 3, 7}) {
+    voxpipe::gz::GzipSource source(dir.file("p.gz"));
+    int calls = 0;
+    std::mutex m;
+    EXPECT_THROW(source.read_range(0, data.size(), 2,
+                                   [&](std::uint64_t, std::span<const std::byte>) {
+                                     std::lock_guard lock(m);
+                                     if (calls++ == fail_at) throw std::runtime_error("sink");
+                                   }),
+                 std::runtime_error);
+  }
+}
+
+TEST(ReadMemberTable, PlainAndConcatenatedFilesAreNotSized) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(kMemberSize + 3, 19);
+  vptest::write_file(dir.file("plain.gz"), vptest::gzip_compress(data, 6));
+  EXPECT_FALSE(voxpipe::gz::read_member_table(InputFile(dir.file("plain.gz"))));
+  // A sized file followed by a plain member: read as plain gzip, all of it.
+  const Bytes sized = vptest::read_file(write_members(dir, data, 1, GzipLayout::members, 1));
+  vptest::write_file(dir.file("cat.gz"), vptest::concat({sized, vptest::gzip_compress(data, 1)}));
+  EXPECT_FALSE(voxpipe::gz::read_member_table(InputFile(dir.file("cat.gz"))));
+  // Zero padding after the last member is accepted, as gzip does.
+  vptest::write_file(dir.file("pad.gz"), vptest::concat({sized, Bytes(100, 0)}));
+  const auto padded = voxpipe::gz::read_member_table(InputFile(dir.file("pad.gz")));
+  ASSERT_TRUE(padded);
+  EXPECT_EQ(padded->size(), 2u);
+}
+
+TEST(ReadMemberTable, DamagedFilesAreClearErrors) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(2 * kMemberSize + 3, 23);
+  const Bytes good = vptest::read_file(write_members(dir, data, 1, GzipLayout::members, 1));
+  auto table_error = [&](const Bytes& bad) {
+    vptest::write_file(dir.file("bad.gz"), bad);
+    return vptest::catch_error([&] { voxpipe::gz::read_member_table(InputFile(dir.file("bad.gz"))); });
+  };
+  // Truncated anywhere after the first header: the announced size runs past the end.
+  for (std::size_t cut : {std::size_t{30}, good.size() / 2, good.size() - 1}) {
+    auto e = table_error(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut)));
+    ASSERT_TRUE(e) << cut;
+    EXPECT_EQ(e->code(), ErrorCode::truncated) << cut;
+  }
+  // Garbage after the end.
+  auto e = table_error(vptest::concat({good, Bytes{1, 2, 3}}));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::corrupt);
+  // A member size smaller than a header and trailer.
+  Bytes tiny = good;
+  tiny[16] = 5, tiny[17] = tiny[18] = tiny[19] = 0;
+  e = table_error(tiny);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::corrupt);
+  // 'VP' uncompressed size disagreeing with ISIZE.
+  Bytes lie = good;
+  lie[20] ^= 1;
+  e = table_error(lie);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::corrupt);
+  EXPECT_EQ(e->field(), "ISIZE");
+}
+
+TEST(InflateMembers, FlippedBitsAreCorruptErrorsNamingTheMember) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(2 * kMemberSize, 29);
+  const Bytes good = vptest::read_file(write_members(dir, data, 1, GzipLayout::members, 1));
+  std::mt19937_64 rng(31);
+  for (int i = 0; i < 40; ++i) {
+    Bytes bad = good;
+    // Inside the first member's deflate data or trailer (its header sizes stay intact).
+    const std::size_t at = 24 + rng() % (good.size() / 2 - 24);
+    bad[at] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+    vptest::write_file(dir.file("bad.gz"), bad);
+    auto e = vptest::catch_error([&] {
+      const InputFile file(dir.file("bad.gz"));
+      const auto members = voxpipe::gz::read_member_table(file);
+      if (members) collect(file, *members, 0, data.size(), 2);
+    });
+    // A flip may hit the second member's header instead when members differ in size; either
+    // way it must be an error.
+    ASSERT_TRUE(e) << "flip at " << at;
+    EXPECT_TRUE(e->code() == ErrorCode::corrupt || e->code() == ErrorCode::truncated) << e->what();
+  }
+}
+
+}  // namespace
