@@ -11,7 +11,11 @@ unsigned default_thread_count() noexcept;
 
 // Runs fn(i) for i in [0, n) on at most `threads` threads (0: all cores), the caller's thread
 // included, and returns when all are done. The first exception thrown by any task is rethrown
-// here after the others have finished. Tasks must not call parallel_for themselves.
+// here after the others have finished. Tasks may call parallel_for themselves (files in
+// parallel, each decoded in parallel): the caller always works on its own indices, and workers
+// take a call's indices only when they are free, so a nested call finishes even when every
+// worker is busy. Tasks must not block waiting for another task of the same call to start:
+// with no free worker, the tasks of a call run one after another on the caller.
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn);
 
 }  // namespace voxpipe::core

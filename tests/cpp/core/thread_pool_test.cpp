@@ -30,6 +30,25 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
       expect_each_index_once(n, threads);
 }
 
+// File-level and chunk-level parallelism share the pool: a task may call parallel_for again.
+// Inner calls run on the calling task's thread when no worker is free, so they never wait on
+// work nobody is doing.
+TEST(ThreadPool, NestedCallsCompleteWithEveryIndexOnce) {
+  for (unsigned outer_threads : {1u, 2u, 4u, 16u}) {
+    for (unsigned inner_threads : {1u, 2u, 8u}) {
+      constexpr std::size_t kOuter = 12, kInner = 300;
+      std::vector<std::atomic<int>> hits(kOuter * kInner);
+      parallel_for(kOuter, outer_threads, [&](std::size_t o) {
+        parallel_for(kInner, inner_threads, [&](std::size_t i) {
+          hits[o * kInner + i].fetch_add(1, std::memory_order_relaxed);
+        });
+      });
+      for (std::size_t i = 0; i < hits.size(); ++i)
+        ASSERT_EQ(hits[i].load(), 1) << i << " outer " << outer_threads << " inner " << inner_threads;
+    }
+  }
+}
+
 TEST(ThreadPool, ZeroTasksRunsNothing) {
   bool called = false;
   parallel_for(0, 4, [&](std::size_t) { called = true; });
