@@ -1,0 +1,469 @@
+#include "gz/deflate_decoder.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace voxpipe::gz {
+
+// ---------------------------------------------------------------------------------------------
+// BitReader
+
+BitReader::BitReader(std::span<const std::uint8_t> data, std::uint64_t first_byte)
+    : data_(data.data()), end_(data.size()), base_(first_byte),
+      stream_bits_((first_byte + data.size()) * 8), memory_(true) {}
+
+BitReader::BitReader(ByteFetch fetch, std::uint64_t stream_size, std::size_t buffer_bytes)
+    : stream_bits_(stream_size * 8), fetch_(std::move(fetch)),
+      buffer_(new std::uint8_t[std::max<std::size_t>(buffer_bytes, 64)]),
+      buffer_size_(std::max<std::size_t>(buffer_bytes, 64)) {
+  data_ = buffer_.get();
+}
+
+void BitReader::seek(std::uint64_t bit) {
+  const std::uint64_t byte = bit / 8;
+  bits_ = 0;
+  bitcount_ = 0;
+  zeros_ = 0;
+  if (memory_) {
+    if (byte < base_) {
+      pos_ = 0;  // callers never seek before the span; stay defined
+    } else if (byte - base_ > end_) {
+      pos_ = end_;
+      zeros_ = byte - base_ - end_;
+    } else {
+      pos_ = static_cast<std::size_t>(byte - base_);
+    }
+  } else {
+    base_ = byte;
+    pos_ = end_ = 0;
+    load();
+  }
+  refill();
+  consume(static_cast<unsigned>(bit % 8));
+}
+
+void BitReader::load() {
+  if (memory_) return;
+  const std::size_t rest = end_ - pos_;
+  std::memmove(buffer_.get(), buffer_.get() + pos_, rest);
+  base_ += pos_;
+  pos_ = 0;
+  end_ = rest;
+  const std::uint64_t at = base_ + end_;
+  if (at * 8 < stream_bits_) {
+    end_ += fetch_(at, std::span(buffer_.get() + end_, buffer_size_ - end_));
+  }
+}
+
+void BitReader::refill_slow() {
+  if (end_ - pos_ < 8 && !memory_ && (base_ + end_) * 8 < stream_bits_) load();
+  if (end_ - pos_ >= 8) {
+    refill();
+    return;
+  }
+  while (bitcount_ <= 56) {
+    if (pos_ < end_) {
+      bits_ |= std::uint64_t{data_[pos_++]} << bitcount_;
+    } else {
+      ++zeros_;  // past the end: zero bits (bits_ holds no stale bits there)
+    }
+    bitcount_ += 8;
+  }
+}
+
+void BitReader::copy_bytes(std::uint8_t* dst, std::size_t n) {
+  while (n > 0 && bitcount_ >= 8) {
+    *dst++ = static_cast<std::uint8_t>(bits_);
+    consume(8);
+    --n;
+  }
+  // bits_ may still hold stale copies of the bytes about to be skipped; they must not be OR-ed
+  // into later refills.
+  bits_ = 0;
+  while (n > 0) {
+    if (pos_ == end_) load();
+    if (pos_ == end_) {
+      std::memset(dst, 0, n);
+      zeros_ += n;
+      return;
+    }
+    const std::size_t take = std::min(n, end_ - pos_);
+    std::memcpy(dst, data_ + pos_, take);
+    pos_ += take;
+    dst += take;
+    n -= take;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Huffman tables
+
+template <unsigned TableBits, unsigned MaxSymbols>
+bool HuffmanTable<TableBits, MaxSymbols>::build(const std::uint8_t* lengths, unsigned n) {
+  std::fill(std::begin(count), std::end(count), 0);
+  for (unsigned s = 0; s < n; ++s) ++count[lengths[s]];
+  count[0] = 0;
+  int left = 1;
+  max_length = 0;
+  used = 0;
+  for (unsigned len = 1; len <= 15; ++len) {
+    left <<= 1;
+    left -= count[len];
+    if (left < 0) return false;  // over-subscribed
+    if (count[len]) max_length = len;
+    used += count[len];
+  }
+  incomplete = left > 0;
+  std::uint16_t offsets[16];
+  offsets[1] = 0;
+  for (unsigned len = 1; len < 15; ++len) offsets[len + 1] = offsets[len] + count[len];
+  for (unsigned s = 0; s < n; ++s)
+    if (lengths[s]) sorted[offsets[lengths[s]]++] = static_cast<std::uint16_t>(s);
+  std::fill(std::begin(direct), std::end(direct), 0);
+  // Canonical codes in (length, symbol) order; stream bits are the code reversed.
+  unsigned code = 0;
+  unsigned index = 0;
+  for (unsigned len = 1; len <= TableBits && len <= max_length; ++len) {
+    for (unsigned k = 0; k < count[len]; ++k, ++index, ++code) {
+      unsigned rev = 0;
+      for (unsigned b = 0; b < len; ++b) rev |= ((code >> b) & 1u) << (len - 1 - b);
+      const std::uint16_t entry = static_cast<std::uint16_t>((sorted[index] << 4) | len);
+      for (unsigned i = rev; i < (1u << TableBits); i += 1u << len) direct[i] = entry;
+    }
+    code <<= 1;
+  }
+  return true;
+}
+
+template <unsigned TableBits, unsigned MaxSymbols>
+std::uint32_t HuffmanTable<TableBits, MaxSymbols>::decode_long(std::uint64_t bits) const {
+  int code = 0;
+  int first = 0;
+  int index = 0;
+  for (unsigned len = 1; len <= 15; ++len) {
+    code |= static_cast<int>(bits & 1);
+    bits >>= 1;
+    const int n = count[len];
+    if (code - first < n) return (std::uint32_t{sorted[index + code - first]} << 4) | len;
+    index += n;
+    first += n;
+    first <<= 1;
+    code <<= 1;
+  }
+  return 0;
+}
+
+template struct HuffmanTable<11, 288>;
+template struct HuffmanTable<10, 32>;
+template struct HuffmanTable<7, 19>;
+
+namespace {
+
+constexpr std::uint16_t kLengthBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,
+                                           15, 17, 19, 23, 27, 31, 35, 43, 51,  59,
+                                           67, 83, 99, 115, 131, 163, 195, 227, 258};
+constexpr std::uint8_t kLengthExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+constexpr std::uint16_t kDistBase[30] = {1,    2,    3,    4,    5,    7,     9,     13,
+                                         17,   25,   33,   49,   65,   97,    129,   193,
+                                         257,  385,  513,  769,  1025, 1537,  2049,  3073,
+                                         4097, 6145, 8193, 12289, 16385, 24577};
+constexpr std::uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
+                                         6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+constexpr std::uint8_t kCodeLengthOrder[19] = {16, 17, 18, 0, 8,  7, 9,  6, 10, 5,
+                                               11, 4,  12, 3, 13, 2, 14, 1, 15};
+
+struct FixedTables {
+  LitLenTable lit;
+  DistTable dist;
+  FixedTables() {
+    std::uint8_t lengths[288];
+    std::fill(lengths, lengths + 144, 8);
+    std::fill(lengths + 144, lengths + 256, 9);
+    std::fill(lengths + 256, lengths + 280, 7);
+    std::fill(lengths + 280, lengths + 288, 8);
+    lit.build(lengths, 288);
+    std::fill(lengths, lengths + 32, 5);
+    dist.build(lengths, 32);
+  }
+};
+
+const FixedTables& fixed_tables() {
+  static const FixedTables tables;
+  return tables;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// DeflateDecoder
+
+template <class T>
+DeflateDecoder<T>::DeflateDecoder(BitReader& in)
+    : in_(in), dyn_lit_(new LitLenTable), dyn_dist_(new DistTable) {}
+
+template <class T>
+DeflateDecoder<T>::~DeflateDecoder() = default;
+
+template <class T>
+void DeflateDecoder<T>::reserve(std::size_t n) {
+  if (n <= capacity_) return;
+  const std::size_t cap = std::max(n, capacity_ * 2);
+  std::unique_ptr<T[]> next(new T[cap]);
+  if (pos_) std::memcpy(next.get(), out_.get(), pos_ * sizeof(T));
+  out_ = std::move(next);
+  capacity_ = cap;
+}
+
+template <class T>
+void DeflateDecoder<T>::start_with_markers(std::uint64_t bit, bool fill_markers)
+  requires std::is_same_v<T, std::uint16_t>
+{
+  reserve(std::size_t{1} << 17);
+  if (fill_markers)
+    for (std::size_t i = 0; i < 32768; ++i) out_[i] = static_cast<T>(kMarkerBase + i);
+  pos_ = window_size_ = 32768;
+  dropped_ = 0;
+  marker_end_ = 32768;
+  in_block_ = final_ = false;
+  error_ = nullptr;
+  in_.seek(bit);
+}
+
+template <class T>
+void DeflateDecoder<T>::start_with_window(std::uint64_t bit, std::span<const std::uint8_t> window)
+  requires std::is_same_v<T, std::uint8_t>
+{
+  const std::size_t w = std::min<std::size_t>(window.size(), 32768);
+  reserve(std::size_t{1} << 17);
+  if (w) std::memcpy(out_.get(), window.data() + window.size() - w, w);
+  pos_ = window_size_ = w;
+  dropped_ = 0;
+  marker_end_ = 0;
+  in_block_ = final_ = false;
+  error_ = nullptr;
+  in_.seek(bit);
+}
+
+template <class T>
+void DeflateDecoder<T>::discard_front(std::size_t keep) {
+  if (pos_ <= keep) return;
+  const std::size_t drop = pos_ - keep;
+  std::memmove(out_.get(), out_.get() + drop, keep * sizeof(T));
+  pos_ = keep;
+  dropped_ += drop;
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::fail(const char* message) {
+  error_ = in_.overrun() ? "unexpected end of compressed data" : message;
+  error_bit_ = in_.position();
+  return DecodeStatus::error;
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::read_header() {
+  block_start_ = in_.position();
+  in_.refill();
+  final_ = in_.read(1) != 0;
+  type_ = in_.read(2);
+  switch (type_) {
+    case 0: {
+      in_.align_to_byte();
+      const std::uint32_t len = in_.read(16);
+      const std::uint32_t nlen = in_.read(16);
+      if (len != (~nlen & 0xffffu)) return fail("invalid stored block lengths");
+      stored_left_ = len;
+      break;
+    }
+    case 1:
+      lit_ = &fixed_tables().lit;
+      dist_ = &fixed_tables().dist;
+      break;
+    case 2: {
+      const DecodeStatus s = read_dynamic_tables();
+      if (s == DecodeStatus::error) return s;
+      break;
+    }
+    default:
+      return fail("invalid block type");
+  }
+  in_block_ = true;
+  return DecodeStatus::block_end;  // "no error"; the caller continues into the block
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::read_dynamic_tables() {
+  in_.refill();
+  const unsigned nlit = in_.read(5) + 257;
+  const unsigned ndist = in_.read(5) + 1;
+  const unsigned ncode = in_.read(4) + 4;
+  if (nlit > 286 || ndist > 30) return fail("too many length or distance symbols");
+  std::uint8_t lengths[320] = {};
+  in_.refill();
+  for (unsigned i = 0; i < ncode; ++i) lengths[kCodeLengthOrder[i]] = static_cast<std::uint8_t>(in_.read(3));
+  HuffmanTable<7, 19> pre;
+  if (!pre.build(lengths, 19) || pre.incomplete) return fail("invalid code lengths set");
+  std::fill(lengths, lengths + 19, 0);
+  const unsigned total = nlit + ndist;
+  unsigned n = 0;
+  while (n < total) {
+    in_.refill();
+    const std::uint32_t e = pre.direct[in_.peek() & 127];
+    in_.consume(e & 15);
+    const unsigned sym = e >> 4;
+    if (sym < 16) {
+      lengths[n++] = static_cast<std::uint8_t>(sym);
+      continue;
+    }
+    std::uint8_t value = 0;
+    unsigned repeat;
+    if (sym == 16) {
+      if (n == 0) return fail("invalid bit length repeat");
+      value = lengths[n - 1];
+      repeat = 3 + in_.read(2);
+    } else if (sym == 17) {
+      repeat = 3 + in_.read(3);
+    } else {
+      repeat = 11 + in_.read(7);
+    }
+    if (n + repeat > total) return fail("invalid bit length repeat");
+    std::fill(lengths + n, lengths + n + repeat, value);
+    n += repeat;
+  }
+  if (lengths[256] == 0) return fail("invalid code -- missing end-of-block");
+  if (!dyn_lit_->build(lengths, nlit) || (dyn_lit_->incomplete && dyn_lit_->max_length != 1))
+    return fail("invalid literal/lengths set");
+  if (!dyn_dist_->build(lengths + nlit, ndist) ||
+      (dyn_dist_->incomplete && dyn_dist_->used > 0 && dyn_dist_->max_length != 1))
+    return fail("invalid distances set");
+  lit_ = dyn_lit_.get();
+  dist_ = dyn_dist_.get();
+  return DecodeStatus::block_end;
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::decode_stored(std::size_t limit) {
+  while (stored_left_ > 0) {
+    if (pos_ >= limit) return DecodeStatus::output_full;
+    const std::size_t n = std::min<std::size_t>(stored_left_, limit - pos_);
+    reserve(pos_ + n + 16);
+    if constexpr (std::is_same_v<T, std::uint8_t>) {
+      in_.copy_bytes(out_.get() + pos_, n);
+    } else {
+      std::uint8_t tmp[4096];
+      for (std::size_t done = 0; done < n;) {
+        const std::size_t k = std::min(n - done, sizeof tmp);
+        in_.copy_bytes(tmp, k);
+        for (std::size_t i = 0; i < k; ++i) out_[pos_ + done + i] = tmp[i];
+        done += k;
+      }
+    }
+    pos_ += n;
+    stored_left_ -= static_cast<std::uint32_t>(n);
+  }
+  in_block_ = false;
+  return DecodeStatus::block_end;
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
+  const LitLenTable& lit = *lit_;
+  const DistTable& dist = *dist_;
+  constexpr std::size_t kSlack = 258 + 16;
+  for (;;) {
+    if (pos_ + 258 > limit) return DecodeStatus::output_full;
+    if (pos_ + kSlack > capacity_) reserve(pos_ + kSlack);
+    T* const out = out_.get();
+    in_.refill();
+    std::uint64_t b = in_.peek();
+    std::uint32_t e = lit.direct[b & ((1u << 11) - 1)];
+    if (e == 0) [[unlikely]] {
+      e = lit.decode_long(b);
+      if (e == 0) return fail("invalid literal/length code");
+    }
+    unsigned used = e & 15;
+    const unsigned sym = e >> 4;
+    if (sym < 256) {
+      in_.consume(used);
+      out[pos_++] = static_cast<T>(sym);
+      // A second literal from the same refill when the table says so (most literals are short).
+      b >>= used;
+      const std::uint32_t e2 = lit.direct[b & ((1u << 11) - 1)];
+      if (e2 != 0 && (e2 >> 4) < 256 && pos_ + 258 <= limit) {
+        in_.consume(e2 & 15);
+        out[pos_++] = static_cast<T>(e2 >> 4);
+      }
+      continue;
+    }
+    if (sym == 256) {
+      in_.consume(used);
+      in_block_ = false;
+      return DecodeStatus::block_end;
+    }
+    if (sym > 285) return fail("invalid literal/length code");
+    const unsigned li = sym - 257;
+    b >>= used;
+    const unsigned lx = kLengthExtra[li];
+    const std::size_t length = kLengthBase[li] + (b & ((1u << lx) - 1));
+    b >>= lx;
+    used += lx;
+    std::uint32_t d = dist.direct[b & ((1u << 10) - 1)];
+    if (d == 0) [[unlikely]] {
+      d = dist.decode_long(b);
+      if (d == 0) {
+        in_.consume(used);
+        return fail("invalid distance code");
+      }
+    }
+    const unsigned dl = d & 15;
+    const unsigned dsym = d >> 4;
+    if (dsym > 29) {
+      in_.consume(used);
+      return fail("invalid distance code");
+    }
+    b >>= dl;
+    used += dl;
+    const unsigned dx = kDistExtra[dsym];
+    const std::size_t distance = kDistBase[dsym] + (b & ((1u << dx) - 1));
+    used += dx;
+    in_.consume(used);
+    if (distance > pos_) return fail("invalid distance too far back");
+    T* dst = out + pos_;
+    const T* src = dst - distance;
+    if constexpr (std::is_same_v<T, std::uint8_t>) {
+      if (distance >= 8) {
+        // 8-byte steps: each load reads bytes already final (distance >= 8); the slack after
+        // the output absorbs the overshoot.
+        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 8);
+      } else if (distance == 1) {
+        std::memset(dst, *src, length);
+      } else {
+        for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
+      }
+    } else {
+      unsigned acc = 0;
+      for (std::size_t i = 0; i < length; ++i) {
+        const T v = src[i];
+        dst[i] = v;
+        acc |= v;
+      }
+      if (acc >= 256) marker_end_ = dropped_ + pos_ + length;
+    }
+    pos_ += length;
+  }
+}
+
+template <class T>
+DecodeStatus DeflateDecoder<T>::decode(std::size_t limit) {
+  if (!in_block_) {
+    const DecodeStatus s = read_header();
+    if (s == DecodeStatus::error) return s;
+  }
+  return type_ == 0 ? decode_stored(limit) : decode_huffman(limit);
+}
+
+template class DeflateDecoder<std::uint8_t>;
+template class DeflateDecoder<std::uint16_t>;
+
+}  // namespace voxpipe::gz

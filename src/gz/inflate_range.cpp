@@ -1,0 +1,315 @@
+#include "gz/inflate_range.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gz/deflate_decoder.hpp"
+#include "voxpipe/error.hpp"
+
+#if VOXPIPE_HAVE_ISAL
+#include <isa-l/crc.h>
+#include <isa-l/igzip_lib.h>
+#else
+#include <zlib.h>
+#endif
+
+namespace voxpipe::gz::inflate_detail {
+
+namespace {
+
+// Compressed input per read: large enough that pread calls are noise next to inflate.
+constexpr std::size_t kInputBytes = std::size_t{1} << 18;
+
+// Sequential byte reads for the few framing bytes.
+class ByteCursor {
+ public:
+  ByteCursor(const core::InputFile& file, std::uint64_t offset) : file_(file), offset_(offset) {}
+  int next() {
+    if (pos_ == len_) {
+      len_ = file_.read_at(offset_, std::as_writable_bytes(std::span(buf_)));
+      pos_ = 0;
+      if (len_ == 0) return -1;
+    }
+    ++offset_;
+    return buf_[pos_++];
+  }
+  std::uint64_t offset() const { return offset_; }
+
+ private:
+  const core::InputFile& file_;
+  std::uint64_t offset_;
+  std::uint8_t buf_[4096];
+  std::size_t pos_ = 0;
+  std::size_t len_ = 0;
+};
+
+[[noreturn]] void truncated(const core::InputFile& file, const char* field, const char* what,
+                            std::uint64_t at) {
+  throw Error(ErrorCode::truncated, file.path(), field,
+              std::string("expected ") + what + ", but the file ends", at);
+}
+
+}  // namespace
+
+void RunOutput::write(std::span<const std::uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const std::span<std::uint8_t> dst = space();
+    const std::size_t n = std::min(dst.size(), bytes.size());
+    std::memcpy(dst.data(), bytes.data(), n);
+    commit(n);
+    bytes = bytes.subspan(n);
+  }
+}
+
+std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n) {
+#if VOXPIPE_HAVE_ISAL
+  return crc32_gzip_refl(crc, data, n);
+#else
+  while (n > 0) {
+    const std::size_t k = std::min<std::size_t>(n, 1u << 30);
+    crc = static_cast<std::uint32_t>(::crc32(crc, data, static_cast<uInt>(k)));
+    data += k;
+    n -= k;
+  }
+  return crc;
+#endif
+}
+
+std::uint64_t read_gzip_header(const core::InputFile& file, std::uint64_t offset, bool first) {
+  ByteCursor c(file, offset);
+  const int id1 = c.next();
+  const int id2 = c.next();
+  if (id1 != 0x1f || id2 != 0x8b) {
+    if (first)
+      throw Error(ErrorCode::format, file.path(), "gzip magic",
+                  "expected a gzip file (1f 8b), but it is not gzip", offset);
+    if (id1 == 0x1f && id2 < 0) truncated(file, "gzip header", "a gzip member header", offset);
+    throw Error(ErrorCode::corrupt, file.path(), "gzip member",
+                "expected a gzip member (1f 8b) or the end of the file, but found other data",
+                offset);
+  }
+  const int method = c.next();
+  const int flags = c.next();
+  if (flags < 0) truncated(file, "gzip header", "a gzip member header", offset);
+  if (method != 8)
+    throw Error(ErrorCode::corrupt, file.path(), "gzip header",
+                "expected compression method 8 (deflate), but found " + std::to_string(method),
+                offset + 2);
+  if (flags & 0xe0)
+    throw Error(ErrorCode::corrupt, file.path(), "gzip header",
+                "expected no reserved flag bits, but found flags " + std::to_string(flags),
+                offset + 3);
+  for (int i = 0; i < 6; ++i)
+    if (c.next() < 0) truncated(file, "gzip header", "a gzip member header", offset);
+  if (flags & 4) {
+    const int lo = c.next();
+    const int hi = c.next();
+    if (hi < 0) truncated(file, "gzip header", "the FEXTRA length", c.offset());
+    for (int i = 0; i < (lo | (hi << 8)); ++i)
+      if (c.next() < 0) truncated(file, "gzip header", "the FEXTRA field", c.offset());
+  }
+  for (int flag : {8, 16}) {
+    if (!(flags & flag)) continue;
+    for (int b;;) {
+      b = c.next();
+      if (b < 0) truncated(file, "gzip header", "a zero-terminated name or comment", c.offset());
+      if (b == 0) break;
+    }
+  }
+  if (flags & 2) {
+    const std::uint64_t crc_at = c.offset();
+    const int lo = c.next();
+    const int hi = c.next();
+    if (hi < 0) truncated(file, "gzip header", "the header CRC16", crc_at);
+    std::vector<std::uint8_t> head(crc_at - offset);
+    if (file.read_at(offset, std::as_writable_bytes(std::span(head))) != head.size())
+      truncated(file, "gzip header", "a gzip member header", offset);
+    const std::uint32_t crc = crc32_update(0, head.data(), head.size());
+    if ((crc & 0xffff) != static_cast<std::uint32_t>(lo | (hi << 8)))
+      throw Error(ErrorCode::corrupt, file.path(), "gzip header",
+                  "header CRC16 does not match the header", crc_at);
+  }
+  return c.offset();
+}
+
+std::optional<std::uint64_t> finish_member(const core::InputFile& file, std::uint64_t end_bit,
+                                           RunOutput& out) {
+  const std::uint64_t trailer_byte = (end_bit + 7) / 8;
+  std::uint8_t t[8];
+  if (file.read_at(trailer_byte, std::as_writable_bytes(std::span(t))) != 8)
+    truncated(file, "gzip trailer", "the 8-byte gzip trailer (CRC32, ISIZE)", trailer_byte);
+  const std::uint32_t crc = t[0] | (t[1] << 8) | (t[2] << 16) | (std::uint32_t{t[3]} << 24);
+  const std::uint32_t isize = t[4] | (t[5] << 8) | (t[6] << 16) | (std::uint32_t{t[7]} << 24);
+  out.member_end(crc, isize, trailer_byte);
+  // Zero padding may follow the last member (as GzipByteSource accepts); anything else must be
+  // the next member.
+  ByteCursor c(file, trailer_byte + 8);
+  for (;;) {
+    const std::uint64_t at = c.offset();
+    const int b = c.next();
+    if (b < 0) return std::nullopt;
+    if (b == 0) continue;
+    const std::uint64_t first = read_gzip_header(file, at, false) * 8;
+    out.member_start(first);
+    return first;
+  }
+}
+
+bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_count,
+              std::uint64_t bit) {
+  while (chunk < chunk_count) {
+    const std::optional<BlockCandidate> c = target(chunk);
+    if (!c || c->last_bit < bit) {
+      ++chunk;
+      continue;
+    }
+    return c->first_bit <= bit;
+  }
+  return false;
+}
+
+#if VOXPIPE_HAVE_ISAL
+
+RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
+                        std::span<const std::uint8_t> window, std::size_t chunk,
+                        std::size_t chunk_count, const TargetFn& target, RunOutput& out) {
+  std::unique_ptr<std::uint8_t[]> in(new std::uint8_t[kInputBytes]);
+  auto st = std::make_unique<inflate_state>();
+  const std::uint64_t file_size = file.size();
+  for (;;) {
+    isal_inflate_init(st.get());
+    st->crc_flag = ISAL_DEFLATE;
+    if (!window.empty()) {
+      const std::size_t w = std::min<std::size_t>(window.size(), 32768);
+      if (isal_inflate_set_dict(st.get(), const_cast<std::uint8_t*>(window.data() + window.size() - w),
+                                static_cast<std::uint32_t>(w)) != 0)
+        throw Error(ErrorCode::io, file.path(), "", "ISA-L refused the window");
+    }
+    std::uint64_t next_byte = bit / 8;
+    if (bit % 8) {
+      std::uint8_t b;
+      if (file.read_at(next_byte, std::as_writable_bytes(std::span(&b, 1))) != 1)
+        truncated(file, "deflate data", "more compressed data", next_byte);
+      st->read_in = b >> (bit % 8);
+      st->read_in_length = static_cast<std::int32_t>(8 - bit % 8);
+      ++next_byte;
+    }
+    st->avail_in = 0;
+    std::optional<BlockCandidate> stop;
+    auto pick_target = [&](std::uint64_t at) {
+      stop.reset();
+      while (chunk < chunk_count) {
+        stop = target(chunk);
+        if (stop && stop->last_bit >= at) return;
+        ++chunk;
+      }
+      stop.reset();
+    };
+    pick_target(bit + 1);
+    std::uint64_t end_bit = 0;
+    for (;;) {
+      if (st->avail_in == 0) {
+        const std::uint64_t limit = stop ? std::min(file_size, (stop->last_bit + 7) / 8) : file_size;
+        if (next_byte < limit) {
+          const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kInputBytes, limit - next_byte));
+          const std::size_t got = file.read_at(next_byte, std::as_writable_bytes(std::span(in.get(), want)));
+          if (got == 0) truncated(file, "deflate data", "more compressed data", next_byte);
+          st->next_in = in.get();
+          st->avail_in = static_cast<std::uint32_t>(got);
+          next_byte += got;
+        } else if (stop) {
+          // All input up to the candidate is in: ISA-L is either at a block header that
+          // starts exactly there, or the candidate was not a block boundary of this stream.
+          const std::uint64_t at = next_byte * 8 - static_cast<std::uint64_t>(st->read_in_length) -
+                                   8 * static_cast<std::uint64_t>(st->tmp_in_size);
+          if ((st->block_state == ISAL_BLOCK_NEW_HDR || st->block_state == ISAL_BLOCK_HDR) &&
+              stop->first_bit <= at && at <= stop->last_bit)
+            return RunEnd{chunk, at};
+          ++chunk;
+          pick_target(at);
+          continue;
+        } else {
+          truncated(file, "deflate data", "more compressed data", file_size);
+        }
+      }
+      const std::span<std::uint8_t> space = out.space();
+      st->next_out = space.data();
+      st->avail_out = static_cast<std::uint32_t>(std::min<std::size_t>(space.size(), 1u << 30));
+      const std::uint32_t avail = st->avail_out;
+      const int rc = isal_inflate(st.get());
+      out.commit(avail - st->avail_out);
+      if (rc < 0)
+        throw Error(ErrorCode::corrupt, file.path(), "deflate data",
+                    "invalid compressed data (ISA-L error " + std::to_string(rc) + ")",
+                    next_byte - st->avail_in);
+      if (st->block_state == ISAL_BLOCK_FINISH) {
+        end_bit = (next_byte - st->avail_in) * 8 - static_cast<std::uint64_t>(st->read_in_length);
+        break;
+      }
+    }
+    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
+    if (!next) return RunEnd{chunk_count, file_size * 8};
+    bit = *next;
+    window = {};
+    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
+  }
+}
+
+#else
+
+RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
+                        std::span<const std::uint8_t> window, std::size_t chunk,
+                        std::size_t chunk_count, const TargetFn& target, RunOutput& out) {
+  // Output is handed on every kFlush bytes; the last 32 KiB stay for back-references.
+  constexpr std::size_t kFlush = std::size_t{1} << 20;
+  BitReader reader(
+      [&file](std::uint64_t offset, std::span<std::uint8_t> dst) {
+        return file.read_at(offset, std::as_writable_bytes(dst));
+      },
+      file.size());
+  DeflateDecoder<std::uint8_t> dec(reader);
+  for (;;) {
+    dec.start_with_window(bit, window);
+    std::size_t emitted = dec.window_size();
+    auto emit = [&] {
+      out.write(std::span<const std::uint8_t>(dec.data() + emitted, dec.size() - emitted));
+      dec.discard_front(32768);
+      emitted = dec.size();
+    };
+    std::uint64_t end_bit = 0;
+    for (;;) {
+      const DecodeStatus s = dec.decode(dec.size() + kFlush);
+      if (s == DecodeStatus::error) {
+        if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
+        throw Error(ErrorCode::corrupt, file.path(), "deflate data",
+                    "bit " + std::to_string(dec.error_bit() % 8) + ": " + dec.error_message(),
+                    dec.error_bit() / 8);
+      }
+      if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
+      if (s == DecodeStatus::output_full || dec.size() - emitted >= kFlush) emit();
+      if (s == DecodeStatus::output_full) continue;
+      const std::uint64_t at = reader.position();
+      if (dec.block_final()) {
+        emit();
+        end_bit = at;
+        break;
+      }
+      if (lands_on(target, chunk, chunk_count, at)) {
+        emit();
+        return RunEnd{chunk, at};
+      }
+    }
+    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
+    if (!next) return RunEnd{chunk_count, file.size() * 8};
+    bit = *next;
+    window = {};
+    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
+  }
+}
+
+#endif
+
+}  // namespace voxpipe::gz::inflate_detail

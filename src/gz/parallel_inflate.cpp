@@ -1,0 +1,608 @@
+#include "gz/parallel_inflate.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/thread_pool.hpp"
+#include "gz/block_finder.hpp"
+#include "gz/deflate_decoder.hpp"
+#include "gz/inflate_range.hpp"
+#include "voxpipe/error.hpp"
+
+namespace voxpipe::gz {
+
+namespace {
+
+using inflate_detail::RunEnd;
+using inflate_detail::RunOutput;
+
+// Block starts are searched for only in the first MiB of a chunk: real blocks are far shorter
+// (gzip -6 writes ~16-64 KiB), and a stream without findable starts (one giant block) would
+// otherwise cost a full bit-by-bit scan of every chunk.
+constexpr std::uint64_t kMaxSearch = std::uint64_t{1} << 20;
+// Bytes after the searched range given to the finder's trial decode (64 KiB of output).
+constexpr std::uint64_t kTrialMargin = std::uint64_t{128} << 10;
+
+// A member boundary inside a chunk's output (offsets relative to the chunk's first byte).
+struct Event {
+  std::uint64_t offset = 0;
+  bool member_end = false;  // else: member start
+  std::uint32_t crc = 0;
+  std::uint32_t isize = 0;
+  std::uint64_t trailer_byte = 0;
+  std::uint64_t bit = 0;  // member start: first block
+};
+
+// CRC32 and length of output between member boundaries; in file order they prove each member.
+struct Segment {
+  std::uint32_t crc = 0;
+  std::uint64_t length = 0;
+  bool member_end = false;
+  std::uint32_t want_crc = 0;
+  std::uint32_t want_isize = 0;
+  std::uint64_t trailer_byte = 0;
+};
+
+struct Piece {
+  std::unique_ptr<std::uint8_t[]> data;
+  std::size_t used = 0;
+};
+
+// What a speculative decode of one chunk produced.
+struct ChunkResult {
+  bool ok = false;
+  BlockCandidate start;
+  std::vector<std::uint16_t> marked;  // first output, with markers for the unknown window
+  std::vector<Piece> pieces;          // the rest, plain bytes
+  std::size_t piece_size = 0;
+  std::uint64_t plain = 0;
+  std::vector<Event> events;
+  RunEnd end;
+  std::uint64_t total() const { return marked.size() + plain; }
+};
+
+// Thrown when a speculative chunk outgrows its cap.
+struct Abandon {};
+// Thrown when every byte < stop_after was delivered.
+struct Stop {};
+
+class BufferOutput final : public RunOutput {
+ public:
+  BufferOutput(ChunkResult& r, std::uint64_t cap) : r_(r), cap_(cap) {}
+  std::span<std::uint8_t> space() override {
+    if (r_.pieces.empty() || r_.pieces.back().used == r_.piece_size)
+      r_.pieces.push_back(Piece{std::unique_ptr<std::uint8_t[]>(new std::uint8_t[r_.piece_size]), 0});
+    Piece& p = r_.pieces.back();
+    return {p.data.get() + p.used, r_.piece_size - p.used};
+  }
+  void commit(std::size_t n) override {
+    r_.pieces.back().used += n;
+    r_.plain += n;
+    if (r_.total() > cap_) throw Abandon{};
+  }
+  void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) override {
+    r_.events.push_back(Event{r_.total(), true, crc, isize, trailer_byte, 0});
+  }
+  void member_start(std::uint64_t bit) override {
+    r_.events.push_back(Event{r_.total(), false, 0, 0, 0, bit});
+  }
+
+ private:
+  ChunkResult& r_;
+  std::uint64_t cap_;
+};
+
+// Splits delivered bytes into segments at member ends and computes their CRC32s.
+class SegmentTracker {
+ public:
+  SegmentTracker(const std::vector<Event>& events, std::vector<Segment>& segments)
+      : events_(events), segments_(segments) {}
+  void feed(const std::uint8_t* p, std::size_t n) {
+    apply();
+    while (n > 0) {
+      const std::uint64_t room = next_ < events_.size() ? events_[next_].offset - pos_ : n;
+      const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, room));
+      crc_ = inflate_detail::crc32_update(crc_, p, take);
+      length_ += take;
+      pos_ += take;
+      p += take;
+      n -= take;
+      apply();
+    }
+  }
+  void finish() {
+    apply();
+    if (length_) segments_.push_back(Segment{crc_, length_, false, 0, 0, 0});
+  }
+
+ private:
+  void apply() {
+    for (; next_ < events_.size() && events_[next_].offset == pos_; ++next_) {
+      const Event& e = events_[next_];
+      if (!e.member_end) continue;
+      segments_.push_back(Segment{crc_, length_, true, e.crc, e.isize, e.trailer_byte});
+      crc_ = 0;
+      length_ = 0;
+    }
+  }
+  const std::vector<Event>& events_;
+  std::vector<Segment>& segments_;
+  std::size_t next_ = 0;
+  std::uint64_t pos_ = 0;
+  std::uint32_t crc_ = 0;
+  std::uint64_t length_ = 0;
+};
+
+struct Unit {
+  std::vector<Segment> segments;
+};
+
+class Engine {
+ public:
+  Engine(const core::InputFile& file, const Sink& sink, const ParallelInflateOptions& o);
+  std::uint64_t run();
+
+ private:
+  enum Status { kUnclaimed, kInProgress, kDone, kTaken };
+  struct Slot {
+    std::mutex find_mutex;
+    bool searched = false;
+    std::optional<BlockCandidate> candidate;
+    Status status = kUnclaimed;
+    std::unique_ptr<ChunkResult> result;
+  };
+  struct Job {
+    std::unique_ptr<ChunkResult> result;
+    std::vector<std::uint8_t> window;
+    std::uint64_t offset = 0;
+    Unit* unit = nullptr;
+  };
+  class DirectOutput;
+
+  std::optional<BlockCandidate> start_of(std::size_t c);
+  void worker();
+  void resolve();
+  void accept(std::unique_ptr<ChunkResult> r);
+  void sequential();
+  void advance(RunEnd end);
+  std::unique_ptr<ChunkResult> speculate(std::size_t c);
+  void finalize(Job& job);
+  std::vector<std::uint8_t> tail_of(const ChunkResult& r, const std::vector<std::uint8_t>& prev);
+  std::uint8_t resolve_marker(std::uint16_t v, const std::vector<std::uint8_t>& prev) const;
+  void add_point(std::uint64_t bit, std::uint64_t offset, const std::vector<std::uint8_t>& w);
+  void verify() const;
+  Unit* new_unit();
+
+  const core::InputFile& file_;
+  const Sink& sink_;
+  ParallelInflateOptions opts_;
+  inflate_detail::TargetFn target_;
+  unsigned threads_;
+  std::size_t chunk_;
+  std::size_t n_;
+  std::size_t ahead_;
+  std::uint64_t cap_;
+  std::size_t piece_size_;
+  std::unique_ptr<Slot[]> slots_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool resolver_active_ = false;
+  bool finished_ = false;
+  bool stopped_ = false;
+  bool failed_ = false;
+  std::exception_ptr error_;
+  std::size_t next_claim_ = 1;
+  std::deque<Job> jobs_;
+  std::deque<std::unique_ptr<Unit>> units_;
+  std::vector<SeekPoint> points_;
+
+  // The frontier: everything before it is accepted; only the resolver touches it.
+  std::size_t f_chunk_ = 0;
+  std::uint64_t f_bit_ = 0;
+  std::uint64_t f_offset_ = 0;
+  std::vector<std::uint8_t> f_window_;
+};
+
+// Output at a known offset: straight to the sink, CRC32 on the way.
+class Engine::DirectOutput final : public RunOutput {
+ public:
+  DirectOutput(Engine& e, Unit& unit) : e_(e), unit_(unit), offset_(e.f_offset_), tail_(e.f_window_) {
+    buffer_.reset(new std::uint8_t[kBuffer]);
+  }
+  std::span<std::uint8_t> space() override { return {buffer_.get(), kBuffer}; }
+  void commit(std::size_t n) override { write({buffer_.get(), n}); }
+  void write(std::span<const std::uint8_t> b) override {
+    if (b.empty()) return;
+    if (offset_ + b.size() > e_.opts_.max_output)
+      throw Error(ErrorCode::limit, e_.file_.path(), "decompressed size",
+                  "expected at most " + std::to_string(e_.opts_.max_output) +
+                      " bytes, but the data inflates to more");
+    e_.sink_(offset_, std::as_bytes(b));
+    crc_ = inflate_detail::crc32_update(crc_, b.data(), b.size());
+    length_ += b.size();
+    offset_ += b.size();
+    if (b.size() >= 32768) {
+      tail_.assign(b.end() - 32768, b.end());
+    } else {
+      const std::size_t keep = std::min(tail_.size(), 32768 - b.size());
+      tail_.erase(tail_.begin(), tail_.end() - keep);
+      tail_.insert(tail_.end(), b.begin(), b.end());
+    }
+    if (offset_ >= e_.opts_.stop_after) throw Stop{};
+  }
+  void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) override {
+    unit_.segments.push_back(Segment{crc_, length_, true, crc, isize, trailer_byte});
+    crc_ = 0;
+    length_ = 0;
+  }
+  void member_start(std::uint64_t bit) override {
+    tail_.clear();
+    e_.add_point(bit, offset_, tail_);
+  }
+  void finish() {
+    if (length_) unit_.segments.push_back(Segment{crc_, length_, false, 0, 0, 0});
+    length_ = 0;
+  }
+  std::uint64_t offset() const { return offset_; }
+  std::vector<std::uint8_t>& tail() { return tail_; }
+
+ private:
+  static constexpr std::size_t kBuffer = std::size_t{1} << 20;
+  Engine& e_;
+  Unit& unit_;
+  std::uint64_t offset_;
+  std::vector<std::uint8_t> tail_;
+  std::unique_ptr<std::uint8_t[]> buffer_;
+  std::uint32_t crc_ = 0;
+  std::uint64_t length_ = 0;
+};
+
+Engine::Engine(const core::InputFile& file, const Sink& sink, const ParallelInflateOptions& o)
+    : file_(file), sink_(sink), opts_(o) {
+  threads_ = o.threads ? o.threads : core::default_thread_count();
+  chunk_ = std::max<std::size_t>(o.chunk_size, 4096);
+  n_ = static_cast<std::size_t>(std::max<std::uint64_t>(1, (file.size() + chunk_ - 1) / chunk_));
+  // One thread: nothing to speculate on; chunk starts are still searched when seek points at
+  // chunk starts are wanted.
+  if (threads_ <= 1 && !o.seek_points) n_ = 1;
+  ahead_ = threads_ <= 1 ? 0 : 2 * std::size_t{threads_};
+  cap_ = std::max<std::uint64_t>(32 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
+  piece_size_ = std::min<std::size_t>(std::size_t{1} << 20, std::max<std::size_t>(chunk_, 65536));
+  slots_.reset(new Slot[n_]);
+  target_ = [this](std::size_t c) { return start_of(c); };
+}
+
+std::optional<BlockCandidate> Engine::start_of(std::size_t c) {
+  Slot& s = slots_[c];
+  std::lock_guard lock(s.find_mutex);
+  if (s.searched) return s.candidate;
+  s.searched = true;
+  const std::uint64_t from = std::uint64_t{c} * chunk_;
+  const std::uint64_t search = std::min<std::uint64_t>(chunk_, kMaxSearch);
+  const std::uint64_t end = std::min(file_.size(), from + search + kTrialMargin);
+  if (from >= end) return std::nullopt;
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(end - from));
+  data.resize(file_.read_at(from, std::as_writable_bytes(std::span(data))));
+  s.candidate = find_block_start(data, from, from * 8, (from + search) * 8);
+  return s.candidate;
+}
+
+Unit* Engine::new_unit() {
+  std::lock_guard lock(mu_);
+  units_.push_back(std::make_unique<Unit>());
+  return units_.back().get();
+}
+
+void Engine::add_point(std::uint64_t bit, std::uint64_t offset, const std::vector<std::uint8_t>& w) {
+  if (!opts_.seek_points) return;
+  std::lock_guard lock(mu_);
+  points_.push_back(SeekPoint{bit, offset, w});
+}
+
+std::uint64_t Engine::run() {
+  f_bit_ = inflate_detail::read_gzip_header(file_, 0, true) * 8;
+  core::parallel_for(threads_, threads_, [this](std::size_t) { worker(); });
+  if (error_) std::rethrow_exception(error_);
+  if (!stopped_) verify();
+  if (opts_.seek_points) {
+    std::sort(points_.begin(), points_.end(), [](const SeekPoint& a, const SeekPoint& b) {
+      return a.uncompressed != b.uncompressed ? a.uncompressed < b.uncompressed
+                                              : a.compressed_bit < b.compressed_bit;
+    });
+    points_.erase(std::unique(points_.begin(), points_.end(),
+                              [](const SeekPoint& a, const SeekPoint& b) {
+                                return a.uncompressed == b.uncompressed &&
+                                       a.compressed_bit == b.compressed_bit;
+                              }),
+                  points_.end());
+    *opts_.seek_points = std::move(points_);
+  }
+  return f_offset_;
+}
+
+void Engine::worker() {
+  try {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (failed_) return;
+      const bool frontier_ready =
+          !finished_ && f_chunk_ < n_ &&
+          (slots_[f_chunk_].status == kUnclaimed || slots_[f_chunk_].status == kDone);
+      if (!resolver_active_ && frontier_ready) {
+        resolver_active_ = true;
+        lock.unlock();
+        resolve();
+        lock.lock();
+        resolver_active_ = false;
+        cv_.notify_all();
+        continue;
+      }
+      if (!jobs_.empty()) {
+        Job job = std::move(jobs_.front());
+        jobs_.pop_front();
+        lock.unlock();
+        finalize(job);
+        job.result.reset();
+        lock.lock();
+        cv_.notify_all();
+        continue;
+      }
+      if (finished_) return;
+      next_claim_ = std::max(next_claim_, f_chunk_ + 1);
+      while (next_claim_ < n_ && slots_[next_claim_].status != kUnclaimed) ++next_claim_;
+      if (next_claim_ < n_ && next_claim_ <= f_chunk_ + ahead_) {
+        const std::size_t c = next_claim_++;
+        slots_[c].status = kInProgress;
+        lock.unlock();
+        std::unique_ptr<ChunkResult> r = speculate(c);
+        lock.lock();
+        slots_[c].status = kDone;
+        // A chunk the frontier has already passed is of no use.
+        if (c > f_chunk_) slots_[c].result = std::move(r);
+        cv_.notify_all();
+        continue;
+      }
+      cv_.wait(lock);
+    }
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    failed_ = true;
+    if (!error_) error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void Engine::resolve() {
+  for (;;) {
+    std::unique_lock lock(mu_);
+    if (failed_ || finished_) return;
+    if (f_chunk_ >= n_) {
+      finished_ = true;
+      return;
+    }
+    Slot& s = slots_[f_chunk_];
+    if (s.status == kInProgress || s.status == kTaken) return;
+    if (s.status == kDone && s.result && s.result->ok && s.result->start.first_bit <= f_bit_ &&
+        f_bit_ <= s.result->start.last_bit) {
+      std::unique_ptr<ChunkResult> r = std::move(s.result);
+      lock.unlock();
+      accept(std::move(r));
+      continue;
+    }
+    s.status = kTaken;
+    s.result.reset();
+    lock.unlock();
+    sequential();
+  }
+}
+
+void Engine::advance(RunEnd end) {
+  std::lock_guard lock(mu_);
+  for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) slots_[c].result.reset();
+  f_chunk_ = end.chunk;
+  f_bit_ = end.bit;
+  if (f_chunk_ >= n_) {
+    finished_ = true;
+  } else if (f_offset_ >= opts_.stop_after) {
+    finished_ = stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Engine::sequential() {
+  Unit* unit = new_unit();
+  add_point(f_bit_, f_offset_, f_window_);
+  DirectOutput out(*this, *unit);
+  RunEnd end;
+  try {
+    end = inflate_detail::run_known_window(file_, f_bit_, f_window_, f_chunk_ + 1, n_, target_, out);
+  } catch (const Stop&) {
+    out.finish();
+    f_offset_ = out.offset();
+    std::lock_guard lock(mu_);
+    stopped_ = finished_ = true;
+    cv_.notify_all();
+    return;
+  }
+  out.finish();
+  f_offset_ = out.offset();
+  f_window_ = std::move(out.tail());
+  advance(end);
+}
+
+std::uint8_t Engine::resolve_marker(std::uint16_t v, const std::vector<std::uint8_t>& prev) const {
+  if (v < 256) return static_cast<std::uint8_t>(v);
+  const std::size_t index = v - kMarkerBase;  // in the 32 KiB before the chunk
+  const std::size_t missing = 32768 - prev.size();
+  if (index < missing)
+    throw Error(ErrorCode::corrupt, file_.path(), "deflate data",
+                "invalid distance too far back (before the start of the member)");
+  return prev[index - missing];
+}
+
+std::vector<std::uint8_t> Engine::tail_of(const ChunkResult& r, const std::vector<std::uint8_t>& prev) {
+  const std::uint64_t total = r.total();
+  std::uint64_t since = prev.size() + total;  // bytes of this member available
+  for (const Event& e : r.events)
+    if (!e.member_end) since = total - e.offset;
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(32768, since));
+  std::vector<std::uint8_t> w(n);
+  const std::int64_t first = static_cast<std::int64_t>(total) - static_cast<std::int64_t>(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t i = first + static_cast<std::int64_t>(k);
+    if (i < 0) {
+      w[k] = prev[prev.size() + i];
+    } else if (static_cast<std::uint64_t>(i) < r.marked.size()) {
+      w[k] = resolve_marker(r.marked[i], prev);
+    } else {
+      const std::uint64_t j = i - r.marked.size();
+      w[k] = r.pieces[j / r.piece_size].data[j % r.piece_size];
+    }
+  }
+  return w;
+}
+
+void Engine::accept(std::unique_ptr<ChunkResult> r) {
+  Unit* unit = new_unit();
+  add_point(f_bit_, f_offset_, f_window_);
+  std::vector<std::uint8_t> next = tail_of(*r, f_window_);
+  for (const Event& e : r->events)
+    if (!e.member_end) add_point(e.bit, f_offset_ + e.offset, {});
+  const std::uint64_t total = r->total();
+  if (f_offset_ + total > opts_.max_output)
+    throw Error(ErrorCode::limit, file_.path(), "decompressed size",
+                "expected at most " + std::to_string(opts_.max_output) +
+                    " bytes, but the data inflates to more");
+  const RunEnd end = r->end;
+  {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(Job{std::move(r), f_window_, f_offset_, unit});
+  }
+  f_offset_ += total;
+  f_window_ = std::move(next);
+  advance(end);
+}
+
+void Engine::finalize(Job& job) {
+  const ChunkResult& r = *job.result;
+  SegmentTracker tracker(r.events, job.unit->segments);
+  std::uint64_t offset = job.offset;
+  auto deliver = [&](const std::uint8_t* p, std::size_t n) {
+    if (n == 0) return;
+    sink_(offset, std::as_bytes(std::span(p, n)));
+    tracker.feed(p, n);
+    offset += n;
+  };
+  if (!r.marked.empty()) {
+    std::vector<std::uint8_t> bytes(std::min<std::size_t>(r.marked.size(), 1 << 16));
+    for (std::size_t at = 0; at < r.marked.size(); at += bytes.size()) {
+      const std::size_t n = std::min(bytes.size(), r.marked.size() - at);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t v = r.marked[at + i];
+        bytes[i] = v < 256 ? static_cast<std::uint8_t>(v) : resolve_marker(v, job.window);
+      }
+      deliver(bytes.data(), n);
+    }
+  }
+  for (const Piece& p : r.pieces) deliver(p.data.get(), p.used);
+  tracker.finish();
+}
+
+std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
+  auto r = std::make_unique<ChunkResult>();
+  r->piece_size = piece_size_;
+  const std::optional<BlockCandidate> cand = start_of(c);
+  if (!cand) return r;
+  r->start = *cand;
+  try {
+    BitReader reader(
+        [this](std::uint64_t offset, std::span<std::uint8_t> dst) {
+          return file_.read_at(offset, std::as_writable_bytes(dst));
+        },
+        file_.size());
+    DeflateDecoder<std::uint16_t> dec(reader);
+    dec.start_with_markers(cand->last_bit);
+    std::size_t j = c + 1;
+    const std::size_t limit = 32768 + static_cast<std::size_t>(cap_ / 2);
+    auto take_marked = [&] { r->marked.assign(dec.data() + 32768, dec.data() + dec.size()); };
+    for (;;) {
+      const DecodeStatus s = dec.decode(limit);
+      if (s != DecodeStatus::block_end || reader.overrun()) return std::make_unique<ChunkResult>();
+      const std::uint64_t at = reader.position();
+      BufferOutput out(*r, cap_);
+      if (dec.block_final()) {
+        take_marked();
+        const std::optional<std::uint64_t> next = inflate_detail::finish_member(file_, at, out);
+        if (!next) {
+          r->end = RunEnd{n_, file_.size() * 8};
+        } else if (inflate_detail::lands_on(target_, j, n_, *next)) {
+          r->end = RunEnd{j, *next};
+        } else {
+          r->end = inflate_detail::run_known_window(file_, *next, {}, j, n_, target_, out);
+        }
+        break;
+      }
+      if (inflate_detail::lands_on(target_, j, n_, at)) {
+        take_marked();
+        r->end = RunEnd{j, at};
+        break;
+      }
+      if (!dec.window_has_markers()) {
+        take_marked();
+        std::vector<std::uint8_t> window(32768);
+        const std::uint16_t* src = dec.data() + dec.size() - 32768;
+        for (std::size_t i = 0; i < 32768; ++i) window[i] = static_cast<std::uint8_t>(src[i]);
+        r->end = inflate_detail::run_known_window(file_, at, window, j, n_, target_, out);
+        break;
+      }
+    }
+  } catch (const Error&) {
+    return std::make_unique<ChunkResult>();
+  } catch (const Abandon&) {
+    return std::make_unique<ChunkResult>();
+  }
+  r->ok = true;
+  return r;
+}
+
+void Engine::verify() const {
+  std::uint32_t crc = 0;
+  std::uint64_t size = 0;
+  for (const auto& unit : units_) {
+    for (const Segment& s : unit->segments) {
+      crc = static_cast<std::uint32_t>(crc32_combine(crc, s.crc, static_cast<z_off_t>(s.length)));
+      size += s.length;
+      if (!s.member_end) continue;
+      if (crc != s.want_crc)
+        throw Error(ErrorCode::corrupt, file_.path(), "gzip trailer",
+                    "CRC32 of the inflated data does not match the trailer", s.trailer_byte);
+      if (static_cast<std::uint32_t>(size) != s.want_isize)
+        throw Error(ErrorCode::corrupt, file_.path(), "gzip trailer",
+                    "expected ISIZE " + std::to_string(size & 0xffffffffu) + ", but found " +
+                        std::to_string(s.want_isize),
+                    s.trailer_byte + 4);
+      crc = 0;
+      size = 0;
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t inflate_parallel(const core::InputFile& file, const Sink& sink,
+                               const ParallelInflateOptions& options) {
+  Engine engine(file, sink, options);
+  return engine.run();
+}
+
+}  // namespace voxpipe::gz

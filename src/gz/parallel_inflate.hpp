@@ -1,0 +1,52 @@
+// Parallel decompression of any gzip file, without an index: the compressed file is cut into
+// chunks, a block start is searched for in each chunk, and chunks are decoded speculatively on
+// all threads (after rapidgzip: Knespel & Brunst, HPDC'23). A chunk decoded before the bytes that
+// precede it are known writes 16-bit symbols in which "markers" stand for its unknown 32 KiB
+// window, until its own output has pushed every marker out of the window; from there it
+// continues with ISA-L (or our decoder without ISA-L). In file order, each chunk is accepted once
+// its predecessor is seen to end a block exactly where the chunk starts; its markers are then
+// replaced from the predecessor's last 32 KiB, and its bytes delivered. A false block start, or a
+// chunk that outgrows its memory cap, is decoded sequentially from the known position instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/file.hpp"
+#include "gz/stream.hpp"
+
+namespace voxpipe::gz {
+
+struct ParallelInflateOptions {
+  unsigned threads = 0;  // 0: core::default_thread_count()
+  // Compressed bytes per chunk. 4 MiB: on bold_4d.nii.gz (171 MB, gzip -6) 1, 2 and 4 MiB were
+  // within a few percent of each other at 2 threads, and larger chunks leave fewer chunks to
+  // balance; smaller ones pay the block search and the 32 KiB marker stage more often.
+  std::size_t chunk_size = 4 << 20;
+  // Delivery may stop once every byte < stop_after was delivered (then no CRC32 check).
+  std::uint64_t stop_after = UINT64_MAX;
+  // Decompressed size limit: Error(limit) beyond it.
+  std::uint64_t max_output = UINT64_MAX;
+  // When set: filled, sorted by `uncompressed`, with a point at each chunk start and at every
+  // member start.
+  std::vector<SeekPoint>* seek_points = nullptr;
+  // Desired uncompressed spacing of seek points. Best effort: points are placed where chunks
+  // start, so the spacing follows chunk_size times the compression ratio.
+  std::uint64_t seek_spacing = 4 << 20;
+};
+
+// Decompresses the gzip file (all members; zero padding after the last member is accepted, as
+// GzipByteSource does) and delivers every byte to `sink`, from pool threads, concurrently, for
+// disjoint ranges, each byte once. Returns the uncompressed size (with stop_after: the bytes
+// delivered, at least min(stop_after, size)).
+// Throws voxpipe::Error: format (no gzip magic at the start), corrupt (bad deflate data, CRC32 or
+// ISIZE mismatch, data after a member that is neither padding nor a member), truncated (the file
+// ends inside a member), limit (more than max_output bytes); an exception from the sink is
+// rethrown. Bytes may have reached the sink before an error is thrown.
+// Memory: about 2 x threads chunks in flight, each capped at 32 x chunk_size of output, plus
+// 32 KiB windows; never proportional to the file size.
+std::uint64_t inflate_parallel(const core::InputFile& file, const Sink& sink,
+                               const ParallelInflateOptions& options);
+
+}  // namespace voxpipe::gz
