@@ -17,3 +17,42 @@ enum class GzipLayout {
 };
 
 }  // namespace voxpipe
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace voxpipe {
+
+// Seek indexes for gzip files that are one member (as nibabel, FSL and dcm2niix write them): the
+// places where inflation can resume, so that any part of the file is read by inflating only from
+// the nearest one. Stored in the GZIDX format of indexed_gzip and rapidgzip (each tool uses the
+// others' indexes), with a trailer that ties the index to the exact file (size, mtime and a
+// CRC32 of its last 64 KiB): a changed file is never read through a stale index.
+struct GzipIndexOptions {
+  // Uncompressed bytes between seek points (indexed_gzip's default); 0: only `wanted` offsets
+  // and member starts.
+  std::uint64_t spacing = 4u << 20;
+  // Uncompressed offsets that should have a point at, or as close as possible before, them
+  // (NIfTI volume starts).
+  std::vector<std::uint64_t> wanted;
+  // Where to write the index: a path; empty: FILE.gz.gzidx next to the file, or the user cache
+  // directory ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe) when `to_cache`.
+  std::string output;
+  bool to_cache = false;
+};
+
+struct GzipIndexSummary {
+  std::string index_path;
+  std::uint64_t compressed_size = 0;
+  std::uint64_t uncompressed_size = 0;
+  std::uint64_t points = 0;
+  std::uint64_t index_bytes = 0;  // size of the written index file
+};
+
+// Inflates `gz_path` once (checking every member's CRC32 and ISIZE), records seek points and
+// writes the index. Throws Error(corrupt / truncated / format) for a bad file and Error(io) when
+// the index cannot be written; the index file is written atomically.
+GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options = {});
+
+}  // namespace voxpipe

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -178,20 +179,46 @@ class ByteSource;
 // Keeps an image's data file open across reads (nibabel's keep_file_open). A gzip stream keeps
 // its position: selections read in ascending order inflate the file once. Holds a reference to
 // `image`, which must outlive it. Not thread-safe: one reader per thread.
+// How a reader of a single-member .gz data file finds a seek index (gzip.hpp). Files in a
+// sized-member layout, and uncompressed files, need none and ignore this.
+struct DataSourceOptions {
+  enum class Index {
+    automatic,  // a valid sidecar (FILE.gz.gzidx) or cache entry if there is one; else none
+    none,       // inflate front to back
+    path,       // the GZIDX file `index_path`; Error(invalid_argument) when it is stale
+  };
+  Index index = Index::automatic;
+  std::string index_path;
+};
+
+// Keeps the data file open across reads: a sized-member table or a seek index is read once.
+// read() may be called from several threads at once; reads of a sequential source (gzip without
+// sizes or index) are serialised.
 class NiftiReader {
  public:
-  explicit NiftiReader(const NiftiImage& image);
+  explicit NiftiReader(const NiftiImage& image, const DataSourceOptions& options = {});
   ~NiftiReader();
   NiftiReader(const NiftiReader&) = delete;
   NiftiReader& operator=(const NiftiReader&) = delete;
   // As read_nifti_data.
   void read(std::span<const AxisRange> selection, const OutputSpec& spec,
             std::span<std::byte> dest, const ReadOptions& options = {});
+  const NiftiImage& image() const noexcept { return image_; }
+  // True when any selection is read without inflating the data before it (uncompressed data,
+  // sized gzip members, or a seek index).
+  bool random_access() const noexcept;
 
  private:
-  const NiftiImage& image_;
+  NiftiImage image_;
   std::unique_ptr<core::ByteSource> source_;
+  std::unique_ptr<std::mutex> sequential_mutex_;
 };
+
+// Builds the seek index of a NIfTI file whose data are gzip-compressed, with a point at the
+// start of the data and at (or just before) the start of every volume of a 4D+ image, so that
+// img.dataobj[..., t] inflates one volume, plus a point every `options.spacing` bytes.
+// Error(invalid_argument) when the data are not gzip-compressed.
+GzipIndexSummary build_nifti_gzip_index(const std::string& path, GzipIndexOptions options = {});
 
 // Is a conversion from the image's on-disk type to spec supported?  (RGB only as raw bytes,
 // scaling only to float/complex outputs, complex to real only with real_part.)

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "voxpipe/error.hpp"
+#include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
 
 namespace nb = nanobind;
@@ -111,6 +112,70 @@ NB_MODULE(_core, m) {
       nb::call_guard<nb::gil_scoped_release>(),
       "Read a selection (list of (start, step, count) per axis; empty: all) into `out`, a 1-D "
       "uint8 view of an F-ordered array of `dtype`.");
+
+  nb::class_<NiftiReader>(m, "Reader")
+      .def(
+          "__init__",
+          [](NiftiReader* self, const NiftiImage& image, const std::string& index_mode,
+             const std::string& index_path) {
+            DataSourceOptions options;
+            if (index_mode == "auto")
+              options.index = DataSourceOptions::Index::automatic;
+            else if (index_mode == "none")
+              options.index = DataSourceOptions::Index::none;
+            else if (index_mode == "path")
+              options.index = DataSourceOptions::Index::path, options.index_path = index_path;
+            else
+              throw Error(ErrorCode::invalid_argument, image.data_path, "index",
+                          "expected auto, none or path, but received " + index_mode);
+            nb::gil_scoped_release release;
+            new (self) NiftiReader(image, options);
+          },
+          nb::arg("image"), nb::arg("index_mode") = "auto", nb::arg("index_path") = "")
+      .def_prop_ro("random_access", &NiftiReader::random_access)
+      .def(
+          "read",
+          [](NiftiReader& reader,
+             const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& selection,
+             const std::string& out_dtype, bool apply_scaling, bool file_byte_order, bool real_part,
+             ByteArray out, unsigned threads) {
+            std::vector<AxisRange> sel;
+            for (const auto& [start, step, count] : selection) sel.push_back({start, step, count});
+            OutputSpec spec{parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
+            reader.read(sel, spec, std::span(reinterpret_cast<std::byte*>(out.data()), out.size()),
+                        ReadOptions{threads});
+          },
+          nb::arg("selection"), nb::arg("dtype"), nb::arg("apply_scaling"),
+          nb::arg("file_byte_order"), nb::arg("real_part"), nb::arg("out"), nb::arg("threads") = 0,
+          nb::call_guard<nb::gil_scoped_release>(),
+          "As read(), through the reader's open data file (and its member table or index).");
+
+  auto summary_dict = [](const GzipIndexSummary& s) {
+    nb::dict d;
+    d["index_path"] = s.index_path;
+    d["compressed_size"] = s.compressed_size;
+    d["uncompressed_size"] = s.uncompressed_size;
+    d["points"] = s.points;
+    d["index_bytes"] = s.index_bytes;
+    return d;
+  };
+  m.def(
+      "build_index",
+      [summary_dict](const std::string& path, std::uint64_t spacing, const std::string& output,
+                     bool to_cache, bool nifti) {
+        GzipIndexOptions options;
+        options.spacing = spacing;
+        options.output = output;
+        options.to_cache = to_cache;
+        GzipIndexSummary s;
+        {
+          nb::gil_scoped_release release;
+          s = nifti ? build_nifti_gzip_index(path, options) : build_gzip_index(path, options);
+        }
+        return summary_dict(s);
+      },
+      nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"), nb::arg("nifti"),
+      "Build and write the seek index of a .gz file; returns a summary dict.");
 
   m.def(
       "affines",

@@ -8,7 +8,7 @@ The API follows nibabel's, so that switching is a one-line change::
     data = img.get_fdata(dtype="float32") # no float64 detour
 """
 
-from . import errors
+from . import errors, gz
 from ._header import Nifti1Header, Nifti2Header
 from ._image import (
     ArrayProxy,
@@ -28,5 +28,5 @@ __version__ = "0.1.0"
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "VoxpipeError", "errors", "from_nibabel", "load", "save", "__version__",
+    "VoxpipeError", "errors", "from_nibabel", "gz", "load", "save", "__version__",
 ]

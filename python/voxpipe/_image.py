@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -61,9 +62,15 @@ class ArrayProxy:
 
     is_proxy = True
 
-    def __init__(self, core_image, threads: int = 0):
+    def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
+                 index_path: str = ""):
         self._img = core_image
         self._threads = threads
+        # .gz data are read through one open reader, created on first use, so that a member
+        # table or seek index is read once per image rather than once per slice.
+        self._index = (index_mode, index_path)
+        self._reader = None
+        self._reader_lock = threading.Lock()
         self._shape = tuple(core_image.shape)
         raw = _NAME_TO_DTYPE[core_image.dtype]
         if raw.fields is None:
@@ -112,9 +119,22 @@ class ArrayProxy:
             raise ValueError(f"out must be an F-contiguous {dtype} array of shape {shape}, "
                              f"but is {out.dtype} {out.shape}")
         name = _CODE_TO_NAME[dtype_code(dtype)]
-        _core.read(self._img, ranges, name, apply_scaling, file_order, real_part,
-                   _as_bytes_view(out), self._threads)
+        reader = self._gzip_reader()
+        if reader is None:
+            _core.read(self._img, ranges, name, apply_scaling, file_order, real_part,
+                       _as_bytes_view(out), self._threads)
+        else:
+            reader.read(ranges, name, apply_scaling, file_order, real_part, _as_bytes_view(out),
+                        self._threads)
         return out
+
+    def _gzip_reader(self):
+        if not self._img.gzip:
+            return None
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = _core.Reader(self._img, *self._index)
+            return self._reader
 
     def _full_ranges(self):
         return [(0, 1, d) for d in self._shape]
@@ -336,13 +356,18 @@ def _convert_header(header, klass):
     return out
 
 
-def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0):
+def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=None):
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
     Returns a Nifti1Image / Nifti2Image (Nifti1Pair / Nifti2Pair for .hdr/.img) whose ``dataobj``
     reads voxels on demand. ``mmap`` and ``keep_file_open`` are accepted and validated as nibabel
     does, so scripts can switch unchanged; data always come back as arrays owning their memory.
     ``threads``: threads for large reads (0: all cores).
+    ``index`` (single-member .gz data only): None uses a valid seek index next to the file
+    (FILE.gz.gzidx) or in the user cache if there is one (``vp.gz.build_index`` writes them);
+    a path uses that GZIDX file (from voxpipe, indexed_gzip or rapidgzip; a stale one is an
+    error); False never uses one. With an index, ``img.dataobj[..., t]`` inflates only from the
+    nearest seek point.
     """
     if mmap not in (True, False, "c", "r"):
         raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
@@ -357,7 +382,17 @@ def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0):
         klass = Nifti1Pair if pair else Nifti1Image
     hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<",
                              [Extension(c, b) for c, b in core.extensions])
-    proxy = ArrayProxy(core, threads)
+    if index is None:
+        index_args = ("auto", "")
+    elif index is False:
+        index_args = ("none", "")
+    elif isinstance(index, (str, os.PathLike)):
+        index_args = ("path", os.fspath(index))
+    else:
+        raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
+    proxy = ArrayProxy(core, threads, *index_args)
+    if index_args[0] == "path" and core.gzip:
+        proxy._gzip_reader()  # an explicit index is checked now, not at the first read
     img = klass(proxy, None, header=hdr)
     img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
     img._filename = path

@@ -16,46 +16,83 @@ constexpr std::size_t kPipePiece = 512 * 1024;
 constexpr std::size_t kPipeRing = 4;
 }  // namespace
 
-GzipSource::GzipSource(const std::string& path) : file_(path) {
+GzipSource::GzipSource(const std::string& path, const GzipSourceOptions& options) : file_(path) {
   std::uint8_t head[2] = {0, 0};
   const std::size_t got = file_.read_at(0, std::as_writable_bytes(std::span(head)));
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
     throw Error(ErrorCode::format, path, "gzip magic",
                 "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
   members_ = read_member_table(file_);
-  if (!members_) sequential_ = std::make_unique<GzipByteSource>(path);
+  if (members_) return;
+  if (!options.index_path.empty())
+    index_ = load_index(path, options.index_path);
+  else if (options.find_index)
+    index_ = find_index(path);
+  if (!index_) sequential_ = std::make_unique<GzipByteSource>(path);
 }
 
 GzipSource::~GzipSource() = default;
 
+namespace {
+
+// The span of the random-access layout that holds `offset`: a member, or the bytes between two
+// seek points. {0, 0} past the end.
+std::pair<std::uint64_t, std::uint64_t> span_at(const std::optional<std::vector<Member>>& members,
+                                                const std::optional<SeekIndex>& index,
+                                                std::uint64_t offset) {
+  if (members) {
+    const std::vector<Member>& m = *members;
+    auto it = std::upper_bound(m.begin(), m.end(), offset, [](std::uint64_t v, const Member& x) {
+      return v < x.uncompressed_offset + x.uncompressed_size;
+    });
+    if (it == m.end()) return {0, 0};
+    return {it->uncompressed_offset, it->uncompressed_offset + it->uncompressed_size};
+  }
+  const std::vector<SeekPoint>& p = index->points;
+  if (offset >= index->uncompressed_size || p.empty()) return {0, 0};
+  auto it = std::upper_bound(p.begin(), p.end(), offset,
+                             [](std::uint64_t v, const SeekPoint& x) { return v < x.uncompressed; });
+  const std::uint64_t hi = it == p.end() ? index->uncompressed_size : it->uncompressed;
+  const std::uint64_t lo = it == p.begin() ? 0 : std::prev(it)->uncompressed;
+  return {lo, hi};
+}
+
+// Spans larger than this are inflated straight into the caller's buffer instead of the cache.
+constexpr std::uint64_t kMaxCachedSpan = 32u << 20;
+
+}  // namespace
+
 std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) {
-  if (!members_) return sequential_->read_at(offset, dst);
-  const std::vector<Member>& m = *members_;
-  const std::uint64_t total = m.empty() ? 0 : m.back().uncompressed_offset + m.back().uncompressed_size;
+  if (sequential_) return sequential_->read_at(offset, dst);
+  const std::uint64_t total =
+      members_ ? (members_->empty() ? 0 : members_->back().uncompressed_offset + members_->back().uncompressed_size)
+               : index_->uncompressed_size;
   if (offset >= total || dst.empty()) return 0;
   const std::uint64_t end = std::min<std::uint64_t>(total, offset + dst.size());
-  // A read inside one member goes through the cache: NIfTI slices read many small windows of
-  // the same member in ascending order.
-  auto it = std::upper_bound(m.begin(), m.end(), offset, [](std::uint64_t v, const Member& x) {
-    return v < x.uncompressed_offset + x.uncompressed_size;
-  });
-  if (end <= it->uncompressed_offset + it->uncompressed_size) {
+  auto inflate = [&](std::uint64_t begin, std::uint64_t stop, unsigned threads, const Sink& sink) {
+    if (members_)
+      inflate_members(file_, *members_, begin, stop, threads, sink);
+    else
+      inflate_range(file_, *index_, begin, stop, threads, sink);
+  };
+  // A read inside one span goes through the cache: NIfTI slices read many small windows of the
+  // same span in ascending order.
+  const auto [lo, hi] = span_at(members_, index_, offset);
+  if (end <= hi && hi - lo <= kMaxCachedSpan) {
     std::lock_guard lock(cache_mutex_);
-    const auto index = static_cast<std::size_t>(it - m.begin());
-    if (cached_member_ != index) {
-      cached_member_ = SIZE_MAX;
-      cache_.resize(it->uncompressed_size);
-      inflate_members(file_, std::span(&*it, 1), it->uncompressed_offset,
-                      it->uncompressed_offset + it->uncompressed_size, 1,
-                      [&](std::uint64_t at, std::span<const std::byte> data) {
-                        std::memcpy(cache_.data() + (at - it->uncompressed_offset), data.data(), data.size());
-                      });
-      cached_member_ = index;
+    if (cache_begin_ != lo || cache_end_ != hi || cache_.empty()) {
+      cache_end_ = cache_begin_ = 0;
+      cache_.resize(static_cast<std::size_t>(hi - lo));
+      inflate(lo, hi, 1, [&](std::uint64_t at, std::span<const std::byte> data) {
+        std::memcpy(cache_.data() + (at - lo), data.data(), data.size());
+      });
+      cache_begin_ = lo;
+      cache_end_ = hi;
     }
-    std::memcpy(dst.data(), cache_.data() + (offset - it->uncompressed_offset), end - offset);
+    std::memcpy(dst.data(), cache_.data() + (offset - lo), static_cast<std::size_t>(end - offset));
     return static_cast<std::size_t>(end - offset);
   }
-  inflate_members(file_, m, offset, end, 1, [&](std::uint64_t at, std::span<const std::byte> data) {
+  inflate(offset, end, 1, [&](std::uint64_t at, std::span<const std::byte> data) {
     std::memcpy(dst.data() + (at - offset), data.data(), data.size());
   });
   return static_cast<std::size_t>(end - offset);
@@ -65,6 +102,8 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
                             const core::ByteSink& sink) {
   if (members_)
     inflate_members(file_, *members_, begin, end, threads, sink);
+  else if (index_)
+    inflate_range(file_, *index_, begin, std::min(end, index_->uncompressed_size), threads, sink);
   else
     pipelined_read_range(*sequential_, begin, end, threads, sink);
 }

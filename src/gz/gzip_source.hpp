@@ -1,7 +1,8 @@
 // The uncompressed content of a .gz file as a ByteSource, read by the fastest engine its layout
 // allows: members that announce their sizes (members.hpp) are inflated in parallel and at
-// random; any other gzip is inflated front to back (GzipByteSource), with the consumer's work
-// overlapped on a second pool thread.
+// random; a file with a seek index (seek_index.hpp) is inflated from the nearest points, in
+// parallel between points; any other gzip is inflated front to back (GzipByteSource), with the
+// consumer's work overlapped on a second pool thread.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +16,23 @@
 #include "core/file.hpp"
 #include "gz/gzip_reader.hpp"
 #include "gz/members.hpp"
+#include "gz/seek_index.hpp"
 
 namespace voxpipe::gz {
 
+struct GzipSourceOptions {
+  // A seek index for a file without sized members: when `index_path` is set, that GZIDX file
+  // (load_index: a stale one is Error(invalid_argument)); otherwise, when `find_index`, a valid
+  // sidecar or cache entry if there is one.
+  std::string index_path;
+  bool find_index = true;
+};
+
 class GzipSource final : public core::ByteSource {
  public:
-  // Throws Error(format) when the file is not gzip, and the errors of read_member_table.
-  explicit GzipSource(const std::string& path);
+  // Throws Error(format) when the file is not gzip, the errors of read_member_table, and those
+  // of load_index for an explicit index.
+  explicit GzipSource(const std::string& path, const GzipSourceOptions& options = {});
   ~GzipSource() override;
 
   // Thread-safe for sized-member files (random_access()); otherwise sequential, as
@@ -30,19 +41,23 @@ class GzipSource final : public core::ByteSource {
   void read_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                   const core::ByteSink& sink) override;
   bool prefers_read_range() const noexcept override { return true; }
-  bool random_access() const noexcept override { return members_.has_value(); }
+  bool random_access() const noexcept override { return members_ || index_; }
   const std::string& path() const noexcept override { return file_.path(); }
 
   // The member table when the file is in a sized-member layout.
   const std::optional<std::vector<Member>>& members() const noexcept { return members_; }
+  // The seek index in use, if any.
+  const std::optional<SeekIndex>& index() const noexcept { return index_; }
 
  private:
   core::InputFile file_;
   std::optional<std::vector<Member>> members_;
-  std::unique_ptr<GzipByteSource> sequential_;  // plain gzip only
-  // Sized members: the last member inflated by read_at, for runs of small reads inside it.
+  std::optional<SeekIndex> index_;
+  std::unique_ptr<GzipByteSource> sequential_;  // plain gzip without an index only
+  // Random access: the last span (a member, or the bytes between two seek points) inflated by
+  // read_at, for runs of small reads inside it.
   std::mutex cache_mutex_;
-  std::size_t cached_member_ = SIZE_MAX;
+  std::uint64_t cache_begin_ = 0, cache_end_ = 0;
   std::vector<std::byte> cache_;
 };
 

@@ -40,7 +40,8 @@ std::vector<std::uint8_t> encode_extensions(const std::vector<NiftiExtension>& e
 
 // The stream of the image's data file (plain or inflated), for reading several selections in
 // ascending order through one source (a gzip stream is then inflated once).
-std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image);
+std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image,
+                                                   const DataSourceOptions& options = {});
 
 // read_nifti_data through a given source.
 void read_selection(core::ByteSource& source, const NiftiImage& image,

@@ -271,20 +271,56 @@ DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path
   return dtype_is_complex(source) ? DType::c128 : DType::f64;
 }
 
-std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image) {
-  if (image.data_compression == Compression::gzip)
-    return std::make_unique<gz::GzipSource>(image.data_path);
+std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image,
+                                                          const DataSourceOptions& options) {
+  if (image.data_compression == Compression::gzip) {
+    gz::GzipSourceOptions gz_options;
+    gz_options.find_index = options.index == DataSourceOptions::Index::automatic;
+    if (options.index == DataSourceOptions::Index::path) {
+      if (options.index_path.empty())
+        throw Error(ErrorCode::invalid_argument, image.data_path, "index", "no index path given");
+      gz_options.index_path = options.index_path;
+    }
+    return std::make_unique<gz::GzipSource>(image.data_path, gz_options);
+  }
   return std::make_unique<core::FileByteSource>(image.data_path);
 }
 
-NiftiReader::NiftiReader(const NiftiImage& image)
-    : image_(image), source_(nifti::open_data_source(image)) {}
+NiftiReader::NiftiReader(const NiftiImage& image, const DataSourceOptions& options)
+    : image_(image), source_(nifti::open_data_source(image_, options)) {
+  if (!source_->random_access()) sequential_mutex_ = std::make_unique<std::mutex>();
+}
 
 NiftiReader::~NiftiReader() = default;
 
+bool NiftiReader::random_access() const noexcept { return source_->random_access(); }
+
 void NiftiReader::read(std::span<const AxisRange> selection, const OutputSpec& spec,
                        std::span<std::byte> dest, const ReadOptions& options) {
+  if (sequential_mutex_) {
+    std::lock_guard lock(*sequential_mutex_);
+    nifti::read_selection(*source_, image_, selection, spec, dest, options);
+    return;
+  }
   nifti::read_selection(*source_, image_, selection, spec, dest, options);
+}
+
+GzipIndexSummary build_nifti_gzip_index(const std::string& path, GzipIndexOptions options) {
+  const NiftiImage image = open_nifti(path);
+  if (image.data_compression != Compression::gzip)
+    throw Error(ErrorCode::invalid_argument, image.data_path, "compression",
+                "the data are not gzip-compressed: they need no index");
+  // One point at the data start and one per volume (the product of the dimensions past the
+  // third); 3D images get the data start and the spacing points. Each point holds a 32 KiB
+  // window: beyond kMaxVolumePoints volumes the spacing alone places them.
+  constexpr std::uint64_t kMaxVolumePoints = 1u << 16;
+  std::uint64_t volume = dtype_size(image.dtype), volumes = 1;
+  for (std::size_t k = 0; k < image.shape.size(); ++k)
+    (k < 3 ? volume : volumes) *= static_cast<std::uint64_t>(image.shape[k]);
+  options.wanted.push_back(image.data_offset);
+  if (image.shape.size() > 3 && volume > 0 && volumes <= kMaxVolumePoints)
+    for (std::uint64_t t = 1; t < volumes; ++t) options.wanted.push_back(image.data_offset + t * volume);
+  return build_gzip_index(image.data_path, options);
 }
 
 void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selection,

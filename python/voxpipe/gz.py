@@ -1,0 +1,38 @@
+"""gzip tools: seek indexes for single-member .gz files.
+
+A seek index records places where inflation can resume (deflate block starts, each with the
+32 KiB of output before it). With one, any part of a ``.nii.gz`` is read by inflating only from
+the nearest point. voxpipe writes and reads the GZIDX format of indexed_gzip and rapidgzip, so
+each tool can use the others' indexes; voxpipe's own index files carry a trailer that ties them
+to the exact file (size, mtime and a checksum of its tail), so a changed file is never read
+through a stale index. Files written by voxpipe itself (sized gzip members) need no index.
+"""
+from __future__ import annotations
+
+import os
+
+from . import _core
+
+__all__ = ["build_index"]
+
+_NIFTI_GZ = (".nii.gz", ".hdr.gz", ".img.gz")
+
+
+def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = False) -> dict:
+    """Inflate ``path`` once and write its seek index.
+
+    ``spacing``: uncompressed bytes between seek points (0: none besides the volume points).
+    NIfTI files (``.nii.gz``, ``.hdr.gz``/``.img.gz``) also get a point at the start of the data
+    and at every volume of a 4D+ image, so that ``img.dataobj[..., t]`` inflates one volume.
+    ``output``: where to write the index; by default ``FILE.gz.gzidx`` next to the file, or the
+    user cache directory (``$VOXPIPE_CACHE_DIR``, ``$XDG_CACHE_HOME/voxpipe`` or
+    ``~/.cache/voxpipe``) with ``cache=True``. ``vp.load`` finds either automatically.
+
+    Returns a dict: index_path, compressed_size, uncompressed_size, points, index_bytes.
+    """
+    path = os.fspath(path)
+    if spacing < 0:
+        raise ValueError(f"spacing must be >= 0, but is {spacing}")
+    nifti = path.lower().endswith(_NIFTI_GZ)
+    return _core.build_index(path, int(spacing), os.fspath(output) if output is not None else "",
+                             bool(cache), nifti)

@@ -1,0 +1,30 @@
+// The public gzip functions (include/voxpipe/gzip.hpp) over the seek index module.
+#include <algorithm>
+
+#include "core/file.hpp"
+#include "gz/seek_index.hpp"
+#include "voxpipe/gzip.hpp"
+
+namespace voxpipe {
+
+GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options) {
+  const core::InputFile file(gz_path);
+  std::vector<std::uint64_t> wanted = options.wanted;
+  std::sort(wanted.begin(), wanted.end());
+  const gz::SeekIndex index = gz::build_seek_index(file, options.spacing, wanted);
+  GzipIndexSummary summary;
+  if (options.output.empty()) {
+    gz::save_index(gz_path, index, !options.to_cache);
+    summary.index_path = options.to_cache ? gz::cache_path(gz_path) : gz::sidecar_path(gz_path);
+  } else {
+    gz::write_gzidx_file(options.output, index, gz::index_key(gz_path));
+    summary.index_path = options.output;
+  }
+  summary.compressed_size = index.compressed_size;
+  summary.uncompressed_size = index.uncompressed_size;
+  summary.points = index.points.size();
+  summary.index_bytes = core::file_size(summary.index_path).value_or(0);
+  return summary;
+}
+
+}  // namespace voxpipe
