@@ -153,8 +153,8 @@ std::uint32_t HuffmanTable<TableBits, MaxSymbols>::decode_long(std::uint64_t bit
   return 0;
 }
 
-template struct HuffmanTable<11, 288>;
-template struct HuffmanTable<10, 32>;
+template struct HuffmanTable<13, 288>;
+template struct HuffmanTable<11, 32>;
 template struct HuffmanTable<7, 19>;
 
 namespace {
@@ -371,73 +371,141 @@ DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
   const LitLenTable& lit = *lit_;
   const DistTable& dist = *dist_;
   constexpr std::size_t kSlack = 258 + 16;
+  // The hot state lives in locals: stores through T* (uint8_t aliases everything) would
+  // otherwise force the reader's fields to be reloaded after every output byte.
+  BitReader& in = in_;
+  std::uint64_t bits = in.bits_;
+  unsigned count = in.bitcount_;
+  const std::uint8_t* data = in.data_;
+  std::size_t ipos = in.pos_;
+  std::size_t iend = in.end_;
+  std::size_t pos = pos_;
+  T* out = out_.get();
+  std::size_t room = std::min(limit, capacity_ - 16);  // pos + 258 <= room: a symbol fits
+  auto save = [&] {
+    in.bits_ = bits;
+    in.bitcount_ = count;
+    in.pos_ = ipos;
+    pos_ = pos;
+  };
+  auto load = [&] {
+    bits = in.bits_;
+    count = in.bitcount_;
+    data = in.data_;
+    ipos = in.pos_;
+    iend = in.end_;
+  };
+  DecodeStatus status;
+  const char* message = nullptr;
   for (;;) {
-    if (pos_ + 258 > limit) return DecodeStatus::output_full;
-    if (pos_ + kSlack > capacity_) reserve(pos_ + kSlack);
-    T* const out = out_.get();
-    in_.refill();
-    std::uint64_t b = in_.peek();
-    std::uint32_t e = lit.direct[b & ((1u << 11) - 1)];
+    if (pos + 258 > room) [[unlikely]] {
+      if (pos + 258 > limit) {
+        status = DecodeStatus::output_full;
+        break;
+      }
+      pos_ = pos;
+      reserve(pos + kSlack);
+      out = out_.get();
+      room = std::min(limit, capacity_ - 16);
+    }
+    if (iend - ipos >= 8) [[likely]] {
+      std::uint64_t w;
+      std::memcpy(&w, data + ipos, 8);
+      bits |= w << count;
+      ipos += (63 - count) >> 3;
+      count |= 56;
+    } else {
+      save();
+      in.refill_slow();
+      load();
+    }
+    std::uint32_t e = lit.direct[bits & ((1u << 13) - 1)];
     if (e == 0) [[unlikely]] {
-      e = lit.decode_long(b);
-      if (e == 0) return fail("invalid literal/length code");
+      e = lit.decode_long(bits);
+      if (e == 0) {
+        message = "invalid literal/length code";
+        status = DecodeStatus::error;
+        break;
+      }
     }
     unsigned used = e & 15;
     const unsigned sym = e >> 4;
     if (sym < 256) {
-      in_.consume(used);
-      out[pos_++] = static_cast<T>(sym);
-      // A second literal from the same refill when the table says so (most literals are short).
-      b >>= used;
-      const std::uint32_t e2 = lit.direct[b & ((1u << 11) - 1)];
-      if (e2 != 0 && (e2 >> 4) < 256 && pos_ + 258 <= limit) {
-        in_.consume(e2 & 15);
-        out[pos_++] = static_cast<T>(e2 >> 4);
+      bits >>= used;
+      count -= used;
+      out[pos++] = static_cast<T>(sym);
+      // A second literal from the same refill (count >= 41 here).
+      const std::uint32_t e2 = lit.direct[bits & ((1u << 13) - 1)];
+      if (e2 != 0 && (e2 >> 4) < 256) {
+        bits >>= (e2 & 15);
+        count -= (e2 & 15);
+        out[pos++] = static_cast<T>(e2 >> 4);
       }
       continue;
     }
     if (sym == 256) {
-      in_.consume(used);
+      bits >>= used;
+      count -= used;
       in_block_ = false;
-      return DecodeStatus::block_end;
+      status = DecodeStatus::block_end;
+      break;
     }
-    if (sym > 285) return fail("invalid literal/length code");
+    if (sym > 285) {
+      message = "invalid literal/length code";
+      status = DecodeStatus::error;
+      break;
+    }
     const unsigned li = sym - 257;
-    b >>= used;
+    std::uint64_t b = bits >> used;
     const unsigned lx = kLengthExtra[li];
     const std::size_t length = kLengthBase[li] + (b & ((1u << lx) - 1));
     b >>= lx;
     used += lx;
-    std::uint32_t d = dist.direct[b & ((1u << 10) - 1)];
+    std::uint32_t d = dist.direct[b & ((1u << 11) - 1)];
     if (d == 0) [[unlikely]] {
       d = dist.decode_long(b);
       if (d == 0) {
-        in_.consume(used);
-        return fail("invalid distance code");
+        message = "invalid distance code";
+        status = DecodeStatus::error;
+        break;
       }
     }
     const unsigned dl = d & 15;
     const unsigned dsym = d >> 4;
     if (dsym > 29) {
-      in_.consume(used);
-      return fail("invalid distance code");
+      message = "invalid distance code";
+      status = DecodeStatus::error;
+      break;
     }
     b >>= dl;
     used += dl;
     const unsigned dx = kDistExtra[dsym];
     const std::size_t distance = kDistBase[dsym] + (b & ((1u << dx) - 1));
     used += dx;
-    in_.consume(used);
-    if (distance > pos_) return fail("invalid distance too far back");
-    T* dst = out + pos_;
+    bits >>= used;
+    count -= used;
+    if (distance > pos) {
+      message = "invalid distance too far back";
+      status = DecodeStatus::error;
+      break;
+    }
+    T* dst = out + pos;
     const T* src = dst - distance;
     if constexpr (std::is_same_v<T, std::uint8_t>) {
-      if (distance >= 8) {
-        // 8-byte steps: each load reads bytes already final (distance >= 8); the slack after
-        // the output absorbs the overshoot.
-        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 8);
+      if (distance >= 16) {
+        // 16-byte steps: each load reads bytes already final; the slack absorbs the overshoot.
+        for (std::size_t i = 0; i < length; i += 16) std::memcpy(dst + i, src + i, 16);
       } else if (distance == 1) {
         std::memset(dst, *src, length);
+      } else if (distance >= 8) {
+        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 8);
+      } else {
+        for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
+      }
+    } else if (dropped_ + pos - distance >= marker_end_) {
+      // The source lies after the last marker: a plain copy.
+      if (distance >= 8) {
+        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 16);
       } else {
         for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
       }
@@ -448,10 +516,13 @@ DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
         dst[i] = v;
         acc |= v;
       }
-      if (acc >= 256) marker_end_ = dropped_ + pos_ + length;
+      if (acc >= 256) marker_end_ = dropped_ + pos + length;
     }
-    pos_ += length;
+    pos += length;
   }
+  save();
+  if (status == DecodeStatus::error) return fail(message);
+  return status;
 }
 
 template <class T>
