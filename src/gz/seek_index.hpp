@@ -107,9 +107,10 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 // point <= begin (raw inflate, inflatePrime for the bit offset, inflateSetDictionary with the
 // window: the zran.c method) and crosses member boundaries (a member decoded from its header has
 // its CRC32 and ISIZE checked; a member entered at a point cannot be). With threads != 1 and
-// several points inside the range, the spans between consecutive points are decoded as separate
-// tasks of core::parallel_for (threads 0: all cores); the sink is then called concurrently for
-// disjoint ranges. Error(invalid_argument) when the index does not belong to a file of this size
+// several points inside the range, the spans between consecutive points are decoded in parallel
+// with core::parallel_for (threads 0: all cores), grouped into at most 4 x threads tasks of
+// similar output size, each inflating through the points inside it; the sink is then called
+// concurrently for disjoint ranges. Error(invalid_argument) when the index does not belong to a file of this size
 // or the range exceeds index.uncompressed_size; Error(corrupt / truncated) on bad data, naming
 // the file and compressed byte offset.
 void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
