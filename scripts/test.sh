@@ -59,7 +59,7 @@ stage_fuzz() {
   configure_build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
-  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip) pids=() t dict failed=0 inputs
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_gzidx) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
   # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each.
   for t in "${targets[@]}"; do
@@ -77,10 +77,11 @@ stage_fuzz() {
   # committed seeds in tests/fuzz/corpus/<target> are only read.
   for t in "${targets[@]}"; do
     dict=tests/fuzz/nifti.dict
-    [ "$t" = fuzz_gzip ] && dict=tests/fuzz/gzip.dict
+    case $t in fuzz_gzip | fuzz_gzip_members | fuzz_inflate_parallel) dict=tests/fuzz/gzip.dict ;; esac
+    [ "$t" = fuzz_gzidx ] && dict=
     mkdir -p "build/fuzz/work/$t"
     "build/fuzz/tests/$t" -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 \
-      -dict="$dict" -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
+      ${dict:+-dict="$dict"} -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
       "build/fuzz/work/$t" "tests/fuzz/corpus/$t" >"build/fuzz/logs/$t.log" 2>&1 &
     pids+=($!)
   done

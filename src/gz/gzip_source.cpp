@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/thread_pool.hpp"
+#include "gz/parallel_inflate.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::gz {
@@ -77,7 +78,8 @@ std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   };
   // A read inside one span goes through the cache: NIfTI slices read many small windows of the
   // same span in ascending order.
-  const auto [lo, hi] = span_at(members_, index_, offset);
+  const auto span = span_at(members_, index_, offset);
+  const std::uint64_t lo = span.first, hi = span.second;  // not a structured binding: lambdas capture it
   if (end <= hi && hi - lo <= kMaxCachedSpan) {
     std::lock_guard lock(cache_mutex_);
     if (cache_begin_ != lo || cache_end_ != hi || cache_.empty()) {
@@ -104,8 +106,23 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
     inflate_members(file_, *members_, begin, end, threads, sink);
   else if (index_)
     inflate_range(file_, *index_, begin, std::min(end, index_->uncompressed_size), threads, sink);
+  else if ((threads == 0 ? core::default_thread_count() : threads) >= 2 &&
+           file_.size() >= kMinParallelCompressed)
+    inflate_parallel_range(begin, end, threads, sink);
   else
     pipelined_read_range(*sequential_, begin, end, threads, sink);
+}
+
+void GzipSource::inflate_parallel_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
+                                        const core::ByteSink& sink) {
+  // The engine starts at the file's first byte; bytes before `begin` are inflated and dropped.
+  ParallelInflateOptions options;
+  options.threads = threads;
+  options.stop_after = end;
+  inflate_parallel(file_, [&](std::uint64_t at, std::span<const std::byte> data) {
+    const std::uint64_t lo = std::max(at, begin), hi = std::min(at + data.size(), end);
+    if (lo < hi) sink(lo, data.subspan(static_cast<std::size_t>(lo - at), static_cast<std::size_t>(hi - lo)));
+  }, options);
 }
 
 void pipelined_read_range(core::ByteSource& source, std::uint64_t begin, std::uint64_t end,

@@ -1,8 +1,9 @@
 // The uncompressed content of a .gz file as a ByteSource, read by the fastest engine its layout
 // allows: members that announce their sizes (members.hpp) are inflated in parallel and at
 // random; a file with a seek index (seek_index.hpp) is inflated from the nearest points, in
-// parallel between points; any other gzip is inflated front to back (GzipByteSource), with the
-// consumer's work overlapped on a second pool thread.
+// parallel between points; any other gzip is inflated in parallel by speculative decoding
+// (parallel_inflate.hpp) for ranges, and front to back (GzipByteSource) for small reads and on
+// one thread, with the consumer's work overlapped on a second pool thread.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,12 @@ class GzipSource final : public core::ByteSource {
   const std::optional<SeekIndex>& index() const noexcept { return index_; }
 
  private:
+  // Below this compressed size a file inflates on one thread in less time than the parallel
+  // engine spends finding block starts and resolving windows.
+  static constexpr std::uint64_t kMinParallelCompressed = 2u << 20;
+  void inflate_parallel_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
+                              const core::ByteSink& sink);
+
   core::InputFile file_;
   std::optional<std::vector<Member>> members_;
   std::optional<SeekIndex> index_;
