@@ -40,6 +40,12 @@ struct GzipIndexOptions {
   // directory ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe) when `to_cache`.
   std::string output;
   bool to_cache = false;
+  // true: inflate front to back (zlib, one thread) and place every point exactly (the last block
+  // boundary at or before each wanted offset, then one per `spacing`). false: the index falls
+  // out of a parallel inflate on `threads` threads at almost no cost over the inflate itself,
+  // with a point at each chunk start (about every 4 MiB compressed); `wanted` is then ignored.
+  bool exact = true;
+  unsigned threads = 0;  // 0: all cores (exact = false only)
 };
 
 struct GzipIndexSummary {

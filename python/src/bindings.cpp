@@ -162,11 +162,13 @@ NB_MODULE(_core, m) {
   m.def(
       "build_index",
       [summary_dict](const std::string& path, std::uint64_t spacing, const std::string& output,
-                     bool to_cache, bool nifti) {
+                     bool to_cache, bool nifti, bool exact, unsigned threads) {
         GzipIndexOptions options;
         options.spacing = spacing;
         options.output = output;
         options.to_cache = to_cache;
+        options.exact = exact;
+        options.threads = threads;
         GzipIndexSummary s;
         {
           nb::gil_scoped_release release;
@@ -175,6 +177,7 @@ NB_MODULE(_core, m) {
         return summary_dict(s);
       },
       nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"), nb::arg("nifti"),
+      nb::arg("exact") = true, nb::arg("threads") = 0,
       "Build and write the seek index of a .gz file; returns a summary dict.");
 
   m.def(

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/file.hpp"
+#include "gz/parallel_inflate.hpp"
 #include "gz/seek_index.hpp"
 #include "voxpipe/gzip.hpp"
 
@@ -9,9 +10,21 @@ namespace voxpipe {
 
 GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options) {
   const core::InputFile file(gz_path);
-  std::vector<std::uint64_t> wanted = options.wanted;
-  std::sort(wanted.begin(), wanted.end());
-  const gz::SeekIndex index = gz::build_seek_index(file, options.spacing, wanted);
+  gz::SeekIndex index;
+  if (options.exact) {
+    std::vector<std::uint64_t> wanted = options.wanted;
+    std::sort(wanted.begin(), wanted.end());
+    index = gz::build_seek_index(file, options.spacing, wanted);
+  } else {
+    gz::ParallelInflateOptions parallel;
+    parallel.threads = options.threads;
+    parallel.seek_points = &index.points;
+    parallel.seek_spacing = options.spacing;
+    index.uncompressed_size =
+        gz::inflate_parallel(file, [](std::uint64_t, std::span<const std::byte>) {}, parallel);
+    index.compressed_size = file.size();
+    index.spacing = static_cast<std::uint32_t>(std::min<std::uint64_t>(options.spacing, UINT32_MAX));
+  }
   GzipIndexSummary summary;
   if (options.output.empty()) {
     gz::save_index(gz_path, index, !options.to_cache);

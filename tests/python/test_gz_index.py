@@ -122,3 +122,19 @@ def test_cli_index(bold):
     assert vp.load(path).dataobj._gzip_reader().random_access
     r = subprocess.run([exe, 'index', path, '--spacing', 'x'], capture_output=True, text=True)
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize('threads', [1, 2])
+def test_fast_index_from_the_parallel_inflate_reads_the_same(tmp_path, threads):
+    # Larger than a few parallel chunks, so that the index has points inside the data.
+    rng = np.random.default_rng(8)
+    data = rng.integers(0, 4000, (64, 64, 40, 40), dtype=np.int16)
+    path = str(tmp_path / 'big.nii.gz')
+    nib.save(nib.Nifti1Image(data, AFFINE), path)
+    s = vp.gz.build_index(path, exact=False, threads=threads)
+    assert s['points'] >= 2
+    img = vp.load(path)
+    assert img.dataobj._gzip_reader().random_access
+    for t in (0, 17, 39):
+        np.testing.assert_array_equal(img.dataobj[..., t], data[..., t])
+    np.testing.assert_array_equal(np.asanyarray(img.dataobj), data)
