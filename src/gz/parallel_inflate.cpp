@@ -201,7 +201,6 @@ class Engine {
   bool stopped_ = false;
   bool failed_ = false;
   std::exception_ptr error_;
-  std::size_t next_claim_ = 1;
   std::deque<Job> jobs_;
   std::deque<std::unique_ptr<Unit>> units_;
   std::vector<SeekPoint> points_;
@@ -358,17 +357,19 @@ void Engine::worker() {
         continue;
       }
       if (finished_) return;
-      next_claim_ = std::max(next_claim_, f_chunk_ + 1);
-      while (next_claim_ < n_ && slots_[next_claim_].status != kUnclaimed) ++next_claim_;
-      if (next_claim_ < n_ && next_claim_ <= f_chunk_ + ahead_) {
-        const std::size_t c = next_claim_++;
+      // Speculate on the furthest free chunk of the window: the resolver decodes the chunks at
+      // the frontier itself, with a known window (ISA-L), which is faster than marker decoding,
+      // so speculation pays only where the resolver will not arrive soon.
+      std::size_t c = std::min(n_ - 1, f_chunk_ + ahead_);
+      while (c > f_chunk_ && slots_[c].status != kUnclaimed) --c;
+      if (c > f_chunk_) {
         slots_[c].status = kInProgress;
         lock.unlock();
         std::unique_ptr<ChunkResult> r = speculate(c);
         lock.lock();
         slots_[c].status = kDone;
         // A chunk the frontier has already passed is of no use.
-        if (c > f_chunk_) slots_[c].result = std::move(r);
+        if (c >= f_chunk_) slots_[c].result = std::move(r);
         cv_.notify_all();
         continue;
       }
