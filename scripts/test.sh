@@ -59,7 +59,7 @@ stage_fuzz() {
   configure_build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
-  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_gzidx) pids=() t dict failed=0 inputs
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_gzidx) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
   # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each.
   for t in "${targets[@]}"; do
