@@ -502,21 +502,18 @@ DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
       } else {
         for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
       }
-    } else if (dropped_ + pos - distance >= marker_end_) {
-      // The source lies after the last marker: a plain copy.
+    } else {
       if (distance >= 8) {
         for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 16);
       } else {
         for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
       }
-    } else {
-      unsigned acc = 0;
-      for (std::size_t i = 0; i < length; ++i) {
-        const T v = src[i];
-        dst[i] = v;
-        acc |= v;
+      // A source before the last marker may have copied markers: look (a vectorised OR).
+      if (dropped_ + pos - distance < marker_end_) {
+        unsigned acc = 0;
+        for (std::size_t i = 0; i < length; ++i) acc |= dst[i];
+        if (acc >= 256) marker_end_ = dropped_ + pos + length;
       }
-      if (acc >= 256) marker_end_ = dropped_ + pos + length;
     }
     pos += length;
   }

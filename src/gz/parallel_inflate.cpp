@@ -505,13 +505,23 @@ void Engine::finalize(Job& job) {
     offset += n;
   };
   if (!r.marked.empty()) {
+    // Markers through a table of the window: no branch on the window's length per byte. A
+    // window shorter than 32 KiB (a member started less than 32 KiB before) leaves entries
+    // that no valid stream refers to; any marker for them is an error.
+    const std::size_t missing = 32768 - job.window.size();
+    std::vector<std::uint8_t> table(32768, 0);
+    std::copy(job.window.begin(), job.window.end(), table.begin() + static_cast<std::ptrdiff_t>(missing));
     std::vector<std::uint8_t> bytes(std::min<std::size_t>(r.marked.size(), 1 << 16));
     for (std::size_t at = 0; at < r.marked.size(); at += bytes.size()) {
       const std::size_t n = std::min(bytes.size(), r.marked.size() - at);
+      const std::uint16_t* m = r.marked.data() + at;
+      unsigned low = 0xffff;
       for (std::size_t i = 0; i < n; ++i) {
-        const std::uint16_t v = r.marked[at + i];
-        bytes[i] = v < 256 ? static_cast<std::uint8_t>(v) : resolve_marker(v, job.window);
+        const std::uint16_t v = m[i];
+        bytes[i] = v < 256 ? static_cast<std::uint8_t>(v) : table[v & 0x7fff];
+        low = std::min<unsigned>(low, v >= 256 ? (v & 0x7fff) : 0xffff);
       }
+      if (low < missing) resolve_marker(static_cast<std::uint16_t>(kMarkerBase + low), job.window);
       deliver(bytes.data(), n);
     }
   }
