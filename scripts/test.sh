@@ -101,6 +101,11 @@ stage_fuzz() {
 
 stage_python() {
   local rc=0
+  # The GZIDX interop tests drive voxpipe's side through a test tool the unit stage builds.
+  if [ -z "${VOXPIPE_GZIDX_TOOL:-}" ] && [ -x build/test/tests/voxpipe_gzidx_tool ]; then
+    export VOXPIPE_GZIDX_TOOL=$root/build/test/tests/voxpipe_gzidx_tool
+  fi
+  [ -n "${VOXPIPE_GZIDX_TOOL:-}" ] || echo "note: VOXPIPE_GZIDX_TOOL unset (run the unit stage first): GZIDX interop tests skip"
   .venv/bin/python -m pytest tests/python -q || rc=$?
   if [ $rc -eq 5 ]; then
     # pytest's "no tests collected": fine only when there really are no test files.
