@@ -158,6 +158,14 @@ class DeflateDecoder {
   std::size_t window_size() const noexcept { return window_size_; }
   // Drops all but the last `keep` elements of the buffer (keeps history for back-references).
   void discard_front(std::size_t keep);
+  // Allocates room for n elements (window included) up front: pages are touched only as output
+  // reaches them, and the buffer is not copied while growing.
+  void reserve_output(std::size_t n) { reserve(n); }
+  // Hands the buffer (data(), size() elements) to the caller; the decoder must be started again.
+  std::unique_ptr<T[]> take_buffer() {
+    capacity_ = pos_ = 0;
+    return std::move(out_);
+  }
   // Elements dropped from the front so far: data()[0] is element dropped() of the whole
   // sequence (window included).
   std::uint64_t dropped() const noexcept { return dropped_; }

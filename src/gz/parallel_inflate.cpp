@@ -61,13 +61,16 @@ struct Piece {
 struct ChunkResult {
   bool ok = false;
   BlockCandidate start;
-  std::vector<std::uint16_t> marked;  // first output, with markers for the unknown window
+  // First output, with markers for the unknown window: marked_buffer[32768, 32768 + marked).
+  std::unique_ptr<std::uint16_t[]> marked_buffer;
+  std::size_t marked = 0;
+  const std::uint16_t* marked_data() const { return marked_buffer.get() + 32768; }
   std::vector<Piece> pieces;          // the rest, plain bytes
   std::size_t piece_size = 0;
   std::uint64_t plain = 0;
   std::vector<Event> events;
   RunEnd end;
-  std::uint64_t total() const { return marked.size() + plain; }
+  std::uint64_t total() const { return marked + plain; }
 };
 
 // Thrown when a speculative chunk outgrows its cap.
@@ -463,10 +466,10 @@ std::vector<std::uint8_t> Engine::tail_of(const ChunkResult& r, const std::vecto
     const std::int64_t i = first + static_cast<std::int64_t>(k);
     if (i < 0) {
       w[k] = prev[prev.size() + i];
-    } else if (static_cast<std::uint64_t>(i) < r.marked.size()) {
-      w[k] = resolve_marker(r.marked[i], prev);
+    } else if (static_cast<std::uint64_t>(i) < r.marked) {
+      w[k] = resolve_marker(r.marked_data()[i], prev);
     } else {
-      const std::uint64_t j = i - r.marked.size();
+      const std::uint64_t j = i - r.marked;
       w[k] = r.pieces[j / r.piece_size].data[j % r.piece_size];
     }
   }
@@ -504,17 +507,17 @@ void Engine::finalize(Job& job) {
     tracker.feed(p, n);
     offset += n;
   };
-  if (!r.marked.empty()) {
+  if (r.marked) {
     // Markers through a table of the window: no branch on the window's length per byte. A
     // window shorter than 32 KiB (a member started less than 32 KiB before) leaves entries
     // that no valid stream refers to; any marker for them is an error.
     const std::size_t missing = 32768 - job.window.size();
     std::vector<std::uint8_t> table(32768, 0);
     std::copy(job.window.begin(), job.window.end(), table.begin() + static_cast<std::ptrdiff_t>(missing));
-    std::vector<std::uint8_t> bytes(std::min<std::size_t>(r.marked.size(), 1 << 16));
-    for (std::size_t at = 0; at < r.marked.size(); at += bytes.size()) {
-      const std::size_t n = std::min(bytes.size(), r.marked.size() - at);
-      const std::uint16_t* m = r.marked.data() + at;
+    std::vector<std::uint8_t> bytes(std::min<std::size_t>(r.marked, 1 << 16));
+    for (std::size_t at = 0; at < r.marked; at += bytes.size()) {
+      const std::size_t n = std::min(bytes.size(), r.marked - at);
+      const std::uint16_t* m = r.marked_data() + at;
       unsigned low = 0xffff;
       for (std::size_t i = 0; i < n; ++i) {
         const std::uint16_t v = m[i];
@@ -542,10 +545,14 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
         },
         file_.size());
     DeflateDecoder<std::uint16_t> dec(reader);
+    const std::size_t limit = 32768 + static_cast<std::size_t>(cap_ / 2);
+    dec.reserve_output(limit + 512);
     dec.start_with_markers(cand->last_bit);
     std::size_t j = c + 1;
-    const std::size_t limit = 32768 + static_cast<std::size_t>(cap_ / 2);
-    auto take_marked = [&] { r->marked.assign(dec.data() + 32768, dec.data() + dec.size()); };
+    auto take_marked = [&] {
+      r->marked = dec.size() - 32768;
+      r->marked_buffer = dec.take_buffer();
+    };
     for (;;) {
       const DecodeStatus s = dec.decode(limit);
       if (s != DecodeStatus::block_end || reader.overrun()) return std::make_unique<ChunkResult>();
@@ -569,10 +576,10 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
         break;
       }
       if (!dec.window_has_markers()) {
-        take_marked();
         std::vector<std::uint8_t> window(32768);
         const std::uint16_t* src = dec.data() + dec.size() - 32768;
         for (std::size_t i = 0; i < 32768; ++i) window[i] = static_cast<std::uint8_t>(src[i]);
+        take_marked();
         r->end = inflate_detail::run_known_window(file_, at, window, j, n_, target_, out);
         break;
       }
