@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -80,7 +81,8 @@ struct Stop {};
 
 class BufferOutput final : public RunOutput {
  public:
-  BufferOutput(ChunkResult& r, std::uint64_t cap) : r_(r), cap_(cap) {}
+  BufferOutput(ChunkResult& r, std::uint64_t cap, const std::atomic<bool>& cancel)
+      : r_(r), cap_(cap), cancel_(cancel) {}
   std::span<std::uint8_t> space() override {
     if (r_.pieces.empty() || r_.pieces.back().used == r_.piece_size)
       r_.pieces.push_back(Piece{std::unique_ptr<std::uint8_t[]>(new std::uint8_t[r_.piece_size]), 0});
@@ -90,7 +92,7 @@ class BufferOutput final : public RunOutput {
   void commit(std::size_t n) override {
     r_.pieces.back().used += n;
     r_.plain += n;
-    if (r_.total() > cap_) throw Abandon{};
+    if (r_.total() > cap_ || cancel_.load(std::memory_order_relaxed)) throw Abandon{};
   }
   void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) override {
     r_.events.push_back(Event{r_.total(), true, crc, isize, trailer_byte, 0});
@@ -102,6 +104,7 @@ class BufferOutput final : public RunOutput {
  private:
   ChunkResult& r_;
   std::uint64_t cap_;
+  const std::atomic<bool>& cancel_;
 };
 
 // Splits delivered bytes into segments at member ends and computes their CRC32s.
@@ -203,6 +206,8 @@ class Engine {
   bool finished_ = false;
   bool stopped_ = false;
   bool failed_ = false;
+  // Set with finished_ or failed_: speculation in progress stops at its next block or piece.
+  std::atomic<bool> cancel_{false};
   std::exception_ptr error_;
   std::deque<Job> jobs_;
   std::deque<std::unique_ptr<Unit>> units_;
@@ -278,6 +283,8 @@ Engine::Engine(const core::InputFile& file, const Sink& sink, const ParallelInfl
   // chunk starts are wanted.
   if (threads_ <= 1 && !o.seek_points) n_ = 1;
   ahead_ = threads_ <= 1 ? 0 : 2 * std::size_t{threads_};
+  // A read of the first bytes only (a NIfTI header) is over before any speculation would pay.
+  if (o.stop_after <= chunk_) ahead_ = 0;
   // 16x: fMRI and anatomy inflate 2-4x, so only masks and other near-constant data reach the
   // cap; for those the sequential path (ISA-L at GB/s on such data) is the better use anyway.
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
@@ -383,6 +390,7 @@ void Engine::worker() {
   } catch (...) {
     std::lock_guard lock(mu_);
     failed_ = true;
+    cancel_ = true;
     if (!error_) error_ = std::current_exception();
     cv_.notify_all();
   }
@@ -394,6 +402,7 @@ void Engine::resolve() {
     if (failed_ || finished_) return;
     if (f_chunk_ >= n_) {
       finished_ = true;
+      cancel_ = true;
       return;
     }
     Slot& s = slots_[f_chunk_];
@@ -422,6 +431,7 @@ void Engine::advance(RunEnd end) {
   } else if (f_offset_ >= opts_.stop_after) {
     finished_ = stopped_ = true;
   }
+  if (finished_) cancel_ = true;
   cv_.notify_all();
 }
 
@@ -437,6 +447,7 @@ void Engine::sequential() {
     f_offset_ = out.offset();
     std::lock_guard lock(mu_);
     stopped_ = finished_ = true;
+    cancel_ = true;
     cv_.notify_all();
     return;
   }
@@ -569,7 +580,8 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
       const DecodeStatus s = dec.decode(limit);
       if (s != DecodeStatus::block_end || reader.overrun()) return std::make_unique<ChunkResult>();
       const std::uint64_t at = reader.position();
-      BufferOutput out(*r, cap_);
+      BufferOutput out(*r, cap_, cancel_);
+      if (cancel_.load(std::memory_order_relaxed)) return std::make_unique<ChunkResult>();
       if (dec.block_final()) {
         take_marked();
         const std::optional<std::uint64_t> next = inflate_detail::finish_member(file_, at, out);
