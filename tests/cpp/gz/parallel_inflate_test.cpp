@@ -265,6 +265,32 @@ TEST(ParallelInflate, MultiMemberFilesWithPaddingMatchZlib) {
   }
 }
 
+TEST(ParallelInflate, HeaderFieldsOnEveryMemberAreSkipped) {
+  vptest::TempDir dir;
+  vptest::GzipHeaderFields fields;
+  fields.name = "sub-01_T1w.nii";
+  fields.comment = std::string(3000, 'c');  // a header longer than the smallest chunk
+  fields.extra = vptest::random_bytes(700, 9);
+  fields.hcrc = true;
+  const Bytes a = anatomy_int16((700 << 10) / kScale, 91);
+  const Bytes b = vptest::text_bytes(90000, 92);
+  const std::string path = dir.file("h.gz");
+  vptest::write_file(path, vptest::concat({vptest::gzip_compress(a, 6, &fields),
+                                           vptest::gzip_compress(b, 1, &fields),
+                                           vptest::gzip_compress(a, 1, &fields)}));
+  expect_matches_zlib(path, "header fields", {std::size_t{4096}, std::size_t{64} << 10});
+  // A header CRC16 that does not match is corrupt, as zlib says.
+  Bytes bad = vptest::read_file(path);
+  const std::size_t hcrc_at = 10 + 2 + fields.extra.size() + fields.name.size() + 1 + fields.comment.size() + 1;
+  bad[hcrc_at] ^= 1;
+  vptest::write_file(path, bad);
+  ASSERT_FALSE(zlib_gunzip(bad));
+  ParallelInflateOptions o;
+  o.threads = 2;
+  o.chunk_size = 64 << 10;
+  EXPECT_VP_ERROR(run(path, o), ErrorCode::corrupt);
+}
+
 TEST(ParallelInflate, TinyFilesMatchZlib) {
   vptest::TempDir dir;
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{1000}}) {
