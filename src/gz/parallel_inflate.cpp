@@ -16,7 +16,7 @@
 #include "core/thread_pool.hpp"
 #include "gz/block_finder.hpp"
 #include "gz/deflate_decoder.hpp"
-#include "gz/inflate_range.hpp"
+#include "gz/known_window.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::gz {

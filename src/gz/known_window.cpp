@@ -1,4 +1,4 @@
-#include "gz/inflate_range.hpp"
+#include "gz/known_window.hpp"
 
 #include <algorithm>
 #include <cstring>
