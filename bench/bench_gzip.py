@@ -13,7 +13,8 @@ These are made here, in bench/data/gz/, when missing.
 
 Every measurement runs in a fresh child process (this script with --child), timing only the
 call and reporting peak RSS growth over the process's baseline, as bench_nifti.py does; the
-files are read once before each case so that every tool sees a warm page cache. Medians of
+files are read once before each case so that every tool sees a warm page cache, and 3 GiB of
+memory are touched in a throwaway process right before it (see prime_memory). Medians of
 --repeat runs.
 
 Usage: .venv/bin/python bench/bench_gzip.py [--repeat N] [--output PATH]
@@ -143,12 +144,24 @@ def warm(path):
             pass
 
 
+PRIME_CODE = "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)"
+
+
+def prime_memory(mib=3072):
+    """Touch `mib` MiB in a throwaway process right before each measurement: on this kind of VM
+    memory left untouched for a few seconds goes back to the host and the next process to touch
+    it pays up to ~10x per page fault (bench_nifti.py, prime_memory), which would land on
+    whichever case runs after a pause."""
+    subprocess.run([sys.executable, "-c", PRIME_CODE, str(mib)], check=True)
+
+
 def measure(spec, repeat):
     runs = []
     for _ in range(repeat):
         if spec.get("path"):
             warm(spec["path"])
         warm(RAW)
+        prime_memory()
         r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
                            capture_output=True, text=True, cwd=REPO)
         if r.returncode != 0:
@@ -268,7 +281,7 @@ def report(res, rep):
     out_mib = 96 * 96 * 60 * 300 * 4 / MIB
     lines = [BEGIN, "", "## gzip (.nii.gz): bench/bench_gzip.py", "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{os.cpu_count()} cores; medians of {rep} fresh processes. " +
+             f"{os.cpu_count()} cores; medians of {rep} fresh processes, memory primed before each. " +
              ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
              "", "Input: bench/data/bold_4d.nii (96x96x60x300 int16, 316 MiB, scaled) compressed by "
              "`gzip -6` (gzip6), Python's gzip at level 1 as nibabel writes (nib1), `pigz -6` (pigz) "
