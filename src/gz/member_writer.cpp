@@ -93,7 +93,7 @@ MemberWriter::MemberWriter(core::AtomicOutputFile& out, int level, GzipLayout la
   const std::size_t per_batch =
       std::max<std::size_t>(2 * threads_, layout == GzipLayout::bgzf ? 32 : 2);
   input_.resize(per_batch * member_size_);
-  compressed_.resize(per_batch);
+  for (auto& set : compressed_) set.resize(per_batch);
 }
 
 MemberWriter::~MemberWriter() = default;
@@ -111,19 +111,34 @@ void MemberWriter::write(std::span<const std::byte> bytes) {
 void MemberWriter::flush_batch() {
   const std::size_t count = std::max<std::size_t>((filled_ + member_size_ - 1) / member_size_,
                                                   wrote_member_ ? 0 : 1);
-  core::parallel_for(count, threads_, [&](std::size_t i) {
+  std::vector<std::vector<std::uint8_t>>& current = compressed_[current_set_];
+  const std::vector<std::vector<std::uint8_t>>& previous = compressed_[current_set_ ^ 1];
+  // One task writes the previous batch to the file, in order, while the others compress this
+  // one: the write (page cache allocation included) no longer leaves the other cores idle.
+  const std::size_t writer = pending_ > 0 ? 1 : 0;
+  core::parallel_for(count + writer, threads_, [&](std::size_t i) {
+    if (writer) {
+      if (i == 0) {
+        for (std::size_t k = 0; k < pending_; ++k) out_.write(std::as_bytes(std::span(previous[k])));
+        return;
+      }
+      --i;
+    }
     const std::size_t lo = std::min(i * member_size_, filled_);
     const std::size_t hi = std::min(lo + member_size_, filled_);
-    compress_member(std::span(input_.data() + lo, hi - lo), level_, layout_, compressed_[i]);
+    compress_member(std::span(input_.data() + lo, hi - lo), level_, layout_, current[i]);
   });
-  for (std::size_t i = 0; i < count; ++i)
-    out_.write(std::as_bytes(std::span(compressed_[i])));
+  pending_ = count;
+  current_set_ ^= 1;
   wrote_member_ = wrote_member_ || count > 0;
   filled_ = 0;
 }
 
 void MemberWriter::finish() {
   if (filled_ > 0 || !wrote_member_) flush_batch();
+  const std::vector<std::vector<std::uint8_t>>& last = compressed_[current_set_ ^ 1];
+  for (std::size_t k = 0; k < pending_; ++k) out_.write(std::as_bytes(std::span(last[k])));
+  pending_ = 0;
   if (layout_ == GzipLayout::bgzf) out_.write(std::as_bytes(std::span(kBgzfEof)));
 }
 

@@ -1,8 +1,9 @@
 // Parallel gzip output in the sized-member layouts of members.hpp: the input is cut into
-// members, a batch of members is compressed at once on the pool (libdeflate), and the members
-// are written in order. Every gzip reader reads the result; voxpipe reads it in parallel.
+// members, a batch of members is compressed at once on the pool (libdeflate) while the previous
+// batch is written, and the members are written in order. Every gzip reader reads the result; voxpipe reads it in parallel.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -37,7 +38,11 @@ class MemberWriter {
   std::size_t member_size_;
   std::vector<std::byte> input_;  // a batch of members, filled by write()
   std::size_t filled_ = 0;
-  std::vector<std::vector<std::uint8_t>> compressed_;
+  // Two sets of compressed members: one being compressed, the other (the previous batch,
+  // `pending_` members) being written to the file meanwhile.
+  std::array<std::vector<std::vector<std::uint8_t>>, 2> compressed_;
+  std::size_t current_set_ = 0;
+  std::size_t pending_ = 0;
   bool wrote_member_ = false;
 };
 
