@@ -147,6 +147,24 @@ inline Bytes gzip_compress(std::span<const std::uint8_t> data, int level = 6,
 }
 
 // Inflates a whole (possibly multi-member) gzip stream with zlib; throws on any error.
+// Raw deflate (no header) as zlib writes it at `level` with `strategy`, window 2^15, memLevel 8:
+// what Python's zlib.compressobj(level, DEFLATED, -15) produces for gzip.GzipFile.
+inline Bytes raw_deflate(const Bytes& data, int level, int strategy = Z_DEFAULT_STRATEGY) {
+  z_stream z{};
+  if (deflateInit2(&z, level, Z_DEFLATED, -MAX_WBITS, 8, strategy) != Z_OK)
+    throw std::runtime_error("deflateInit2");
+  Bytes out(deflateBound(&z, static_cast<uLong>(data.size())) + 64);
+  z.next_in = const_cast<Bytef*>(data.data());
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw std::runtime_error("deflate did not finish");
+  return out;
+}
+
 inline Bytes gunzip(std::span<const std::uint8_t> data) {
   Bytes out;
   std::size_t pos = 0;

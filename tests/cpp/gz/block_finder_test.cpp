@@ -13,20 +13,7 @@ namespace {
 using voxpipe::gz::BlockCandidate;
 using voxpipe::gz::find_block_start;
 using vptest::Bytes;
-
-Bytes raw_deflate(const Bytes& data, int level) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  Bytes out(deflateBound(&z, static_cast<uLong>(data.size())) + 64);
-  z.next_in = const_cast<Bytef*>(data.data());
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = out.data();
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+using vptest::raw_deflate;
 
 // Bit positions where zlib ends a non-final block.
 std::vector<std::uint64_t> block_starts(const Bytes& stream) {

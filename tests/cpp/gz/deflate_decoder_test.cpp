@@ -13,20 +13,7 @@ using voxpipe::gz::BitReader;
 using voxpipe::gz::DecodeStatus;
 using voxpipe::gz::DeflateDecoder;
 using vptest::Bytes;
-
-Bytes raw_deflate(const Bytes& data, int level, int strategy = Z_DEFAULT_STRATEGY) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, level, Z_DEFLATED, -15, 8, strategy), Z_OK);
-  Bytes out(deflateBound(&z, static_cast<uLong>(data.size())) + 64);
-  z.next_in = const_cast<Bytef*>(data.data());
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = out.data();
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+using vptest::raw_deflate;
 
 struct Boundary {
   std::uint64_t bit;

@@ -10,6 +10,7 @@ using voxpipe::ErrorCode;
 using voxpipe::core::AtomicOutputFile;
 using voxpipe::gz::GzipWriter;
 using vptest::Bytes;
+using vptest::raw_deflate;
 
 // Writes `data` in pieces of `piece` bytes (0: one call) and returns the file's bytes.
 Bytes write_gz(const vptest::TempDir& dir, const Bytes& data, int level, std::size_t piece = 0) {
@@ -27,21 +28,6 @@ Bytes write_gz(const vptest::TempDir& dir, const Bytes& data, int level, std::si
     out.commit();
   }
   return vptest::read_file(path);
-}
-
-// Raw deflate as Python's zlib.compressobj(level, DEFLATED, -15, 8, 0) produces it.
-Bytes raw_deflate(const Bytes& data, int level) {
-  z_stream z{};
-  deflateInit2(&z, level, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  Bytes out(deflateBound(&z, static_cast<uLong>(data.size())) + 16);
-  z.next_in = const_cast<Bytef*>(data.data());
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = out.data();
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
 }
 
 Bytes le32(std::uint32_t v) {
