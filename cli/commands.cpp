@@ -50,7 +50,7 @@ const char* kUsageText =
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
     "                           files get a point at every volume; default spacing 4 MiB;\n"
-    "                           --fast: from a parallel inflate, points every ~4 MiB compressed\n";
+    "                           --fast: from a parallel inflate, points every ~8 MiB compressed\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";

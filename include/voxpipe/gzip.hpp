@@ -43,7 +43,7 @@ struct GzipIndexOptions {
   // true: inflate front to back (zlib, one thread) and place every point exactly (the last block
   // boundary at or before each wanted offset, then one per `spacing`). false: the index falls
   // out of a parallel inflate on `threads` threads at almost no cost over the inflate itself,
-  // with a point at each chunk start (about every 4 MiB compressed); `wanted` is then ignored.
+  // with a point at each chunk start (about every 8 MiB compressed); `wanted` is then ignored.
   bool exact = true;
   unsigned threads = 0;  // 0: all cores (exact = false only)
 };

@@ -32,7 +32,7 @@ def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = Fa
     ``exact=True`` inflates the file once on one thread and places every point exactly.
     ``exact=False`` takes the index from a parallel inflate on ``threads`` threads (0: all
     cores), at almost no cost over the inflate itself: points fall where the parallel chunks
-    start (about every 4 MiB of compressed data), not at volume starts.
+    start (about every 8 MiB of compressed data), not at volume starts.
 
     Returns a dict: index_path, compressed_size, uncompressed_size, points, index_bytes.
     """
