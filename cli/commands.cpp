@@ -1,6 +1,5 @@
 #include "commands.hpp"
 
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -330,15 +329,6 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
 
 }  // namespace
 
-bool is_nifti_name(const std::string& path) {
-  std::string lower = path;
-  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (const char* ext : {".nii.gz", ".hdr.gz", ".img.gz"})
-    if (lower.size() >= std::strlen(ext) && lower.compare(lower.size() - std::strlen(ext), std::string::npos, ext) == 0)
-      return true;
-  return false;
-}
-
 int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> paths;
   GzipIndexOptions options;
@@ -376,7 +366,7 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "voxpipe index: expected one FILE\n" << kUsageText;
     return kUsage;
   }
-  const GzipIndexSummary s = is_nifti_name(paths[0]) ? build_nifti_gzip_index(paths[0], options)
+  const GzipIndexSummary s = nifti_is_gzip_name(paths[0]) ? build_nifti_gzip_index(paths[0], options)
                                                      : build_gzip_index(paths[0], options);
   char line[256];
   std::snprintf(line, sizeof line, "%llu points, index %.1f MiB for %.1f MiB of data (%.1f MiB compressed)",

@@ -260,6 +260,10 @@ std::array<double, 16> nifti_best_affine(const NiftiHeader& h, const std::string
 
 // Sniffing: whether the path names a pair (.hdr/.img, with optional .gz) and the partner's path.
 bool nifti_is_pair_path(const std::string& path);
+
+// Whether a file name is a gzip-compressed NIfTI name (.nii.gz, .hdr.gz, .img.gz, any case):
+// the files whose seek index gets a point per volume (build_nifti_gzip_index).
+bool nifti_is_gzip_name(const std::string& path) noexcept;
 std::string nifti_pair_partner(const std::string& path);
 
 }  // namespace voxpipe

@@ -162,7 +162,7 @@ NB_MODULE(_core, m) {
   m.def(
       "build_index",
       [summary_dict](const std::string& path, std::uint64_t spacing, const std::string& output,
-                     bool to_cache, bool nifti, bool exact, unsigned threads) {
+                     bool to_cache, bool exact, unsigned threads) {
         GzipIndexOptions options;
         options.spacing = spacing;
         options.output = output;
@@ -172,13 +172,15 @@ NB_MODULE(_core, m) {
         GzipIndexSummary s;
         {
           nb::gil_scoped_release release;
-          s = nifti ? build_nifti_gzip_index(path, options) : build_gzip_index(path, options);
+          s = nifti_is_gzip_name(path) ? build_nifti_gzip_index(path, options)
+                                       : build_gzip_index(path, options);
         }
         return summary_dict(s);
       },
-      nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"), nb::arg("nifti"),
+      nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"),
       nb::arg("exact") = true, nb::arg("threads") = 0,
-      "Build and write the seek index of a .gz file; returns a summary dict.");
+      "Build and write the seek index of a .gz file (NIfTI names: a point per volume); returns a "
+      "summary dict.");
 
   m.def(
       "affines",

@@ -15,8 +15,6 @@ from . import _core
 
 __all__ = ["build_index"]
 
-_NIFTI_GZ = (".nii.gz", ".hdr.gz", ".img.gz")
-
 
 def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = False,
                 exact: bool = True, threads: int = 0) -> dict:
@@ -39,6 +37,5 @@ def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = Fa
     path = os.fspath(path)
     if spacing < 0:
         raise ValueError(f"spacing must be >= 0, but is {spacing}")
-    nifti = path.lower().endswith(_NIFTI_GZ)
     return _core.build_index(path, int(spacing), os.fspath(output) if output is not None else "",
-                             bool(cache), nifti, bool(exact), int(threads))
+                             bool(cache), bool(exact), int(threads))

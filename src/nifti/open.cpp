@@ -66,6 +66,16 @@ bool nifti_is_pair_path(const std::string& path) {
   return e == ".hdr" || e == ".img";
 }
 
+bool nifti_is_gzip_name(const std::string& path) noexcept {
+  try {
+    return !split_name(path).gz.empty();
+  } catch (const Error&) {
+    return false;  // not a NIfTI name
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
 std::string nifti_pair_partner(const std::string& path) {
   SplitName s = split_name(path);
   const bool upper = std::all_of(s.ext.begin() + 1, s.ext.end(),

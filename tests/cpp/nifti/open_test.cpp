@@ -301,6 +301,13 @@ TEST(OpenNifti, RefusalsCarryTheRightCode) {
   EXPECT_EQ(err->path(), dir.file("plain.nii.gz"));
 }
 
+TEST(OpenNifti, GzipNames) {
+  for (const char* yes : {"a.nii.gz", "d/A.HDR.GZ", "x.img.gz", "b.Nii.Gz"})
+    EXPECT_TRUE(voxpipe::nifti_is_gzip_name(yes)) << yes;
+  for (const char* no : {"a.nii", "a.hdr", "a.gz", "a.tar.gz", "a.nii.bz2", "a.nii.zst", ""})
+    EXPECT_FALSE(voxpipe::nifti_is_gzip_name(no)) << no;
+}
+
 TEST(OpenNifti, PairNames) {
   EXPECT_TRUE(voxpipe::nifti_is_pair_path("a.hdr"));
   EXPECT_TRUE(voxpipe::nifti_is_pair_path("a.IMG.gz"));
