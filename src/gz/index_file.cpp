@@ -34,6 +34,7 @@
 #include <limits>
 #include <string>
 
+#include "core/bytes.hpp"
 #include "core/checked.hpp"
 #include "core/file.hpp"
 #include "gz/seek_index.hpp"
@@ -52,12 +53,6 @@ constexpr std::size_t kTrailerSize = 5 + 1 + 8 + 8 + 4 + 4;
 constexpr std::uint32_t kMaxWindowSize = 1u << 20;
 // Bit positions must fit in 64 bits.
 constexpr std::uint64_t kMaxCompressedSize = std::numeric_limits<std::uint64_t>::max() / 8;
-
-std::uint64_t get_le(const std::uint8_t* p, int n) {
-  std::uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
@@ -94,11 +89,11 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
     fail(ErrorCode::format, name, "version",
          "expected 0 or 1, but found " + std::to_string(version), 5);
   SeekIndex index;
-  index.compressed_size = get_le(&bytes[7], 8);
-  index.uncompressed_size = get_le(&bytes[15], 8);
-  index.spacing = static_cast<std::uint32_t>(get_le(&bytes[23], 4));
-  const auto window_size = static_cast<std::uint32_t>(get_le(&bytes[27], 4));
-  const auto npoints = static_cast<std::uint32_t>(get_le(&bytes[31], 4));
+  index.compressed_size = core::load_le(&bytes[7], 8);
+  index.uncompressed_size = core::load_le(&bytes[15], 8);
+  index.spacing = static_cast<std::uint32_t>(core::load_le(&bytes[23], 4));
+  const auto window_size = static_cast<std::uint32_t>(core::load_le(&bytes[27], 4));
+  const auto npoints = static_cast<std::uint32_t>(core::load_le(&bytes[31], 4));
   if (index.compressed_size > kMaxCompressedSize)
     fail(ErrorCode::format, name, "compressed size",
          "expected at most " + std::to_string(kMaxCompressedSize) + ", but found " +
@@ -129,8 +124,8 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
   for (std::uint32_t i = 0; i < npoints; ++i) {
     const std::size_t at = kHeaderSize + std::size_t{i} * point_size;
     const std::string field = "point " + std::to_string(i);
-    const std::uint64_t offset = get_le(&bytes[at], 8);
-    const std::uint64_t uncompressed = get_le(&bytes[at + 8], 8);
+    const std::uint64_t offset = core::load_le(&bytes[at], 8);
+    const std::uint64_t uncompressed = core::load_le(&bytes[at + 8], 8);
     const std::uint8_t bits = bytes[at + 16];
     const bool has_window = version == 0 ? i != 0 : bytes[at + 17] != 0;
     if (offset > index.compressed_size)
@@ -190,14 +185,14 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
       fail(ErrorCode::format, name, "trailer version",
            "expected " + std::to_string(kKeyVersion) + ", but found " + std::to_string(t[5]),
            windows_end + 5);
-    const auto stored = static_cast<std::uint32_t>(get_le(t + kTrailerSize - 4, 4));
+    const auto stored = static_cast<std::uint32_t>(core::load_le(t + kTrailerSize - 4, 4));
     const std::uint32_t actual = crc32_of(bytes.first(bytes.size() - 4));
     if (stored != actual)
       fail(ErrorCode::corrupt, name, "trailer CRC32",
            "the index file is damaged: the CRC32 of its contents does not match the trailer",
            bytes.size() - 4);
-    key = IndexKey{get_le(t + 6, 8), static_cast<std::int64_t>(get_le(t + 14, 8)),
-                   static_cast<std::uint32_t>(get_le(t + 22, 4))};
+    key = IndexKey{core::load_le(t + 6, 8), static_cast<std::int64_t>(core::load_le(t + 14, 8)),
+                   static_cast<std::uint32_t>(core::load_le(t + 22, 4))};
   }
 
   std::size_t window_at = points_end;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.hpp"
 #include "gz/deflate_decoder.hpp"
 #include "voxpipe/error.hpp"
 
@@ -141,8 +142,8 @@ std::optional<std::uint64_t> finish_member(const core::InputFile& file, std::uin
   std::uint8_t t[8];
   if (file.read_at(trailer_byte, std::as_writable_bytes(std::span(t))) != 8)
     truncated(file, "gzip trailer", "the 8-byte gzip trailer (CRC32, ISIZE)", trailer_byte);
-  const std::uint32_t crc = t[0] | (t[1] << 8) | (t[2] << 16) | (std::uint32_t{t[3]} << 24);
-  const std::uint32_t isize = t[4] | (t[5] << 8) | (t[6] << 16) | (std::uint32_t{t[7]} << 24);
+  const auto crc = static_cast<std::uint32_t>(core::load_le(t, 4));
+  const auto isize = static_cast<std::uint32_t>(core::load_le(t + 4, 4));
   out.member_end(crc, isize, trailer_byte);
   // Zero padding may follow the last member (as GzipByteSource accepts); anything else must be
   // the next member.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/bytes.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 
@@ -21,10 +22,6 @@ constexpr std::size_t kTrailer = 8;
 // BGZF's end-of-file marker: an empty block (SAMv1 section 4.1.2).
 constexpr std::array<std::uint8_t, 28> kBgzfEof = {0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff, 6, 0, 0x42, 0x43,
                                                    2, 0, 0x1b, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-
-void put32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
 
 struct Compressors {
   std::array<libdeflate_compressor*, 10> by_level{};
@@ -69,11 +66,11 @@ void compress_member(std::span<const std::byte> data, int level, GzipLayout layo
   } else {
     const std::uint8_t extra[6] = {12, 0, 'V', 'P', 8, 0};
     std::memcpy(h + 10, extra, 6);
-    put32(h + 16, static_cast<std::uint32_t>(total));
-    put32(h + 20, static_cast<std::uint32_t>(data.size()));
+    core::store_le(h + 16, total, 4);
+    core::store_le(h + 20, data.size(), 4);
   }
-  put32(h + total - 8, static_cast<std::uint32_t>(libdeflate_crc32(0, data.data(), data.size())));
-  put32(h + total - 4, static_cast<std::uint32_t>(data.size()));
+  core::store_le(h + total - 8, libdeflate_crc32(0, data.data(), data.size()), 4);
+  core::store_le(h + total - 4, data.size(), 4);  // ISIZE: modulo 2^32
 }
 
 }  // namespace

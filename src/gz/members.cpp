@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/bytes.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 
@@ -22,13 +23,8 @@ constexpr std::uint32_t kMaxMemberSize = 64u << 20;
 // Header bytes read per member: the fixed part, XLEN and a 'VP' or 'BC' subfield fit easily.
 constexpr std::size_t kHeaderProbe = 64;
 
-std::uint32_t le32(const std::uint8_t* p) {
-  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-}
-std::uint16_t le16(const std::uint8_t* p) {
-  return static_cast<std::uint16_t>(p[0] | p[1] << 8);
-}
+std::uint32_t le32(const std::uint8_t* p) { return static_cast<std::uint32_t>(core::load_le(p, 4)); }
+std::uint16_t le16(const std::uint8_t* p) { return static_cast<std::uint16_t>(core::load_le(p, 2)); }
 
 struct SizedHeader {
   std::uint64_t member_size = 0;
