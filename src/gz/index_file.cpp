@@ -71,29 +71,66 @@ std::uint32_t crc32_of(std::span<const std::uint8_t> bytes) {
 
 }  // namespace
 
-SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name) {
-  return read_gzidx(bytes, name, nullptr);
-}
+namespace {
 
-SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name,
-                     std::optional<IndexKey>* key_out) {
-  if (bytes.size() < kHeaderSize)
+// The bytes read_gzidx parses: an index in memory, or an index file read piece by piece.
+struct IndexBytes {
+  std::span<const std::uint8_t> memory;   // when file is null
+  const core::InputFile* file = nullptr;
+  const std::string& name;
+
+  std::uint64_t size() const { return file ? file->size() : memory.size(); }
+
+  void read(std::uint64_t offset, std::span<std::uint8_t> dst) const {
+    if (!file) {
+      std::memcpy(dst.data(), memory.data() + offset, dst.size());
+      return;
+    }
+    if (file->read_at(offset, std::as_writable_bytes(dst)) != dst.size())
+      throw Error(ErrorCode::io, name, "", "the index file shrank while being read");
+  }
+
+  // CRC32 of the first n bytes.
+  std::uint32_t crc(std::uint64_t n) const {
+    if (!file) return crc32_of(memory.first(static_cast<std::size_t>(n)));
+    // Small pieces through one reused buffer: a whole-file buffer would cost a page fault per
+    // 4 KiB, which on a 10 MB index is more than the read itself.
+    constexpr std::size_t kPiece = 256 * 1024;
+    std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min<std::uint64_t>(n, kPiece)));
+    std::uint32_t c = 0;
+    for (std::uint64_t at = 0; at < n;) {
+      const auto len = static_cast<std::size_t>(std::min<std::uint64_t>(n - at, kPiece));
+      read(at, std::span(buf.data(), len));
+      c = libdeflate_crc32(c, buf.data(), len);
+      at += len;
+    }
+    return c;
+  }
+};
+
+// Parses `src`; windows are copied from memory, or left in the file (recorded by offset).
+SeekIndex parse_gzidx(const IndexBytes& src, std::optional<IndexKey>* key_out) {
+  const std::string& name = src.name;
+  const std::uint64_t total = src.size();
+  if (total < kHeaderSize)
     fail(ErrorCode::truncated, name, "GZIDX header",
          "expected " + std::to_string(kHeaderSize) + " bytes, but the file has " +
-             std::to_string(bytes.size()),
+             std::to_string(total),
          0);
-  if (std::memcmp(bytes.data(), kMagic, 5) != 0)
+  std::uint8_t header[kHeaderSize];
+  src.read(0, header);
+  if (std::memcmp(header, kMagic, 5) != 0)
     fail(ErrorCode::format, name, "magic", "expected \"GZIDX\", but found other bytes", 0);
-  const std::uint8_t version = bytes[5];
+  const std::uint8_t version = header[5];
   if (version > 1)
     fail(ErrorCode::format, name, "version",
          "expected 0 or 1, but found " + std::to_string(version), 5);
   SeekIndex index;
-  index.compressed_size = core::load_le(&bytes[7], 8);
-  index.uncompressed_size = core::load_le(&bytes[15], 8);
-  index.spacing = static_cast<std::uint32_t>(core::load_le(&bytes[23], 4));
-  const auto window_size = static_cast<std::uint32_t>(core::load_le(&bytes[27], 4));
-  const auto npoints = static_cast<std::uint32_t>(core::load_le(&bytes[31], 4));
+  index.compressed_size = core::load_le(&header[7], 8);
+  index.uncompressed_size = core::load_le(&header[15], 8);
+  index.spacing = static_cast<std::uint32_t>(core::load_le(&header[23], 4));
+  const auto window_size = static_cast<std::uint32_t>(core::load_le(&header[27], 4));
+  const auto npoints = static_cast<std::uint32_t>(core::load_le(&header[31], 4));
   if (index.compressed_size > kMaxCompressedSize)
     fail(ErrorCode::format, name, "compressed size",
          "expected at most " + std::to_string(kMaxCompressedSize) + ", but found " +
@@ -105,15 +142,17 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
              ", but found " + std::to_string(window_size),
          27);
 
-  // Everything the header promises must be in `bytes` before anything is allocated.
+  // Everything the header promises must be in the file before anything is allocated.
   const std::size_t point_size = version == 0 ? 17 : 18;
   const std::uint64_t points_end = kHeaderSize + std::uint64_t{npoints} * point_size;
-  if (points_end > bytes.size())
+  if (points_end > total)
     fail(ErrorCode::truncated, name, "points",
          "expected " + std::to_string(npoints) + " points (" +
              std::to_string(points_end - kHeaderSize) + " bytes), but the file has " +
-             std::to_string(bytes.size() - kHeaderSize) + " bytes after the header",
+             std::to_string(total - kHeaderSize) + " bytes after the header",
          kHeaderSize);
+  std::vector<std::uint8_t> table(static_cast<std::size_t>(points_end - kHeaderSize));
+  src.read(kHeaderSize, table);
 
   struct Raw {
     std::uint64_t bit, uncompressed;
@@ -123,11 +162,12 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
   std::uint64_t nwindows = 0;
   for (std::uint32_t i = 0; i < npoints; ++i) {
     const std::size_t at = kHeaderSize + std::size_t{i} * point_size;
+    const std::uint8_t* e = table.data() + (at - kHeaderSize);
     const std::string field = "point " + std::to_string(i);
-    const std::uint64_t offset = core::load_le(&bytes[at], 8);
-    const std::uint64_t uncompressed = core::load_le(&bytes[at + 8], 8);
-    const std::uint8_t bits = bytes[at + 16];
-    const bool has_window = version == 0 ? i != 0 : bytes[at + 17] != 0;
+    const std::uint64_t offset = core::load_le(e, 8);
+    const std::uint64_t uncompressed = core::load_le(e + 8, 8);
+    const std::uint8_t bits = e[16];
+    const bool has_window = version == 0 ? i != 0 : e[17] != 0;
     if (offset > index.compressed_size)
       fail(ErrorCode::format, name, field,
            "compressed offset " + std::to_string(offset) + " is beyond the compressed size " +
@@ -159,10 +199,10 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
     nwindows += has_window ? 1 : 0;
   }
   const std::uint64_t windows_end = points_end + nwindows * window_size;  // < 2^32 * 2^20 + ...
-  if (windows_end > bytes.size())
+  if (windows_end > total)
     fail(ErrorCode::truncated, name, "windows",
          "expected " + std::to_string(nwindows) + " windows of " + std::to_string(window_size) +
-             " bytes, but the file ends after " + std::to_string(bytes.size() - points_end),
+             " bytes, but the file ends after " + std::to_string(total - points_end),
          points_end);
   if (npoints == 0 && index.uncompressed_size > 0)
     fail(ErrorCode::format, name, "number of points",
@@ -172,9 +212,10 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
 
   // The trailer, if any.
   std::optional<IndexKey> key;
-  const std::uint64_t rest = bytes.size() - windows_end;
+  const std::uint64_t rest = total - windows_end;
   if (rest != 0) {
-    const std::uint8_t* t = bytes.data() + windows_end;
+    std::uint8_t t[kTrailerSize];
+    if (rest == kTrailerSize) src.read(windows_end, t);
     if (rest != kTrailerSize || std::memcmp(t, kKeyMagic, 5) != 0)
       fail(ErrorCode::format, name, "trailer",
            "expected the end of the file or a " + std::to_string(kTrailerSize) +
@@ -186,21 +227,20 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
            "expected " + std::to_string(kKeyVersion) + ", but found " + std::to_string(t[5]),
            windows_end + 5);
     const auto stored = static_cast<std::uint32_t>(core::load_le(t + kTrailerSize - 4, 4));
-    const std::uint32_t actual = crc32_of(bytes.first(bytes.size() - 4));
-    if (stored != actual)
+    if (stored != src.crc(total - 4))
       fail(ErrorCode::corrupt, name, "trailer CRC32",
            "the index file is damaged: the CRC32 of its contents does not match the trailer",
-           bytes.size() - 4);
+           total - 4);
     key = IndexKey{core::load_le(t + 6, 8), static_cast<std::int64_t>(core::load_le(t + 14, 8)),
                    static_cast<std::uint32_t>(core::load_le(t + 22, 4))};
   }
 
-  std::size_t window_at = points_end;
+  std::uint64_t window_at = points_end;
   for (std::uint32_t i = 0; i < npoints; ++i) {
     const Raw& r = raw[i];
-    std::span<const std::uint8_t> w;
+    std::uint64_t w = 0;  // the point's window's offset, when it has one
     if (r.has_window) {
-      w = bytes.subspan(window_at, window_size);
+      w = window_at;
       window_at += window_size;
     }
     // End-of-stream points (both tools write one) cannot be inflated from.
@@ -214,10 +254,18 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
     SeekPoint p;
     p.compressed_bit = r.bit;
     p.uncompressed = r.uncompressed;
-    if (!w.empty()) {
-      const std::size_t keep = static_cast<std::size_t>(
+    if (r.has_window && r.uncompressed > 0) {
+      // Only the last min(32 KiB, uncompressed) bytes mean anything.
+      const auto keep = static_cast<std::uint32_t>(
           std::min<std::uint64_t>(kWindowSize, r.uncompressed));
-      p.window.assign(w.end() - static_cast<std::ptrdiff_t>(keep), w.end());
+      const std::uint64_t from = w + window_size - keep;
+      if (src.file) {
+        p.window_offset = from;
+        p.window_length = keep;
+      } else {
+        p.window.resize(keep);
+        src.read(from, p.window);
+      }
     }
     index.points.push_back(std::move(p));
   }
@@ -225,13 +273,36 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
   return index;
 }
 
+}  // namespace
+
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name) {
+  return read_gzidx(bytes, name, nullptr);
+}
+
+SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& name,
+                     std::optional<IndexKey>* key) {
+  return parse_gzidx(IndexBytes{bytes, nullptr, name}, key);
+}
+
 SeekIndex read_gzidx_file(const std::string& path, std::optional<IndexKey>* key) {
-  core::InputFile file(path);
-  std::vector<std::uint8_t> bytes(file.size());
-  const std::size_t got = file.read_at(0, std::as_writable_bytes(std::span(bytes)));
-  if (got != bytes.size())
-    throw Error(ErrorCode::io, path, "", "the file shrank while being read");
-  return read_gzidx(bytes, path, key);
+  auto file = std::make_shared<const core::InputFile>(path);
+  SeekIndex index = parse_gzidx(IndexBytes{{}, file.get(), path}, key);
+  index.window_file = std::move(file);
+  return index;
+}
+
+std::span<const std::uint8_t> SeekIndex::window_of(const SeekPoint& p,
+                                                   std::vector<std::uint8_t>& scratch) const {
+  if (p.window_length == 0) return p.window;
+  if (!window_file)
+    throw Error(ErrorCode::invalid_argument, "", "seek index",
+                "a point's window is in an index file, but the index has none open");
+  scratch.resize(p.window_length);
+  if (window_file->read_at(p.window_offset, std::as_writable_bytes(std::span(scratch))) !=
+      scratch.size())
+    throw Error(ErrorCode::io, window_file->path(), "window",
+                "the index file became shorter after it was read", p.window_offset);
+  return scratch;
 }
 
 std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
@@ -246,7 +317,8 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
   std::uint64_t nwindows = 0;
   for (std::size_t i = 0; i < index.points.size(); ++i) {
     const SeekPoint& p = index.points[i];
-    if (p.window.size() > kWindowSize || p.window.size() > p.uncompressed)
+    const std::size_t wsize = p.window_length != 0 ? p.window_length : p.window.size();
+    if (wsize > kWindowSize || wsize > p.uncompressed)
       invalid("point " + std::to_string(i) + " has a window longer than the output before it");
     if (p.compressed_bit >= index.compressed_size * 8 ||
         p.uncompressed >= index.uncompressed_size)
@@ -255,7 +327,7 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
                : (p.compressed_bit <= index.points[i - 1].compressed_bit ||
                   p.uncompressed < index.points[i - 1].uncompressed))
       invalid("point " + std::to_string(i) + " is out of order");
-    nwindows += p.window.empty() ? 0 : 1;
+    nwindows += p.has_window() ? 1 : 0;
   }
   if (index.points.empty() && index.uncompressed_size > 0) invalid("no points");
 
@@ -277,12 +349,14 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
     out.push_back(window ? 1 : 0);
   };
   for (const SeekPoint& p : index.points)
-    put_point(p.compressed_bit, p.uncompressed, !p.window.empty());
+    put_point(p.compressed_bit, p.uncompressed, p.has_window());
   put_point(index.compressed_size * 8, index.uncompressed_size, false);
+  std::vector<std::uint8_t> scratch;
   for (const SeekPoint& p : index.points) {
-    if (p.window.empty()) continue;
-    out.insert(out.end(), kWindowSize - p.window.size(), 0);
-    out.insert(out.end(), p.window.begin(), p.window.end());
+    if (!p.has_window()) continue;
+    const std::span<const std::uint8_t> w = index.window_of(p, scratch);
+    out.insert(out.end(), kWindowSize - w.size(), 0);
+    out.insert(out.end(), w.begin(), w.end());
   }
   if (key) {
     for (char c : kKeyMagic) out.push_back(static_cast<std::uint8_t>(c));

@@ -252,8 +252,8 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 namespace {
 
 // Decodes from point `pi` and delivers the output in [from, stop) to the sink.
-void decode_from(const core::InputFile& file, const SeekPoint& p, std::uint64_t from,
-                 std::uint64_t stop, const Sink& sink) {
+void decode_from(const core::InputFile& file, const SeekIndex& index, const SeekPoint& p,
+                 std::uint64_t from, std::uint64_t stop, const Sink& sink) {
   const std::string& path = file.path();
   Inflater inf(-MAX_WBITS, path);
   z_stream& z = inf.z;
@@ -270,8 +270,10 @@ void decode_from(const core::InputFile& file, const SeekPoint& p, std::uint64_t 
     if (inflatePrime(&z, static_cast<int>(8 - shift), value) != Z_OK)
       throw Error(ErrorCode::io, path, "", "inflatePrime failed");
   }
-  if (!p.window.empty() &&
-      inflateSetDictionary(&z, p.window.data(), static_cast<uInt>(p.window.size())) != Z_OK)
+  std::vector<std::uint8_t> scratch;
+  const std::span<const std::uint8_t> window = index.window_of(p, scratch);
+  if (!window.empty() &&
+      inflateSetDictionary(&z, window.data(), static_cast<uInt>(window.size())) != Z_OK)
     throw Error(ErrorCode::io, path, "", "inflateSetDictionary failed");
 
   std::unique_ptr<std::uint8_t[]> out(new std::uint8_t[kOutputChunk]);
@@ -352,7 +354,7 @@ void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uin
   // Points [first - 1, last) start the spans that cover the range.
   const std::size_t nspans = last - first + 1;
   if (threads == 1 || nspans == 1) {
-    decode_from(file, pts[first - 1], begin, end, sink);
+    decode_from(file, index, pts[first - 1], begin, end, sink);
     return;
   }
   // Group consecutive spans into a few tasks of similar output size: each task then decodes
@@ -375,7 +377,7 @@ void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uin
     }
   }
   core::parallel_for(tasks.size(), threads, [&](std::size_t i) {
-    decode_from(file, pts[tasks[i].point], tasks[i].from, tasks[i].stop, sink);
+    decode_from(file, index, pts[tasks[i].point], tasks[i].from, tasks[i].stop, sink);
   });
 }
 

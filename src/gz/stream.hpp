@@ -25,8 +25,13 @@ struct SeekPoint {
   std::uint64_t compressed_bit = 0;  // position of the block's first header bit in the file
   std::uint64_t uncompressed = 0;    // offset in the uncompressed stream of the block's output
   // The min(32 KiB, bytes since the member's start) bytes of output before `uncompressed`;
-  // empty at the first block of a member.
+  // empty at the first block of a member. An index read from a file leaves the windows there
+  // until a decode needs one (window empty, window_length > 0: see SeekIndex::window_of).
   std::vector<std::uint8_t> window;
+  std::uint64_t window_offset = 0;  // in the index file, when left there
+  std::uint32_t window_length = 0;  // 0: in `window` (or none)
+
+  bool has_window() const noexcept { return !window.empty() || window_length != 0; }
 };
 
 // The default window a deflate stream may refer back into.

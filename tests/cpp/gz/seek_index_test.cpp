@@ -388,8 +388,41 @@ TEST(Gzidx, EncodeReadRoundTripWithAndWithoutKey) {
     // Written to a file and read back: the same bytes.
     gz::write_gzidx_file(dir.file("r.gzidx"), index, key);
     EXPECT_EQ(read_file(dir.file("r.gzidx")), bytes);
-    EXPECT_EQ(gz::read_gzidx_file(dir.file("r.gzidx")).points.size(), index.points.size());
+    // Read from the file, the windows stay there until asked for: the same bytes, and the
+    // index encodes to the same file.
+    const gz::SeekIndex lazy = gz::read_gzidx_file(dir.file("r.gzidx"));
+    ASSERT_EQ(lazy.points.size(), index.points.size());
+    std::vector<std::uint8_t> scratch;
+    for (std::size_t i = 0; i < lazy.points.size(); ++i) {
+      const gz::SeekPoint& p = lazy.points[i];
+      EXPECT_TRUE(p.window.empty());
+      EXPECT_EQ(p.has_window(), !index.points[i].window.empty());
+      const std::span<const std::uint8_t> w = lazy.window_of(p, scratch);
+      EXPECT_EQ(Bytes(w.begin(), w.end()), index.points[i].window) << i;
+    }
+    EXPECT_EQ(gz::encode_gzidx(lazy, key), bytes);
   }
+}
+
+// A file-read index decodes as the built one, and an index file cut short after it was read
+// is an error when a window is needed, not a wrong window.
+TEST(Gzidx, WindowsReadFromTheIndexFileWhenNeeded) {
+  TempDir dir;
+  Bytes payload;
+  const gz::SeekIndex index = sample_index(dir, &payload);
+  const InputFile file(dir.file("g.gz"));
+  gz::write_gzidx_file(dir.file("w.gzidx"), index);
+  const gz::SeekIndex lazy = gz::read_gzidx_file(dir.file("w.gzidx"));
+  ASSERT_TRUE(lazy.window_file);
+  ASSERT_GE(lazy.points.size(), 5u);
+  const std::uint64_t n = index.uncompressed_size;
+  for (unsigned threads : {1u, 2u}) {
+    const Bytes got = read_range(file, lazy, n / 3, n, threads);
+    EXPECT_TRUE(got == Bytes(payload.begin() + static_cast<std::ptrdiff_t>(n / 3), payload.end()))
+        << threads;
+  }
+  ASSERT_EQ(::truncate(dir.file("w.gzidx").c_str(), 100), 0);
+  EXPECT_VP_ERROR(read_range(file, lazy, n - 1, n, 1), ErrorCode::io);
 }
 
 // The layout of what is written: version 1, 32 KiB windows, the bit convention of zran.c
