@@ -1,5 +1,7 @@
 #include "core/thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <algorithm>
@@ -20,8 +22,12 @@ class Pool {
   // Never destroyed: workers wait on cv_ until the process ends, and destroying a condition
   // variable with waiters blocks exit.
   static Pool& instance() {
-    static Pool* pool = new Pool;
-    return *pool;
+    static std::once_flag once;
+    std::call_once(once, [] {
+      current() = new Pool;
+      pthread_atfork(&Pool::before_fork, &Pool::after_fork_in_parent, &Pool::after_fork_in_child);
+    });
+    return *current();
   }
 
   void run(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
@@ -108,6 +114,19 @@ class Pool {
   }
 
   Pool() = default;
+
+  static Pool*& current() {
+    static Pool* pool = nullptr;
+    return pool;
+  }
+
+  // A forked child (a PyTorch DataLoader worker, multiprocessing) has none of the parent's
+  // worker threads: its pool would count workers that never come and might inherit mutex_
+  // locked by one of them. Holding mutex_ across fork() keeps it consistent, and the child
+  // starts over with an empty pool (the old one is abandoned: its threads do not exist there).
+  static void before_fork() { current()->mutex_.lock(); }
+  static void after_fork_in_parent() { current()->mutex_.unlock(); }
+  static void after_fork_in_child() { current() = new Pool; }
 
   std::mutex mutex_;
   std::condition_variable cv_;

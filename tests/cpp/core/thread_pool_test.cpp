@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -205,6 +207,54 @@ TEST(ThreadPool, ProcessExitsAfterUsingThePool) {
   }
   ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A forked child (PyTorch DataLoader workers, multiprocessing) gets a working pool of its own:
+// workers run its tasks in parallel again, instead of the caller alone (the parent's workers do
+// not exist there) or a hang on a mutex a parent worker held at fork time. Forks while other
+// threads are calling the pool, as a DataLoader may.
+TEST(ThreadPool, ForkedChildHasAWorkingPool) {
+  expect_each_index_once(1000, 4);  // the parent's workers are running
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) expect_each_index_once(200, 4);
+  });
+  for (int round = 0; round < 5; ++round) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Child: only async-signal-safe exits, no gtest assertions.
+      std::atomic<int> hits{0};
+      std::mutex m;
+      std::set<std::thread::id> ids;
+      parallel_for(64, 4, [&](std::size_t) {
+        {
+          std::lock_guard lock(m);
+          ids.insert(std::this_thread::get_id());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        hits.fetch_add(1);
+      });
+      _exit(hits.load() == 64 && ids.size() > 1 ? 0 : 1);
+    }
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (done == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      stop = true;
+      busy.join();
+      FAIL() << "parallel_for in a forked child did not finish within 20 s";
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "round " << round << ": the child's pool did not run every task on several threads";
+  }
+  stop = true;
+  busy.join();
 }
 
 }  // namespace
