@@ -21,12 +21,14 @@ from ._image import (
     load,
     save,
 )
-from .errors import VoxpipeError
+from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
+from .errors import SkippedFileWarning, VoxpipeError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "VoxpipeError", "errors", "from_nibabel", "gz", "load", "save", "__version__",
+    "LoadIterator", "SkippedFileWarning", "VoxpipeError", "empty_batch", "errors", "from_nibabel",
+    "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
 ]

@@ -69,6 +69,10 @@ class VoxpipeFileNotFoundError(VoxpipeError, FileNotFoundError):
     code = "not_found"
 
 
+class SkippedFileWarning(UserWarning):
+    """A file that failed to load was skipped (``on_error="skip"``); the message names it."""
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (

@@ -1,0 +1,337 @@
+"""Many files at once: load_many, iter_load and load_batch.
+
+Files are opened and decoded by a few Python worker threads ("file workers"), each of which hands
+the decode of its file to the C++ core with the GIL released; the core splits a file further on
+its shared thread pool. Workers times the threads each file gets never exceeds ``threads``, so
+file-level and chunk-level parallelism share the cores instead of multiplying.
+
+Memory: a file's decoded size is known from its header before anything is allocated. A file is
+admitted (its output allocated) only when the decoded data admitted and not yet taken by the
+caller fits in ``max_inflight_bytes`` (one file at a time is always admitted, however large), and
+files are admitted in input order, so the oldest file the caller waits for can always start.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ._header import _NAME_TO_DTYPE
+from ._image import load
+from .errors import SkippedFileWarning
+
+_ON_ERROR = ("raise", "skip")
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> tuple[int, int]:
+    """(file workers, decode threads per file) for `threads` in all."""
+    total = _cores() if not threads else int(threads)
+    if total < 1:
+        raise ValueError(f"threads must be >= 0 or None, not {threads}")
+    if io_threads is not None and int(io_threads) < 1:
+        raise ValueError(f"io_threads must be >= 1 or None, not {io_threads}")
+    workers = min(total, max(1, nfiles)) if io_threads is None else int(io_threads)
+    workers = max(1, min(workers, max(1, nfiles)))
+    return workers, max(1, total // workers)
+
+
+def _check_dtype(dtype):
+    """None (the data's own dtype, as np.asanyarray(img.dataobj)) or a NumPy dtype."""
+    return None if dtype is None else np.dtype(dtype)
+
+
+def _natural_dtype(img) -> np.dtype:
+    """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
+    proxy = img.dataobj
+    return _NAME_TO_DTYPE[img._core.scaled_dtype] if proxy._scaled() else proxy.dtype
+
+
+def _out_dtype(img, dtype) -> np.dtype:
+    return _natural_dtype(img) if dtype is None else dtype
+
+
+def _decode(img, dtype, out=None):
+    """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
+    written into `out` when given (F-contiguous, of the right shape and dtype)."""
+    proxy = img.dataobj
+    return proxy._get_scaled(dtype, proxy._full_ranges(), out=out)
+
+
+def _note(exc: BaseException, path: str) -> BaseException:
+    """Make sure the exception names the file it came from."""
+    if getattr(exc, "path", None) != path and str(path) not in str(exc):
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"while loading {path}")
+    return exc
+
+
+class LoadIterator(Iterator):
+    """The results of iter_load, in input order, decoded ahead by background file workers.
+
+    Close it (``close()``, ``with``, or by letting it go) to stop the workers early; a file being
+    decoded at that moment is finished first, nothing new is started.
+    """
+
+    def __init__(self, paths: Sequence, dtype, threads, io_threads, prefetch, max_inflight_bytes,
+                 on_error, images, index):
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        self._paths = [os.fspath(p) for p in paths]
+        self._dtype = _check_dtype(dtype)
+        if images and (self._dtype is None or self._dtype.kind != "f"):
+            raise ValueError("images=True needs a floating-point dtype (the image's get_fdata "
+                             "cache holds the data)")
+        if max_inflight_bytes is not None and int(max_inflight_bytes) < 0:
+            raise ValueError(f"max_inflight_bytes must be >= 0 or None, not {max_inflight_bytes}")
+        n = len(self._paths)
+        workers, self._file_threads = _plan_threads(threads, io_threads, n)
+        self._prefetch = max(1, int(prefetch)) if prefetch is not None else max(2, 2 * workers)
+        if prefetch is not None and int(prefetch) < 1:
+            raise ValueError(f"prefetch must be >= 1 or None, not {prefetch}")
+        self._budget = None if max_inflight_bytes is None else int(max_inflight_bytes)
+        self._on_error = on_error
+        self._images = images
+        self._index = index
+        self._cond = threading.Condition()
+        self._next_claim = 0    # next file a worker takes
+        self._next_admit = 0    # next file allowed to allocate its output
+        self._next_take = 0     # next file the caller takes
+        self._inflight = 0      # bytes admitted and not taken yet
+        self._peak_inflight = 0
+        self._results: dict[int, tuple[bool, object, int]] = {}
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, name=f"voxpipe-load-{i}",
+                                          daemon=True) for i in range(min(workers, n))]
+        for t in self._threads:
+            t.start()
+
+    # -- workers -------------------------------------------------------------------------------
+    def _work(self):
+        while True:
+            with self._cond:
+                if self._closed or self._next_claim >= len(self._paths):
+                    return
+                i = self._next_claim
+                self._next_claim += 1
+                while not self._closed and i >= self._next_take + self._prefetch:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            self._load_one(i)
+
+    def _load_one(self, i: int):
+        path = self._paths[i]
+        img, nbytes, error = None, 0, None
+        try:
+            img = load(path, threads=self._file_threads,
+                       **({} if self._index is None else {"index": self._index}))
+            dtype = _out_dtype(img, self._dtype)
+            nbytes = int(np.prod(img.shape, dtype=np.int64)) * dtype.itemsize
+        except Exception as exc:  # noqa: BLE001 - handed to the caller in order
+            error = exc
+        with self._cond:
+            while not self._closed and not (
+                    self._next_admit == i and (
+                        error is not None or self._budget is None or self._inflight == 0
+                        or self._inflight + nbytes <= self._budget)):
+                self._cond.wait()
+            if self._closed:
+                return
+            self._next_admit += 1
+            if error is None:
+                self._inflight += nbytes
+                self._peak_inflight = max(self._peak_inflight, self._inflight)
+            self._cond.notify_all()
+        if error is None:
+            try:
+                if self._images:
+                    img.get_fdata(dtype=self._dtype, caching="fill")
+                    value = img
+                else:
+                    value = _decode(img, self._dtype)
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+        with self._cond:
+            if error is not None:
+                self._inflight -= nbytes
+                self._results[i] = (False, _note(error, path), 0)
+            else:
+                self._results[i] = (True, value, nbytes)
+            self._cond.notify_all()
+
+    # -- the caller's side ---------------------------------------------------------------------
+    def __next__(self):
+        while True:
+            with self._cond:
+                if self._next_take >= len(self._paths) or self._closed:
+                    raise StopIteration
+                i = self._next_take
+                while i not in self._results:
+                    self._cond.wait()
+                ok, value, nbytes = self._results.pop(i)
+                self._next_take += 1
+                self._inflight -= nbytes
+                self._cond.notify_all()
+            if ok:
+                return value
+            if self._on_error == "raise":
+                self.close()
+                raise value
+            warnings.warn(f"skipped {self._paths[i]}: {value}", SkippedFileWarning, stacklevel=2)
+
+    def __len__(self):
+        return len(self._paths)
+
+    def close(self):
+        with self._cond:
+            self._closed = True
+            self._results.clear()
+            self._cond.notify_all()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    @property
+    def peak_inflight_bytes(self) -> int:
+        """The most decoded bytes held for the caller at once (admitted and not yet taken)."""
+        return self._peak_inflight
+
+
+def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
+              io_threads: int | None = None, prefetch: int | None = None,
+              max_inflight_bytes: int | None = None, on_error: str = "raise",
+              images: bool = False, index=None) -> LoadIterator:
+    """Iterate over the data of many NIfTI files in input order, decoding ahead in the background.
+
+    Each item is what ``np.asarray(vp.load(p).dataobj, dtype=dtype)`` gives (for a float dtype:
+    ``img.get_fdata(dtype=dtype)``; ``dtype=None``: the data's own dtype, as
+    ``np.asanyarray(img.dataobj)``), or with ``images=True`` the image itself with its data
+    already in its get_fdata cache.
+
+    ``threads``: threads in all (None or 0: every core), shared between files decoded at once and
+    the chunks of each file. ``io_threads``: how many files are opened and read at once (default:
+    as many as ``threads``); keep it low on a network filesystem, the decode still uses
+    ``threads``. ``prefetch``: how many files ahead of the one the caller takes may be in flight
+    (default: twice the file workers). ``max_inflight_bytes``: the most decoded data held that
+    the caller has not taken yet (one file is always allowed, however large).
+    ``on_error="raise"`` raises a file's error (naming the file) when the iteration reaches it and
+    stops; ``"skip"`` warns (SkippedFileWarning) and goes on with the next file.
+    """
+    return LoadIterator(list(paths), dtype, threads, io_threads, prefetch, max_inflight_bytes,
+                        on_error, images, index)
+
+
+def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
+              io_threads: int | None = None, max_inflight_bytes: int | None = None,
+              on_error: str = "raise", images: bool = False, index=None) -> list:
+    """The data of many NIfTI files, decoded in parallel, as a list in input order.
+
+    Items and arguments as ``iter_load``; files that fail with ``on_error="skip"`` are left out
+    (with a SkippedFileWarning naming them). The list holds every result, so memory is their
+    total; ``max_inflight_bytes`` limits only what is decoded ahead of the list being built. For
+    a bounded-memory pass over many files, iterate with ``iter_load``; for equal shapes,
+    ``load_batch`` decodes straight into one array.
+    """
+    with iter_load(paths, dtype, threads=threads, io_threads=io_threads,
+                   max_inflight_bytes=max_inflight_bytes, on_error=on_error, images=images,
+                   index=index) as it:
+        return list(it)
+
+
+def empty_batch(n: int, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+    """An uninitialised (n, *shape) array whose items ``out[i]`` are Fortran-ordered, as
+    ``load_batch`` writes them (NIfTI data order, nibabel's)."""
+    shape = tuple(int(s) for s in shape)
+    base = np.empty(shape + (int(n),), dtype=np.dtype(dtype), order="F")
+    return np.moveaxis(base, -1, 0)
+
+
+def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32, *,
+               threads: int | None = None, io_threads: int | None = None,
+               index=None) -> np.ndarray:
+    """Decode files of equal shape straight into one (batch, *shape) array.
+
+    Item ``i`` is what ``iter_load`` gives for ``paths[i]``, written into ``out[i]`` without an
+    intermediate array. ``out``: a caller-supplied array (for example reused across batches) of
+    shape (len(paths), *shape) and the output dtype whose items are Fortran-contiguous, as
+    ``empty_batch`` makes; by default one is allocated that way. Every header is read and the
+    shapes and dtypes are checked before anything is decoded: mixed shapes raise ValueError
+    naming the first file that differs. Decode errors raise, naming the file.
+    """
+    paths = [os.fspath(p) for p in paths]
+    dtype = _check_dtype(dtype)
+    if not paths:
+        raise ValueError("load_batch needs at least one file")
+    workers, file_threads = _plan_threads(threads, io_threads, len(paths))
+    kwargs = {} if index is None else {"index": index}
+    imgs = [load(p, threads=file_threads, **kwargs) for p in paths]
+    shape = tuple(imgs[0].shape)
+    out_dtype = _out_dtype(imgs[0], dtype)
+    for p, img in zip(paths[1:], imgs[1:]):
+        if tuple(img.shape) != shape:
+            raise ValueError(f"load_batch needs files of one shape: {paths[0]} is {shape}, "
+                             f"but {p} is {tuple(img.shape)}")
+        if _out_dtype(img, dtype) != out_dtype:
+            raise ValueError(f"load_batch with dtype=None needs files of one data dtype: "
+                             f"{paths[0]} gives {out_dtype}, but {p} gives "
+                             f"{_out_dtype(img, dtype)}; pass a dtype")
+    want = (len(paths),) + shape
+    if out is None:
+        out = empty_batch(len(paths), shape, out_dtype)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a NumPy array, not {type(out).__name__}")
+        if out.shape != want or out.dtype != out_dtype:
+            raise ValueError(f"out must be a {out_dtype} array of shape {want}, but is "
+                             f"{out.dtype} {out.shape}")
+        if not out.flags.writeable or (len(shape) > 0 and not out[0].flags.f_contiguous):
+            raise ValueError("out must be writeable with Fortran-contiguous items out[i] "
+                             "(vp.empty_batch makes one)")
+
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    next_file = [0]
+
+    def work():
+        while True:
+            with lock:
+                if errors or next_file[0] >= len(paths):
+                    return
+                i = next_file[0]
+                next_file[0] += 1
+            try:
+                _decode(imgs[i], dtype, out=out[i])
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                with lock:
+                    errors.append(_note(exc, paths[i]))
+                return
+
+    pool = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
+    for t in pool:
+        t.start()
+    work()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out

@@ -1,0 +1,133 @@
+"""PyTorch datasets over voxpipe: volumes as tensors, batches decoded straight into one tensor.
+
+    from torch.utils.data import DataLoader
+    import voxpipe.torch as vpt
+
+    ds = vpt.VolumeDataset(paths, labels=labels)
+    loader = DataLoader(ds, batch_size=8, shuffle=True, collate_fn=vpt.collate)
+    for volumes, targets in loader:   # volumes: (8, X, Y, Z) float32, no per-item copies
+        ...
+
+Tensors share memory with the NumPy arrays voxpipe decodes into (``torch.from_numpy``): no copy.
+Their layout is NIfTI's (each volume Fortran-ordered, as nibabel's arrays), so a batch tensor
+is not C-contiguous; call ``.contiguous()`` where a model needs it.
+
+With ``collate_fn=collate`` a batch of equal-shape volumes is decoded directly into one
+(batch, ...) array (``vp.load_batch``), through the ``__getitems__`` hook DataLoader's fetcher
+calls. With PyTorch's default collate the same batch is stacked by ``torch.stack`` (one copy):
+correct, only slower. Differently shaped volumes in one batch are returned as a list by
+``collate``.
+
+Threads: with ``num_workers=0`` voxpipe decodes each batch on every core (``threads=None``). In a
+DataLoader worker process the default is one thread per worker, so ``num_workers`` processes do
+not each start a thread per core; pass ``threads`` to choose.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data._utils.collate import default_collate
+
+from ._many import _decode, load_batch
+from ._image import load
+
+__all__ = ["VolumeBatch", "VolumeDataset", "collate"]
+
+
+class VolumeBatch(list):
+    """The samples of one batch (as __getitem__ gives them) together with the batch tensor their
+    volumes are views of; ``collate`` returns the batch tensor without stacking."""
+
+    def __init__(self, samples, volumes: torch.Tensor, labels=None):
+        super().__init__(samples)
+        self.volumes = volumes
+        self.labels = labels
+
+
+class VolumeDataset(Dataset):
+    """A map-style dataset of NIfTI files: item i is the volume of ``paths[i]`` as a tensor, or
+    ``(volume, labels[i])`` when ``labels`` are given.
+
+    ``dtype``: as ``vp.load_many`` (float32 by default: ``img.get_fdata(dtype=float32)``; None:
+    the stored dtype, as ``np.asanyarray(img.dataobj)``). ``transform``: applied to each volume
+    tensor (then batches are collated from the transformed tensors, by stacking). ``threads``:
+    decode threads (None: every core in the main process, one in a DataLoader worker).
+    ``channel_dim``: add a leading channel axis of 1, (1, X, Y, Z) per item, as MONAI expects.
+    """
+
+    def __init__(self, paths: Sequence, labels: Sequence | None = None, dtype=np.float32,
+                 transform: Callable | None = None, threads: int | None = None,
+                 channel_dim: bool = False, index=None):
+        self.paths = [os.fspath(p) for p in paths]
+        if labels is not None and len(labels) != len(self.paths):
+            raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
+        self.labels = labels
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.transform = transform
+        self.threads = threads
+        self.channel_dim = channel_dim
+        self.index = index
+
+    def __len__(self):
+        return len(self.paths)
+
+    def _threads(self) -> int:
+        if self.threads is not None:
+            return self.threads
+        return 1 if get_worker_info() is not None else 0
+
+    def _tensor(self, arr: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(arr)
+        return t.unsqueeze(0) if self.channel_dim else t
+
+    def _sample(self, i: int, volume: torch.Tensor):
+        if self.transform is not None:
+            volume = self.transform(volume)
+        return volume if self.labels is None else (volume, self.labels[i])
+
+    def __getitem__(self, i):
+        kwargs = {} if self.index is None else {"index": self.index}
+        img = load(self.paths[i], threads=self._threads(), **kwargs)
+        return self._sample(i, self._tensor(_decode(img, self.dtype)))
+
+    def __getitems__(self, indices):
+        """A whole batch (DataLoader's fetcher calls this with the batch's indices)."""
+        indices = list(indices)
+        if self.transform is not None or len(indices) < 2:
+            return [self[i] for i in indices]
+        paths = [self.paths[i] for i in indices]
+        try:
+            batch = load_batch(paths, dtype=self.dtype, threads=self._threads(),
+                               index=self.index)
+        except ValueError as exc:
+            if "one shape" not in str(exc) and "one data dtype" not in str(exc):
+                raise
+            return [self[i] for i in indices]  # mixed shapes: item by item, collated as a list
+        volumes = torch.from_numpy(batch)
+        if self.channel_dim:
+            volumes = volumes.unsqueeze(1)
+        samples = [self._sample(i, volumes[k]) for k, i in enumerate(indices)]
+        labels = None
+        if self.labels is not None:
+            labels = default_collate([self.labels[i] for i in indices])
+        return VolumeBatch(samples, volumes, labels)
+
+
+def collate(samples):
+    """DataLoader collate_fn for VolumeDataset: the batch tensor of a VolumeBatch as it is (no
+    copy), with its labels collated; otherwise PyTorch's default_collate, and a list of tensors
+    for volumes of different shapes."""
+    if isinstance(samples, VolumeBatch):
+        return samples.volumes if samples.labels is None else (samples.volumes, samples.labels)
+    try:
+        return default_collate(samples)
+    except RuntimeError:
+        # Volumes of different shapes cannot be stacked.
+        if samples and isinstance(samples[0], tuple):
+            return [s[0] for s in samples], default_collate([s[1] for s in samples])
+        return list(samples)
