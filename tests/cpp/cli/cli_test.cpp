@@ -1,5 +1,5 @@
 // The voxpipe command line, called as a function: info (text and JSON), convert round trips,
-// and the documented exit codes for usage errors and failures.
+// bench-load's counts and failures, and the documented exit codes for usage errors and failures.
 #include <sstream>
 
 #include "commands.hpp"
@@ -122,6 +122,16 @@ TEST(Cli, UsageErrorsExit2) {
       {"convert", a, dir.file("b.nii"), "--dtype", "float16"},
       {"convert", a, dir.file("b.nii"), "--dtype", "int32"},
       {"convert", a, dir.file("b.nii"), "--fast"},
+      {"bench-load"},
+      {"bench-load", "--no-nibabel"},
+      {"bench-load", a, "--repeat", "0"},
+      {"bench-load", a, "--repeat", "x"},
+      {"bench-load", a, "--repeat"},
+      {"bench-load", a, "--threads", "-1"},
+      {"bench-load", a, "--io-threads", "0"},
+      {"bench-load", a, "--dtype", "float64"},
+      {"bench-load", a, "--python"},
+      {"bench-load", a, "--fast"},
   };
   for (const auto& args : cases) {
     std::string joined;
@@ -134,6 +144,10 @@ TEST(Cli, UsageErrorsExit2) {
   const auto help = run({"--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("usage: voxpipe"), std::string::npos);
+  EXPECT_NE(help.out.find("bench-load"), std::string::npos);
+  const auto bench_help = run({"bench-load", "--help"});
+  EXPECT_EQ(bench_help.code, 0);
+  EXPECT_NE(bench_help.out.find("usage: voxpipe bench-load"), std::string::npos) << bench_help.out;
 }
 
 TEST(Cli, FailuresExitWithTheirCodes) {
@@ -163,6 +177,83 @@ TEST(Cli, FailuresExitWithTheirCodes) {
   EXPECT_EQ(run({"convert", dir.file("c.nii.gz"), dir.file("c2.nii")}).code, 8);
   // Output into a directory that does not exist: not found (3).
   EXPECT_EQ(run({"convert", sample(dir, "ok.nii"), dir.file("no/such/out.nii")}).code, 3);
+}
+
+std::uint64_t disk_size(const std::vector<std::string>& paths) {
+  std::uint64_t n = 0;
+  for (const auto& p : paths) n += std::filesystem::file_size(p);
+  return n;
+}
+
+TEST(Cli, BenchLoadCountsFilesAndBytes) {
+  vptest::TempDir dir;
+  const std::string a = sample(dir, "a.nii"), b = sample(dir, "b.nii.gz", true);
+  const std::string c = sample(dir, "c.hdr");  // a pair: both files count on disk
+  const std::uint64_t disk = disk_size({a, b, c, dir.file("c.img")});
+  // 3 files of 4x5x6 voxels: float32 as get_fdata(dtype=float32); scaled int16 reads as float64
+  // with --dtype native, as np.asanyarray(img.dataobj).
+  for (const auto& [dtype, item] : {std::pair{"float32", 4}, std::pair{"native", 8}}) {
+    const auto r = run({"bench-load", "--no-nibabel", "--repeat", "2", "--threads", "2", "--dtype",
+                        dtype, a, b, c});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("files:      3\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("on disk:    " + std::to_string(disk) + " bytes"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("decoded:    " + std::to_string(3 * 120 * item) + " bytes"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("page cache warmed"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\nvoxpipe "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("2 files at once"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("nibabel "), std::string::npos) << r.out;
+    // Not a terminal: no progress bar, nothing on stderr.
+    EXPECT_TRUE(r.err.empty()) << r.err;
+  }
+  // One file read at a time still loads them all.
+  const auto one = run({"bench-load", "--no-nibabel", "--repeat", "1", "--io-threads", "1", a, b, c});
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(one.out.find("files:      3\n"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("1 file at a time"), std::string::npos) << one.out;
+}
+
+TEST(Cli, BenchLoadNamesFailingFilesMeasuresTheOthersAndExitsWithTheFirstCode) {
+  vptest::TempDir dir;
+  const std::string a = sample(dir, "a.nii"), b = sample(dir, "b.nii.gz");
+  const std::string missing = dir.file("missing.nii");
+  sample(dir, "c.nii.gz");
+  Bytes gz = vptest::read_file(dir.file("c.nii.gz"));
+  gz[gz.size() - 5] ^= 0xff;  // ISIZE no longer matches: corrupt (8)
+  vptest::write_file(dir.file("c.nii.gz"), gz);
+  const std::string corrupt = dir.file("c.nii.gz");
+
+  const auto r = run({"bench-load", "--no-nibabel", "--repeat", "1", a, missing, corrupt, b});
+  EXPECT_EQ(r.code, 3) << r.err;  // the first failure on the command line: not_found
+  EXPECT_NE(r.err.find("error (not_found): " + missing), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error (corrupt): " + corrupt), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(a), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("files:      2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("failed:     2 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on disk:    " + std::to_string(disk_size({a, b})) + " bytes"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("decoded:    " + std::to_string(2 * 120 * 4) + " bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nvoxpipe "), std::string::npos) << r.out;
+
+  const auto swapped = run({"bench-load", "--no-nibabel", "--repeat", "1", corrupt, a, missing});
+  EXPECT_EQ(swapped.code, 8) << swapped.err;
+  const auto none = run({"bench-load", "--no-nibabel", missing});
+  EXPECT_EQ(none.code, 3) << none.err;
+  EXPECT_NE(none.out.find("files:      0\n"), std::string::npos) << none.out;
+}
+
+TEST(Cli, BenchLoadWithoutPythonReportsVoxpipeAlone) {
+  vptest::TempDir dir;
+  const std::string a = sample(dir, "a.nii");
+  // A Python that does not exist, and one that fails at once: one line, voxpipe's figures, exit 0.
+  for (const std::string& python : {dir.file("no-such-python"), std::string("false")}) {
+    const auto r = run({"bench-load", "--repeat", "1", "--python", python, a});
+    EXPECT_EQ(r.code, 0) << python << "\n" << r.err;
+    EXPECT_NE(r.out.find("\nvoxpipe "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("nibabel:    not measured (" + python + ": "), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("voxpipe / nibabel"), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace
