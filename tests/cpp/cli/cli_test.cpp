@@ -256,4 +256,44 @@ TEST(Cli, BenchLoadWithoutPythonReportsVoxpipeAlone) {
   }
 }
 
+// A stand-in for Python that ignores the script and prints the child's JSON as given.
+std::string fake_python(const vptest::TempDir& dir, const std::string& name, const std::string& json) {
+  const std::string path = dir.file(name);
+  vptest::write_file(path, Bytes(json.begin(), json.end()));
+  std::string script = "#!/bin/sh\ncat '" + path + "'\n";
+  vptest::write_file(path + ".sh", Bytes(script.begin(), script.end()));
+  std::filesystem::permissions(path + ".sh", std::filesystem::perms::owner_all);
+  return path + ".sh";
+}
+
+TEST(Cli, BenchLoadReadsTheNibabelChildsJson) {
+  vptest::TempDir dir;
+  const std::string a = sample(dir, "a.nii"), b = sample(dir, "b.nii.gz");
+  // Progress dots before the JSON line are skipped; the median of 0.5, 0.25, 1.0 s is 500 ms.
+  const std::string ok = fake_python(
+      dir, "ok.json", ".\n.\n{\"nibabel\": \"9.9.9\", \"python\": \"3.0.1\", \"rounds\": [0.5, 0.25, 1.0], \"errors\": {}}\n");
+  auto r = run({"bench-load", "--repeat", "3", "--python", ok, a, b});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nnibabel        500.000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nibabel 9.9.9, Python 3.0.1, one file at a time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("voxpipe / nibabel: voxpipe is "), std::string::npos) << r.out;
+
+  // A file nibabel failed on is named (escapes decoded), and the ratio is not given.
+  const std::string failed = fake_python(
+      dir, "failed.json",
+      "{\"nibabel\": \"9.9.9\", \"python\": \"3.0.1\", \"rounds\": [0.5], "
+      "\"errors\": {\"1\": \"ValueError: caf\\u00e9 \\\"x\\\" \\ud83d\\ude00\"}}");
+  r = run({"bench-load", "--repeat", "1", "--python", failed, a, b});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("nibabel failed on " + b + ": ValueError: caf\u00e9 \"x\" \U0001F600\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("not compared (nibabel failed on 1 of the files)"), std::string::npos) << r.out;
+
+  // Output that is not the expected JSON: not measured, not an error.
+  const std::string garbage = fake_python(dir, "garbage.json", "{\"rounds\": [0.5,\n");
+  r = run({"bench-load", "--repeat", "1", "--python", garbage, a});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("nibabel:    not measured (" + garbage + ": "), std::string::npos) << r.out;
+}
+
 }  // namespace
