@@ -885,20 +885,18 @@ NibabelRun run_nibabel(const std::string& python, const std::vector<std::string>
       }
     }
   }
+  for (const auto& p : fds)
+    if (p.fd >= 0) close(p.fd);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!line.empty()) out = line;
 
-  auto last_line = [](const std::string& text) {
-    std::size_t end = text.find_last_not_of(" \r\n");
-    if (end == std::string::npos) return std::string();
-    const std::size_t begin = text.rfind('\n', end);
-    return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-  };
   const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!exited_ok || out.empty() || out[0] != '{') {
-    std::string why = last_line(err);
+    // The child's last words (a traceback ends with the exception) say why.
+    err.erase(err.find_last_not_of(" \r\n") + 1);
+    std::string why = err.substr(err.rfind('\n') + 1);
     if (why.empty())
       why = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                 : "exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
