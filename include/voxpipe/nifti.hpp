@@ -176,9 +176,6 @@ namespace core {
 class ByteSource;
 }
 
-// Keeps an image's data file open across reads (nibabel's keep_file_open). A gzip stream keeps
-// its position: selections read in ascending order inflate the file once. Holds a reference to
-// `image`, which must outlive it. Not thread-safe: one reader per thread.
 // How a reader of a single-member .gz data file finds a seek index (gzip.hpp). Files in a
 // sized-member layout, and uncompressed files, need none and ignore this.
 struct DataSourceOptions {
@@ -191,11 +188,16 @@ struct DataSourceOptions {
   std::string index_path;
 };
 
-// Keeps the data file open across reads: a sized-member table or a seek index is read once.
-// read() may be called from several threads at once; reads of a sequential source (gzip without
-// sizes or index) are serialised.
+// Keeps the data file open across reads (nibabel's keep_file_open=True): a sized-member table or a
+// seek index is read once, and a gzip stream without either keeps its position, so selections
+// read in ascending order inflate the file once. Holds a copy of `image`. The data file (and an
+// index file whose windows are read lazily) stay open until the reader is destroyed. read() may
+// be called from several threads at once; reads of a sequential source (gzip without sizes or
+// index) are serialised.
 class NiftiReader {
  public:
+  // Opens the data file: Error(not_found / io) naming it, the errors of a gzip member table or
+  // of an explicit index.
   explicit NiftiReader(const NiftiImage& image, const DataSourceOptions& options = {});
   ~NiftiReader();
   NiftiReader(const NiftiReader&) = delete;
@@ -204,6 +206,10 @@ class NiftiReader {
   void read(std::span<const AxisRange> selection, const OutputSpec& spec,
             std::span<std::byte> dest, const ReadOptions& options = {});
   const NiftiImage& image() const noexcept { return image_; }
+  // As check_data_size(image()), judged by the size of the data file this reader opened (so a
+  // file cut after open_nifti is caught too), without opening it again. Call once, before
+  // allocating an output for the whole image.
+  void check_data_size() const;
   // True when any selection is read without inflating the data before it (uncompressed data,
   // sized gzip members, or a seek index).
   bool random_access() const noexcept;
@@ -211,6 +217,7 @@ class NiftiReader {
  private:
   NiftiImage image_;
   std::unique_ptr<core::ByteSource> source_;
+  std::uint64_t data_file_size_ = 0;  // when the source was opened
   std::unique_ptr<std::mutex> sequential_mutex_;
 };
 

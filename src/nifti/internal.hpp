@@ -43,6 +43,10 @@ std::vector<std::uint8_t> encode_extensions(const std::vector<NiftiExtension>& e
 std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image,
                                                    const DataSourceOptions& options = {});
 
+// check_data_size against `file_size`, the size of the data file as read now (compressed size for
+// gzip), without opening anything.
+void check_data_size(const NiftiImage& image, std::uint64_t file_size);
+
 // read_nifti_data through a given source.
 void read_selection(core::ByteSource& source, const NiftiImage& image,
                     std::span<const AxisRange> selection, const OutputSpec& spec,

@@ -103,22 +103,26 @@ bool NiftiImage::swapped() const noexcept {
 void check_data_size(const NiftiImage& image) {
   // Opening names a missing or unreadable data file before any size is judged.
   core::InputFile(image.data_path);
+  nifti::check_data_size(image, image.data_file_size);
+}
+
+void nifti::check_data_size(const NiftiImage& image, std::uint64_t file_size) {
   const std::uint64_t need = image.data_offset + image.data_bytes();  // checked in open_nifti
   if (image.data_compression == Compression::none) {
-    if (image.data_file_size < need)
+    if (file_size < need)
       throw Error(ErrorCode::truncated, image.data_path, "data",
                   "expected " + std::to_string(image.data_bytes()) + " bytes of voxel data from byte " +
                       std::to_string(image.data_offset) + ", but the file is " +
-                      std::to_string(image.data_file_size) + " bytes long",
-                  image.data_file_size);
+                      std::to_string(file_size) + " bytes long",
+                  file_size);
     return;
   }
   // Deflate cannot expand more than 1032:1, so a small gzip file cannot justify a huge output.
-  auto bound = core::checked_mul(image.data_file_size, 1032);
+  auto bound = core::checked_mul(file_size, 1032);
   if (bound && *bound < need)
     throw Error(ErrorCode::truncated, image.data_path, "data",
                 "expected " + std::to_string(need) + " uncompressed bytes, but a gzip file of " +
-                    std::to_string(image.data_file_size) + " bytes cannot hold more than " +
+                    std::to_string(file_size) + " bytes cannot hold more than " +
                     std::to_string(*bound));
 }
 

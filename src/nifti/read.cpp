@@ -288,8 +288,14 @@ std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& imag
 
 NiftiReader::NiftiReader(const NiftiImage& image, const DataSourceOptions& options)
     : image_(image), source_(nifti::open_data_source(image_, options)) {
+  if (const auto* file = dynamic_cast<const core::FileByteSource*>(source_.get()))
+    data_file_size_ = file->size();
+  else  // the gzip source opened the file a moment ago: its size now is the one it reads
+    data_file_size_ = core::file_size(image_.data_path).value_or(image_.data_file_size);
   if (!source_->random_access()) sequential_mutex_ = std::make_unique<std::mutex>();
 }
+
+void NiftiReader::check_data_size() const { nifti::check_data_size(image_, data_file_size_); }
 
 NiftiReader::~NiftiReader() = default;
 

@@ -444,6 +444,24 @@ TEST(CheckDataSize, UncompressedNeedsOffsetPlusData) {
   EXPECT_VP_ERROR(voxpipe::check_data_size(bigger), ErrorCode::truncated);
 }
 
+TEST(NiftiReader, ChecksTheSizeOfTheFileItOpened) {
+  vptest::TempDir dir;
+  const auto values = distinct_i16(7 * 5 * 4 * 3);
+  const std::string path = vptest::write_image(dir, "r.nii", vptest::make_header(1, DType::i16, kShape), values);
+  const auto img = voxpipe::open_nifti(path);
+  voxpipe::NiftiReader(img).check_data_size();  // exactly enough
+  // Cut after open_nifti: the image still records the old size, the reader sees the cut.
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
+  voxpipe::check_data_size(img);
+  voxpipe::NiftiReader reader(img);
+  auto err = vptest::catch_error([&] { reader.check_data_size(); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::truncated);
+  EXPECT_EQ(err->path(), path);
+  std::filesystem::remove(path);
+  EXPECT_VP_ERROR(voxpipe::NiftiReader{img}, ErrorCode::not_found);
+}
+
 TEST(CheckDataSize, GzipCannotExpandBeyondDeflatesRatio) {
   vptest::TempDir dir;
   // A header promising 2000^3 int16 (16 GB) followed by nothing, gzipped: ~100 bytes.
@@ -455,12 +473,14 @@ TEST(CheckDataSize, GzipCannotExpandBeyondDeflatesRatio) {
   const auto img = voxpipe::open_nifti(dir.file("bomb.nii.gz"));
   EXPECT_EQ(img.data_bytes(), 16000000000u);
   EXPECT_VP_ERROR(voxpipe::check_data_size(img), ErrorCode::truncated);
+  EXPECT_VP_ERROR(voxpipe::NiftiReader(img).check_data_size(), ErrorCode::truncated);
   // Highly compressible real data passes: 8 MB of zeros compresses ~1000:1.
   Big zeros({1024, 1024, 4});
   std::fill(zeros.values.begin(), zeros.values.end(), 0);
   const auto ok = zeros.write("zeros.nii.gz", false, 0, 0);
   EXPECT_LT(ok.data_file_size * 100, ok.data_bytes());
   voxpipe::check_data_size(ok);
+  voxpipe::NiftiReader(ok).check_data_size();
 }
 
 }  // namespace
