@@ -20,6 +20,8 @@ using namespace voxpipe;
 namespace {
 
 using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// Input bytes may come from read-only arrays (a memory map opened with mmap='r').
+using ConstByteArray = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
   return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
@@ -92,27 +94,6 @@ NB_MODULE(_core, m) {
   m.def("is_pair_path", &nifti_is_pair_path, nb::arg("path"),
         "Whether a file name is a .hdr/.img pair name (optionally .gz).");
 
-  m.def("check_data_size", &check_data_size, nb::arg("image"),
-        nb::call_guard<nb::gil_scoped_release>());
-
-  m.def(
-      "read",
-      [](const NiftiImage& image, const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& selection,
-         const std::string& out_dtype, bool apply_scaling, bool file_byte_order, bool real_part,
-         ByteArray out, unsigned threads) {
-        std::vector<AxisRange> sel;
-        for (const auto& [start, step, count] : selection) sel.push_back({start, step, count});
-        OutputSpec spec{parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
-        read_nifti_data(image, sel, spec,
-                        std::span(reinterpret_cast<std::byte*>(out.data()), out.size()),
-                        ReadOptions{threads});
-      },
-      nb::arg("image"), nb::arg("selection"), nb::arg("dtype"), nb::arg("apply_scaling"),
-      nb::arg("file_byte_order"), nb::arg("real_part"), nb::arg("out"), nb::arg("threads") = 0,
-      nb::call_guard<nb::gil_scoped_release>(),
-      "Read a selection (list of (start, step, count) per axis; empty: all) into `out`, a 1-D "
-      "uint8 view of an F-ordered array of `dtype`.");
-
   nb::class_<NiftiReader>(m, "Reader")
       .def(
           "__init__",
@@ -133,6 +114,9 @@ NB_MODULE(_core, m) {
           },
           nb::arg("image"), nb::arg("index_mode") = "auto", nb::arg("index_path") = "")
       .def_prop_ro("random_access", &NiftiReader::random_access)
+      .def("check_data_size", &NiftiReader::check_data_size,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Raise TruncatedError when the data file, as opened, cannot hold the header's data.")
       .def(
           "read",
           [](NiftiReader& reader,
@@ -148,7 +132,9 @@ NB_MODULE(_core, m) {
           nb::arg("selection"), nb::arg("dtype"), nb::arg("apply_scaling"),
           nb::arg("file_byte_order"), nb::arg("real_part"), nb::arg("out"), nb::arg("threads") = 0,
           nb::call_guard<nb::gil_scoped_release>(),
-          "As read(), through the reader's open data file (and its member table or index).");
+          "Read a selection (list of (start, step, count) per axis; empty: all) into `out`, a 1-D "
+          "uint8 view of an F-ordered array of `dtype`, through the reader's open data file (and "
+          "its member table or index).");
 
   auto summary_dict = [](const GzipIndexSummary& s) {
     nb::dict d;
@@ -205,7 +191,7 @@ NB_MODULE(_core, m) {
   m.def(
       "write",
       [](const std::string& path, const nb::bytes& header,
-         const std::vector<std::pair<std::int32_t, nb::bytes>>& extensions, ByteArray data,
+         const std::vector<std::pair<std::int32_t, nb::bytes>>& extensions, ConstByteArray data,
          int level, const std::string& layout, unsigned threads) {
         GzipLayout gz_layout;
         if (layout == "members")

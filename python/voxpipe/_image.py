@@ -16,7 +16,7 @@ from ._header import (
     Nifti2Header,
     dtype_code,
 )
-from ._slicing import empty_for, plan, read_shape
+from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 
 _FAST_OUTPUTS = {np.dtype("f4"): "float32", np.dtype("f8"): "float64",
                  np.dtype("c8"): "complex64", np.dtype("c16"): "complex128"}
@@ -57,19 +57,24 @@ class ArrayProxy:
     """Lazy access to the voxel data of a file (nibabel's ArrayProxy contract).
 
     ``np.asarray(proxy)`` and ``proxy[slicer]`` read from the file each time, only the bytes
-    needed, and return NumPy arrays in nibabel's dtypes, Fortran-ordered, owning their memory.
+    needed. What comes back is what nibabel returns: for uncompressed, unscaled data read whole
+    with ``mmap`` enabled, an ``np.memmap`` of the file (copy-on-write for True/'c', read-only
+    for 'r'); otherwise a NumPy array owning its memory, read-only where nibabel's would be.
+    ``keep_file_open``: True keeps one reader (open data file, gzip member table or seek index)
+    for the proxy's lifetime; False or None (nibabel's default) opens the file for each access
+    and closes it before returning.
     """
 
     is_proxy = True
 
     def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
-                 index_path: str = ""):
+                 index_path: str = "", *, mmap=True, keep_file_open=None):
         self._img = core_image
         self._threads = threads
-        # .gz data are read through one open reader, created on first use, so that a member
-        # table or seek index is read once per image rather than once per slice.
         self._index = (index_mode, index_path)
-        self._reader = None
+        self._mmap = mmap
+        self._keep_file_open = bool(keep_file_open)
+        self._kept_reader = None
         self._reader_lock = threading.Lock()
         self._shape = tuple(core_image.shape)
         raw = _NAME_TO_DTYPE[core_image.dtype]
@@ -108,60 +113,94 @@ class ArrayProxy:
     def _scaled(self):
         return (self._img.slope, self._img.inter) != (1.0, 0.0)
 
-    def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
-              real_part: bool = False, out: np.ndarray | None = None):
-        shape = read_shape(ranges)
-        # Before allocating: the file must be able to hold what the header promises.
-        _core.check_data_size(self._img)
-        if out is None:
-            out = empty_for(shape, dtype)
-        elif out.shape != shape or out.dtype != dtype or not out.flags.f_contiguous:
-            raise ValueError(f"out must be an F-contiguous {dtype} array of shape {shape}, "
-                             f"but is {out.dtype} {out.shape}")
-        name = _CODE_TO_NAME[dtype_code(dtype)]
-        reader = self._gzip_reader()
-        if reader is None:
-            _core.read(self._img, ranges, name, apply_scaling, file_order, real_part,
-                       _as_bytes_view(out), self._threads)
-        else:
-            reader.read(ranges, name, apply_scaling, file_order, real_part, _as_bytes_view(out),
-                        self._threads)
-        return out
+    # -- files ----------------------------------------------------------------------------------
+    def _open_reader(self):
+        """A reader of the data file whose size has been checked against the header, so that a
+        missing or short file fails before any output is allocated. With keep_file_open, one
+        reader made on first use and kept; otherwise a new one for the caller to drop."""
+        if not self._keep_file_open:
+            reader = _core.Reader(self._img, *self._index)
+            reader.check_data_size()
+            return reader
+        with self._reader_lock:
+            if self._kept_reader is None:
+                reader = _core.Reader(self._img, *self._index)
+                reader.check_data_size()
+                self._kept_reader = reader
+            return self._kept_reader
 
     def _gzip_reader(self):
-        if not self._img.gzip:
+        """The reader an access would use now, for gzip data (None otherwise): whether it found
+        a member table or an index shows in its ``random_access``."""
+        return self._open_reader() if self._img.gzip else None
+
+    def _map(self):
+        """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file, or
+        None where nibabel reads instead (mmap=False, gzip data, a file that cannot be mapped).
+        A short or missing file gives None here and a voxpipe error from the read that follows."""
+        if not self._mmap or self._img.gzip:
             return None
-        with self._reader_lock:
-            if self._reader is None:
-                self._reader = _core.Reader(self._img, *self._index)
-            return self._reader
+        try:
+            return np.memmap(self._img.data_path, dtype=self._dtype,
+                             mode="c" if self._mmap is True else self._mmap, shape=self._shape,
+                             order="F", offset=self._img.data_offset)
+        except (AttributeError, TypeError, ValueError, OSError):
+            return None
+
+    def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
+              real_part: bool = False, out: np.ndarray | None = None, subtype=np.ndarray):
+        shape = read_shape(ranges)
+        if out is not None and (out.shape != shape or out.dtype != dtype
+                                or not out.flags.f_contiguous):
+            raise ValueError(f"out must be an F-contiguous {dtype} array of shape {shape}, "
+                             f"but is {out.dtype} {out.shape}")
+        reader = self._open_reader()
+        try:
+            if out is None:
+                out = empty_for(shape, dtype, subtype)
+            reader.read(ranges, _CODE_TO_NAME[dtype_code(dtype)], apply_scaling, file_order,
+                        real_part, _as_bytes_view(out), self._threads)
+        finally:
+            # Not kept: the last reference goes here, which closes the file.
+            del reader
+        return out
 
     def _full_ranges(self):
         return [(0, 1, d) for d in self._shape]
 
+    # -- nibabel's API ---------------------------------------------------------------------------
     def get_unscaled(self, out=None):
-        """The stored values, in the file's dtype and byte order (into `out` when given: an
-        F-contiguous array of that dtype and shape, e.g. a buffer reused across files)."""
+        """The stored values, in the file's dtype and byte order: as nibabel, a memory map of
+        the file where ``mmap`` allows. With `out` (an F-contiguous array of that dtype and
+        shape, e.g. a buffer reused across files), read into it instead."""
+        if out is None:
+            mapped = self._map()
+            if mapped is not None:
+                return mapped
         return self._read(self._full_ranges(), self._dtype, False, True, out=out)
 
-    def _get_scaled(self, dtype, ranges, out=None):
-        """nibabel's ArrayProxy._get_scaled: the natural dtype, or `dtype` where asked."""
-        if not self._scaled():
-            natural = self._dtype
-        else:
-            natural = _NAME_TO_DTYPE[self._img.scaled_dtype]
+    def _natural_dtype(self):
+        return _NAME_TO_DTYPE[self._img.scaled_dtype] if self._scaled() else self._dtype
+
+    def _decodes_directly(self, dtype: np.dtype) -> bool:
+        """Whether `dtype` output is decoded (cast, scaled) by the reader itself."""
+        return dtype in _FAST_OUTPUTS and self._natural_dtype().fields is None
+
+    def _get_scaled(self, dtype, ranges, out=None, subtype=np.ndarray):
+        """nibabel's ArrayProxy._get_scaled, always read into a new array (or `out`): the
+        natural dtype, or `dtype` where asked."""
         if dtype is None:
             if not self._scaled():
                 return self._read(ranges, self._dtype, False, True, out=out)
-            return self._read(ranges, natural, True, False, out=out)
+            return self._read(ranges, self._natural_dtype(), True, False, out=out)
         dtype = np.dtype(dtype)
-        if dtype in _FAST_OUTPUTS and natural.fields is None:
-            if natural.kind == "c" and dtype.kind == "f":
+        if self._decodes_directly(dtype):
+            real_part = self._natural_dtype().kind == "c" and dtype.kind == "f"
+            if real_part:
                 warnings.warn("Casting complex values to real discards the imaginary part",
                               np.exceptions.ComplexWarning, stacklevel=3)
-                return self._read(ranges, dtype, True, False, real_part=True, out=out)
-            if natural.kind != "c" or dtype.kind == "c":
-                return self._read(ranges, dtype, True, False, out=out)
+            return self._read(ranges, dtype, True, False, real_part=real_part, out=out,
+                              subtype=subtype)
         arr = self._get_scaled(None, ranges)
         arr = arr.astype(np.promote_types(arr.dtype, dtype), copy=False).astype(dtype, copy=False)
         if out is not None:
@@ -169,18 +208,46 @@ class ArrayProxy:
             return out
         return arr
 
+    def _whole(self, dtype=None):
+        """What nibabel's ArrayProxy.__array__(dtype) gives. Unscaled data it memory-maps where
+        it can; converting the map with astype keeps the np.memmap type, on a copy that owns
+        its memory (the reader decodes that copy straight from the file)."""
+        mapped = None if self._scaled() else self._map()
+        if mapped is None:
+            return self._get_scaled(dtype, self._full_ranges())
+        if dtype is None:
+            return mapped
+        dtype = np.dtype(dtype)
+        if np.promote_types(mapped.dtype, dtype) == mapped.dtype == dtype:
+            return mapped
+        if self._decodes_directly(dtype):
+            del mapped
+            return self._get_scaled(dtype, self._full_ranges(), subtype=np.memmap)
+        arr = mapped.astype(np.promote_types(mapped.dtype, dtype), copy=False)
+        return arr.astype(dtype, copy=False)
+
     def __array__(self, dtype=None, copy=None):
-        arr = self._get_scaled(dtype, self._full_ranges())
+        arr = self._whole(dtype)
         if dtype is not None:
             arr = arr.astype(dtype, copy=False)
+        if copy and getattr(arr, "filename", None) is not None:
+            arr = np.array(arr)  # a copy was asked for: not a view of the file
         return arr
 
     def __getitem__(self, slicer):
         ranges, out_shape = plan(slicer, self._shape)
+        if reads_whole(slicer, self._shape):
+            return self._whole()
         arr = self._get_scaled(None, ranges).reshape(out_shape, order="F")
-        if out_shape == () and not self._scaled():
+        if self._scaled():
+            return arr
+        if out_shape == ():
             # nibabel indexes unscaled data down to a NumPy scalar; scaled data stay 0-d arrays.
             return arr[()]
+        # nibabel wraps what fileslice read: bytes (read-only) for one segment, an anonymous
+        # mmap (writable) for several.
+        arr.flags.writeable = (arr.size > 0 and nibabel_segments(slicer, self._shape,
+                                                                 self._dtype.itemsize) > 1)
         return arr
 
     def __repr__(self):
@@ -390,9 +457,9 @@ def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=No
         index_args = ("path", os.fspath(index))
     else:
         raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
-    proxy = ArrayProxy(core, threads, *index_args)
+    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open)
     if index_args[0] == "path" and core.gzip:
-        proxy._gzip_reader()  # an explicit index is checked now, not at the first read
+        _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
     img = klass(proxy, None, header=hdr)
     img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
     img._filename = path

@@ -84,7 +84,127 @@ def read_shape(ranges):
     return tuple(count for _, _, count in ranges)
 
 
-def empty_for(shape, dtype):
-    """An uninitialised F-ordered array: NumPy allocates it (huge pages for large arrays) and the
-    reader's threads are the first to touch it."""
-    return np.empty(shape, dtype=dtype, order="F")
+def empty_for(shape, dtype, subtype=np.ndarray):
+    """An uninitialised F-ordered array of `subtype` that owns its memory: NumPy allocates it
+    (huge pages for large arrays) and the reader's threads are the first to touch it."""
+    if subtype is np.ndarray:
+        return np.empty(shape, dtype=dtype, order="F")
+    return np.ndarray.__new__(subtype, shape, dtype=dtype, order="F")
+
+
+# What nibabel's ArrayProxy does with a slicer decides what kind of array comes back, so the
+# functions below follow nibabel's fileslice (5.4.2) step for step. They run after plan(), on
+# slicers it accepted.
+
+_SKIP_THRESH = 256  # fileslice.SKIP_THRESH: gaps up to this many bytes are read, not skipped
+_FULL = slice(None)
+
+
+def _real_slicers(sliceobj, shape):
+    """fileslice.canonical_slicers without its None entries: per on-disk axis, a non-negative
+    int or the slice as given."""
+    if not isinstance(sliceobj, tuple):
+        sliceobj = (sliceobj,)
+    out = []
+    for i, slicer in enumerate(sliceobj):
+        if slicer is None:
+            continue
+        if slicer is Ellipsis:
+            n_rest = sum(1 for r in sliceobj[i + 1 :] if r is not None)
+            out.extend([_FULL] * (len(shape) - len(out) - n_rest))
+        elif isinstance(slicer, slice):
+            out.append(slicer)
+        else:
+            index = operator.index(slicer)
+            out.append(index + shape[len(out)] if index < 0 else index)
+    out.extend([_FULL] * (len(shape) - len(out)))
+    return out
+
+
+def reads_whole(sliceobj, shape) -> bool:
+    """Whether nibabel reads `sliceobj` as the whole array (array_from_file, memory-mapped where
+    it can) rather than through fileslice: no None, and every axis ``:`` or ``0|None:len:1|None``
+    (canonical_slicers(sliceobj) == canonical_slicers(()))."""
+    if any(s is None for s in (sliceobj if isinstance(sliceobj, tuple) else (sliceobj,))):
+        return False
+    for slicer, dim in zip(_real_slicers(sliceobj, shape), shape):
+        if not isinstance(slicer, slice):
+            return False
+        if slicer != _FULL and not (slicer.stop == dim and slicer.start in (None, 0)
+                                    and slicer.step in (None, 1)):
+            return False
+    return True
+
+
+def _fill(slicer: slice, dim: int) -> slice:
+    """fileslice.fill_slicer, with out-of-range bounds clamped as NumPy clamps them."""
+    start, stop, step = slicer.indices(dim)
+    return slice(start, None if step < 0 and stop < 0 else stop, step)
+
+
+def _positive(slicer: slice) -> slice:
+    """fileslice._positive_slice: the same elements with a positive step."""
+    start, stop, step = slicer.start, slicer.stop, slicer.step
+    if step > 0:
+        return slicer
+    if stop is None:
+        stop = -1
+    n = (stop - start) / step
+    n = int(n) - 1 if int(n) == n else int(n)
+    return slice(start + n * step, start + 1, -step)
+
+
+def _heuristic(slicer, dim: int, stride: int):
+    """fileslice.threshold_heuristic."""
+    if isinstance(slicer, int):
+        return "full" if (dim - 1) * stride <= _SKIP_THRESH else None
+    if abs(slicer.step) * stride > _SKIP_THRESH:
+        return None
+    p = _positive(slicer)
+    return "full" if (dim - (p.stop - p.start)) * stride <= _SKIP_THRESH else "contiguous"
+
+
+def _read_slicer(slicer, dim: int, all_full: bool, is_slowest: bool, stride: int):
+    """The part of fileslice.optimize_slicer that decides what is read."""
+    is_int = isinstance(slicer, int)
+    if not is_int:
+        if slicer == _FULL:
+            return _FULL
+        slicer = _fill(slicer, dim)
+        if slicer in (slice(0, dim, 1), slice(dim - 1, None, -1)):
+            return _FULL
+    if all_full:
+        action = _heuristic(slicer, dim, stride)
+        if is_slowest and action == "full":
+            action = None if is_int else "contiguous"
+        if action == "full":
+            return _FULL
+        if action == "contiguous" and slicer.step not in (-1, 1):
+            p = _positive(slicer)
+            return slice(p.start, p.stop, 1)
+    if is_int or slicer.step > 0:
+        return slicer
+    return _positive(slicer)
+
+
+def nibabel_segments(sliceobj, shape, itemsize: int) -> int:
+    """How many byte segments nibabel's fileslice reads for `sliceobj` (optimize_read_slicers,
+    then slicers2segments). Its result wraps bytes (read-only) for one segment and an anonymous
+    mmap (writable) for more."""
+    reads, all_full, stride = [], True, itemsize
+    for k, (slicer, dim) in enumerate(zip(_real_slicers(sliceobj, shape), shape)):
+        read = _read_slicer(slicer, dim, all_full, k == len(shape) - 1, stride)
+        reads.append(read)
+        all_full = all_full and read == _FULL
+        stride *= dim
+    count, all_full = 1, True
+    for read, dim in zip(reads, shape):
+        if isinstance(read, int):
+            all_full = False
+            continue
+        filled = _fill(read, dim)
+        if not (all_full and filled.step == 1):
+            count *= len(range(filled.start, -1 if filled.stop is None else filled.stop,
+                               filled.step))
+        all_full = all_full and filled == slice(0, dim, 1)
+    return count
