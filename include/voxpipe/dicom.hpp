@@ -1,0 +1,197 @@
+// voxpipe/dicom.hpp: DICOM Part 10 datasets: parsing metadata and locating the pixel data.
+//
+// read_dicom parses the File Meta Information and the dataset of one file without any DICOM
+// toolkit, as pydicom's dcmread does, and stops at the Pixel Data: it records where the pixel
+// bytes are (offset and length, or the fragments of encapsulated data) but never reads them.
+// Values larger than a limit are recorded (offset, length), not read. docs/dicom.md describes
+// what is accepted and how it matches pydicom.
+//
+// Conventions:
+//  - Tags are 32-bit numbers group << 16 | element, e.g. 0x00280010 for Rows (dicom_tag()).
+//  - Offsets are byte offsets of the first value byte. For every transfer syntax but Deflated
+//    Explicit VR Little Endian they are offsets in the file; for the deflated syntax, dataset
+//    offsets are positions in the inflated dataset stream, which starts (offset 0) right after
+//    the File Meta Information (DicomFile::offsets_in_inflated_stream says which). This is what
+//    pydicom's value_tell reports.
+//  - Value bytes are kept as stored (the dataset's byte order); the accessors convert.
+// Thread-safety: read_dicom and parse_dicom are re-entrant; a DicomFile is immutable after parsing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace voxpipe {
+
+using DicomTag = std::uint32_t;
+constexpr DicomTag dicom_tag(std::uint16_t group, std::uint16_t element) {
+  return std::uint32_t{group} << 16 | element;
+}
+constexpr std::uint16_t dicom_group(DicomTag t) { return static_cast<std::uint16_t>(t >> 16); }
+constexpr std::uint16_t dicom_element(DicomTag t) { return static_cast<std::uint16_t>(t); }
+
+// Value representations (PS3.5 6.2). `unknown` is an explicit VR of two capital letters that is
+// not one of these (its value is read with a 2-byte length, as pydicom does).
+enum class DicomVR : std::uint8_t {
+  AE, AS, AT, CS, DA, DS, DT, FD, FL, IS, LO, LT, OB, OD, OF, OL, OV, OW, PN, SH, SL, SQ, SS,
+  ST, SV, TM, UC, UI, UL, UN, UR, US, UT, UV, unknown
+};
+// "AE" ... "UV", "??" for unknown.
+const char* dicom_vr_name(DicomVR vr) noexcept;
+// The VR named by two characters, or nullopt.
+std::optional<DicomVR> dicom_vr_from_name(std::string_view name) noexcept;
+
+// "(GGGG,EEEE)", used in error messages.
+std::string dicom_tag_name(DicomTag tag);
+// The tag of one of the common keywords (Rows, PixelSpacing, ...; docs/dicom.md lists them), or
+// nullopt. Keywords as in the DICOM standard's data dictionary (and pydicom).
+std::optional<DicomTag> dicom_keyword_tag(std::string_view keyword) noexcept;
+
+inline constexpr std::uint64_t kDicomUndefinedLength = 0xFFFFFFFF;
+
+class DicomDataset;
+namespace dicom {
+struct DatasetAccess;  // the parser's access to a dataset under construction
+}
+
+// One data element.
+struct DicomElement {
+  DicomTag tag = 0;
+  DicomVR vr = DicomVR::UN;
+  // The VR came from the file (explicit VR) rather than the data dictionary (implicit VR).
+  bool explicit_vr = false;
+  std::uint64_t value_offset = 0;  // first value byte (file or inflated stream, see above)
+  // Value length as stored; kDicomUndefinedLength for undefined-length sequences (and values).
+  std::uint64_t length = 0;
+  // true when the value bytes are in `value` (and `length` bytes long); false when the value
+  // exceeded DicomReadOptions::max_value_size (or is the pixel data), so only its place is known.
+  bool value_read = false;
+  std::vector<std::uint8_t> value;
+  // Sequences (VR SQ, or UN/unknown values found to be sequences): the items, in order.
+  std::vector<DicomDataset> items;
+  // For each item, the offset of its item tag (FFFE,E000).
+  std::vector<std::uint64_t> item_offsets;
+};
+
+// A dataset: elements sorted by tag (a tag that occurs twice keeps the last, as in pydicom).
+class DicomDataset {
+ public:
+  DicomDataset() = default;
+  DicomDataset(std::vector<DicomElement> elements, bool big_endian);
+
+  const std::vector<DicomElement>& elements() const noexcept { return elements_; }
+  bool big_endian() const noexcept { return big_endian_; }
+  // The element with `tag`, or nullptr.
+  const DicomElement* find(DicomTag tag) const noexcept;
+  bool contains(DicomTag tag) const noexcept { return find(tag) != nullptr; }
+
+  // The values of a string VR, split at '\' (except LT, ST, UT, UR, which have one value) and
+  // trimmed as pydicom does (docs/dicom.md): empty when the element is missing or not read.
+  std::vector<std::string> strings(DicomTag tag) const;
+  // The first of strings(tag), or nullopt when there is none.
+  std::optional<std::string> string(DicomTag tag) const;
+  // A UID (UI): the value without its trailing NUL/space padding.
+  std::optional<std::string> uid(DicomTag tag) const { return string(tag); }
+  // The values of a numeric element: US SS UL SL FL FD SV UV (binary, in the dataset's byte
+  // order), IS DS (text), AT (as tags), and OB/OW/OL/OF/OD/UN are not numbers. Empty when the
+  // element is missing, not read, or empty. Throws Error(format) naming the tag when a value is
+  // not a number (IS/DS text that does not parse, a binary length not a multiple of the size).
+  std::vector<double> numbers(DicomTag tag) const;
+  std::optional<double> number(DicomTag tag, std::size_t index = 0) const;
+  // As numbers() for integer VRs and IS (exact for 64-bit integers); Error(format) for a value
+  // that is not an integer.
+  std::vector<std::int64_t> integers(DicomTag tag) const;
+  std::optional<std::int64_t> integer(DicomTag tag, std::size_t index = 0) const;
+  // The items of a sequence (empty when missing or not a sequence).
+  const std::vector<DicomDataset>& items(DicomTag tag) const noexcept;
+
+ private:
+  friend struct dicom::DatasetAccess;
+  std::vector<DicomElement> elements_;
+  bool big_endian_ = false;
+};
+
+struct DicomTransferSyntax {
+  std::string uid;  // as in (0002,0010), trimmed; empty when the file has none
+  bool implicit_vr = false;
+  bool big_endian = false;
+  bool deflated = false;      // the dataset is raw-deflate compressed (1.2.840.10008.1.2.1.99)
+  bool encapsulated = false;  // pixel data in fragments (JPEG, RLE, ...): every other syntax
+};
+// The properties of a transfer syntax UID (unknown UIDs: explicit VR little endian,
+// encapsulated, as pydicom assumes).
+DicomTransferSyntax dicom_transfer_syntax(std::string_view uid);
+
+struct DicomFragment {
+  std::uint64_t offset = 0;  // first byte of the fragment's data (after its item header)
+  std::uint64_t length = 0;
+};
+
+// Where the top-level pixel data lies. Nothing of it is read but item headers and offset tables.
+struct DicomPixelData {
+  // 7FE0,0010 Pixel Data; 7FE0,0008 Float Pixel Data; 7FE0,0009 Double Float Pixel Data.
+  DicomTag tag = 0;
+  DicomVR vr = DicomVR::OB;
+  // Native data: [offset, offset + length) holds it.
+  // Encapsulated data (undefined length): `offset` is the first value byte (the Basic Offset
+  // Table's item tag) and `length` the bytes up to and including the Sequence Delimitation Item.
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  bool encapsulated = false;
+  std::vector<std::uint32_t> basic_offset_table;  // may be empty
+  std::vector<DicomFragment> fragments;           // after the Basic Offset Table's item
+  // Extended Offset Table (7FE0,0001) and its lengths (7FE0,0002), when present and read.
+  std::vector<std::uint64_t> extended_offsets;
+  std::vector<std::uint64_t> extended_lengths;
+};
+
+struct DicomReadOptions {
+  // Values longer than this are recorded (offset, length) but not read; sequences are always
+  // parsed. Specific Character Set is always read.
+  std::uint64_t max_value_size = 64 * 1024;
+  // true: parsing ends at the top-level pixel data (after its location is recorded), as
+  // metadata readers want; false: the elements after it (padding, signatures) are parsed too.
+  bool stop_at_pixel_data = true;
+  // Nesting of sequences deeper than this is an Error(limit).
+  unsigned max_depth = 64;
+  // Inflated size of a deflated dataset beyond which parsing stops with Error(limit).
+  std::uint64_t max_inflated_size = std::uint64_t{1} << 32;
+  // false: a file without the 128-byte preamble and "DICM" is parsed when its first element
+  // looks like DICOM (group 0002 or 0008, as pydicom's force=True would read it);
+  // true: such files are an Error(format).
+  bool require_preamble = false;
+};
+
+struct DicomFile {
+  std::string path;
+  bool has_preamble = false;  // 128 bytes + "DICM"
+  DicomDataset meta;          // group 0002 (File Meta Information); empty when absent
+  DicomDataset dataset;       // everything else
+  DicomTransferSyntax transfer_syntax;
+  // The encoding the dataset was actually parsed with (pydicom's rule: the first element
+  // decides when it contradicts the transfer syntax, or when there is none).
+  bool implicit_vr = false;
+  bool big_endian = false;
+  std::uint64_t dataset_offset = 0;  // where the dataset begins in the file
+  // true for the deflated syntax: dataset offsets (and pixel data offsets) are positions in the
+  // inflated stream, which begins at file offset dataset_offset.
+  bool offsets_in_inflated_stream = false;
+  std::optional<DicomPixelData> pixel_data;
+};
+
+// Parses the file at `path`. Throws Error(not_found / io) when it cannot be read,
+// Error(format) for bytes that are not a DICOM dataset, Error(truncated) when an element or item
+// ends beyond the end of the file (or of its sequence), Error(corrupt) for a deflate stream that
+// does not inflate, Error(limit) beyond the limits of `options`. Messages name the file, the
+// tag and the byte offset. Memory: the values read (each at most max_value_size) and the
+// element table; a bounded inflate window for deflated files.
+DicomFile read_dicom(const std::string& path, const DicomReadOptions& options = {});
+
+// The same over bytes in memory; `name` stands for the path in errors.
+DicomFile parse_dicom(std::span<const std::uint8_t> bytes, const std::string& name,
+                      const DicomReadOptions& options = {});
+
+}  // namespace voxpipe
