@@ -427,9 +427,10 @@ def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=No
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
     Returns a Nifti1Image / Nifti2Image (Nifti1Pair / Nifti2Pair for .hdr/.img) whose ``dataobj``
-    reads voxels on demand. ``mmap`` and ``keep_file_open`` are accepted and validated as nibabel
-    does, so scripts can switch unchanged; data always come back as arrays owning their memory.
-    ``threads``: threads for large reads (0: all cores).
+    reads voxels on demand. ``mmap`` (True, False, 'c', 'r') and ``keep_file_open`` (None, False,
+    True) behave as in nibabel (see ArrayProxy): whole reads of uncompressed, unscaled data are
+    memory-mapped unless ``mmap=False``; only ``keep_file_open=True`` keeps the data file open
+    between accesses. ``threads``: threads for large reads (0: all cores).
     ``index`` (single-member .gz data only): None uses a valid seek index next to the file
     (FILE.gz.gzidx) or in the user cache if there is one (``vp.gz.build_index`` writes them);
     a path uses that GZIDX file (from voxpipe, indexed_gzip or rapidgzip; a stale one is an
