@@ -185,6 +185,40 @@ def test_slices_are_writable_where_nibabel_read_several_segments(tmp_path, kind,
     assert not problems, "\n".join(problems)
 
 
+def test_the_segment_count_is_nibabels():
+    """The writeability rule rests on counting fileslice's segments: the count equals the
+    length of nibabel's calc_slicedefs segments for random slicers, shapes and item sizes."""
+    from nibabel.fileslice import calc_slicedefs
+
+    from voxpipe._slicing import nibabel_segments
+
+    rng = np.random.default_rng(5)
+    checked = 0
+    while checked < 3000:
+        shape = tuple(int(rng.choice([1, 2, 3, 5, 8, 17, 40, 129]))
+                      for _ in range(rng.integers(1, 5)))
+        itemsize = int(rng.choice([1, 2, 4, 8, 16]))
+        slicer = []
+        for dim in shape:
+            r = rng.random()
+            if r < 0.25:
+                slicer.append(int(rng.integers(-dim, dim)))
+            elif r < 0.4:
+                slicer.append(slice(None))
+            else:
+                bound = [None] + list(range(-dim, dim + 1))
+                slicer.append(slice(bound[rng.integers(len(bound))], bound[rng.integers(len(bound))],
+                                    [None, 1, 2, 3, 7, -1, -2, -5][rng.integers(8)]))
+        if rng.random() < 0.2:
+            slicer.insert(int(rng.integers(len(slicer) + 1)), None)
+        slicer = tuple(slicer)
+        if np.empty(shape, np.uint8)[slicer].size == 0:
+            continue  # nibabel sometimes raises on empty selections
+        checked += 1
+        want = len(calc_slicedefs(slicer, shape, itemsize, 0, "F")[0])
+        assert nibabel_segments(slicer, shape, itemsize) == want, (shape, itemsize, slicer)
+
+
 def _valid(probe, slicer):
     try:
         return probe[slicer].size > 0
