@@ -206,9 +206,9 @@ def test_the_segment_count_is_nibabels():
             elif r < 0.4:
                 slicer.append(slice(None))
             else:
-                bound = [None] + list(range(-dim, dim + 1))
-                slicer.append(slice(bound[rng.integers(len(bound))], bound[rng.integers(len(bound))],
-                                    [None, 1, 2, 3, 7, -1, -2, -5][rng.integers(8)]))
+                bounds = [None] + list(range(-dim, dim + 1))
+                start, stop = (bounds[i] for i in rng.integers(len(bounds), size=2))
+                slicer.append(slice(start, stop, [None, 1, 2, 3, 7, -1, -2, -5][rng.integers(8)]))
         if rng.random() < 0.2:
             slicer.insert(int(rng.integers(len(slicer) + 1)), None)
         slicer = tuple(slicer)
@@ -429,7 +429,8 @@ BYTE_SLICERS = [
     (s_(None, None, 7), 3), (5, s_(None, None, 5), s_(None, None, 4)),             # strided
     (s_(None, None, -1), 7, 3, 2), (5, s_(None, None, -2)), (Ellipsis, s_(None, None, -1)),
     (s_(None), s_(None, None, -1), 3), (s_(None, None, -3), s_(None, None, -4), 2, 1),  # reversed
-    (s_(10, 20), s_(5, 9), 3, 1), (s_(1, -1), 1, s_(None, None, 2)), (s_(30, 34), s_(None), s_(2, 3)),
+    (s_(10, 20), s_(5, 9), 3, 1), (s_(1, -1), 1, s_(None, None, 2)),
+    (s_(30, 34), s_(None), s_(2, 3)),
     (None, 5, Ellipsis, None), (s_(None), None, 7, 3, 2),
 ]
 
