@@ -494,7 +494,7 @@ DicomFile parse(Backend& backend, const std::string& name, const DicomReadOption
   const auto not_dicom = [&] {
     return Error(ErrorCode::format, name, "preamble",
                  "expected a DICOM file (128-byte preamble and \"DICM\", or without them an "
-                 "element of group 0002 to 0010), but found other bytes",
+                 "explicit VR element or one of group 0002 to 0010), but found other bytes",
                  0);
   };
   std::uint8_t head[132];
@@ -503,11 +503,15 @@ DicomFile parse(Backend& backend, const std::string& name, const DicomReadOption
     f.has_preamble = true;
     r.skip(132);
   } else {
-    // Without the preamble, the first element must look like DICOM: group 0002 (file meta)
-    // to 0010 (patient), in either byte order; anything else is not a DICOM file.
+    // Without the preamble, the first element must look like DICOM: an explicit VR, or a
+    // group of 0002 (file meta) to 0010 (patient) in either byte order; anything else is not
+    // a DICOM file (pydicom reads those only with force=True, and then reads garbage).
     if (options.require_preamble || have < 8) throw not_dicom();
     const std::uint32_t le = load16(head, false), be = load16(head, true);
-    if (!((le >= 0x0002 && le <= 0x0010) || (be >= 0x0002 && be <= 0x0010))) throw not_dicom();
+    const char vr[2] = {static_cast<char>(head[4]), static_cast<char>(head[5])};
+    if (!dicom_vr_from_name(std::string_view(vr, 2)) && !(le >= 0x0002 && le <= 0x0010) &&
+        !(be >= 0x0002 && be <= 0x0010))
+      throw not_dicom();
   }
 
   // File Meta Information: explicit VR little endian (implicit when its first element says so).
