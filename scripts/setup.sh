@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 demo=1
 [ "${1:-}" = "--no-demo" ] && demo=0
 
-# pigz, isal (igzip) and libdeflate-tools are gzip producers for the differential tests.
-packages=(build-essential libisal-dev libdeflate-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev
+# pigz, isal (igzip) and libdeflate-tools are gzip producers for the differential tests;
+# libtsan2 is gcc's ThreadSanitizer runtime (the tsan stage of scripts/test.sh).
+packages=(build-essential libtsan2 libisal-dev libdeflate-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev
           python3-venv python3-dev pigz isal libdeflate-tools)
 missing=()
 for p in "${packages[@]}"; do
