@@ -61,8 +61,11 @@ class ArrayProxy:
     with ``mmap`` enabled, an ``np.memmap`` of the file (copy-on-write for True/'c', read-only
     for 'r'); otherwise a NumPy array owning its memory, read-only where nibabel's would be.
     ``keep_file_open``: True keeps one reader (open data file, gzip member table or seek index)
-    for the proxy's lifetime; False or None (nibabel's default) opens the file for each access
-    and closes it before returning.
+    for the proxy's lifetime; False or None (nibabel's default) opens an uncompressed file for
+    each access and closes it before returning. gzip data always keep their reader from the
+    first access on, as nibabel keeps its indexed_gzip opener for .gz files whatever
+    keep_file_open says: a stream keeps its position and its member table or index, so a loop
+    over volumes inflates the file once instead of once per volume.
     """
 
     is_proxy = True
@@ -117,8 +120,9 @@ class ArrayProxy:
     def _open_reader(self):
         """A reader of the data file whose size has been checked against the header, so that a
         missing or short file fails before any output is allocated. With keep_file_open, one
-        reader made on first use and kept; otherwise a new one for the caller to drop."""
-        if not self._keep_file_open:
+        reader made on first use and kept (always for gzip data); otherwise a new one for the
+        caller to drop."""
+        if not self._keep_file_open and not self._img.gzip:
             reader = _core.Reader(self._img, *self._index)
             reader.check_data_size()
             return reader
