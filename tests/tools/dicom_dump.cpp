@@ -138,8 +138,11 @@ std::string dump(const DicomFile& f) {
     out += ",\"fragments\":[";
     for (std::size_t i = 0; i < p.fragments.size(); ++i) {
       if (i) out += ',';
-      out += "[" + std::to_string(p.fragments[i].offset) + "," +
-             std::to_string(p.fragments[i].length) + "]";
+      out += '[';
+      out += std::to_string(p.fragments[i].offset);
+      out += ',';
+      out += std::to_string(p.fragments[i].length);
+      out += ']';
     }
     out += "],\"extended_offsets\":";
     put_list(out, p.extended_offsets);

@@ -135,8 +135,11 @@ inline DBytes meta_group(const std::string& ts, std::size_t base) {
 
 // Preamble + "DICM" + meta group for `ts`: the dataset starts at the returned size.
 inline DBytes part10_head(const std::string& ts) {
-  DBytes out(128, 0);
-  out.insert(out.end(), {'D', 'I', 'C', 'M'});
+  DBytes out(132, 0);
+  out[128] = 'D';
+  out[129] = 'I';
+  out[130] = 'C';
+  out[131] = 'M';
   const DBytes meta = meta_group(ts, out.size());
   out.insert(out.end(), meta.begin(), meta.end());
   return out;
