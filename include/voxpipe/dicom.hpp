@@ -49,6 +49,8 @@ std::string dicom_tag_name(DicomTag tag);
 // The tag of one of the common keywords (Rows, PixelSpacing, ...; docs/dicom.md lists them), or
 // nullopt. Keywords as in the DICOM standard's data dictionary (and pydicom).
 std::optional<DicomTag> dicom_keyword_tag(std::string_view keyword) noexcept;
+// The keyword of a tag of that set ("Rows" for 0x00280010; 60xx overlays included), or nullptr.
+const char* dicom_tag_keyword(DicomTag tag) noexcept;
 
 inline constexpr std::uint64_t kDicomUndefinedLength = 0xFFFFFFFF;
 

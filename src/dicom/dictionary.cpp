@@ -234,4 +234,9 @@ std::optional<DicomTag> dicom_keyword_tag(std::string_view keyword) noexcept {
   return std::nullopt;
 }
 
+const char* dicom_tag_keyword(DicomTag tag) noexcept {
+  const dicom::DictEntry* e = dicom::find_entry(tag);
+  return e ? e->keyword : nullptr;
+}
+
 }  // namespace voxpipe

@@ -100,6 +100,10 @@ TEST(DicomDataset, KeywordsVrNamesAndTransferSyntaxes) {
   EXPECT_EQ(dicom_keyword_tag("EchoNumbers"), 0x00180086u);
   EXPECT_EQ(dicom_keyword_tag("PixelData"), 0x7FE00010u);
   EXPECT_EQ(dicom_keyword_tag("NoSuchKeyword"), std::nullopt);
+  EXPECT_STREQ(dicom_tag_keyword(0x00280030), "PixelSpacing");
+  EXPECT_STREQ(dicom_tag_keyword(0x60000010), "OverlayRows");
+  EXPECT_STREQ(dicom_tag_keyword(0x60020010), "OverlayRows");  // repeating group 60xx
+  EXPECT_EQ(dicom_tag_keyword(0x00321060), nullptr);
   EXPECT_STREQ(dicom_vr_name(DicomVR::SQ), "SQ");
   EXPECT_EQ(dicom_vr_from_name("UV"), DicomVR::UV);
   EXPECT_EQ(dicom_vr_from_name("XX"), std::nullopt);
