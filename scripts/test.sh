@@ -86,7 +86,7 @@ stage_fuzz() {
   configure_build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
-  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_gzidx) pids=() t dict failed=0 inputs
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_gzidx fuzz_dicom) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
   # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each.
   for t in "${targets[@]}"; do
@@ -106,6 +106,7 @@ stage_fuzz() {
     dict=tests/fuzz/nifti.dict
     case $t in fuzz_gzip | fuzz_gzip_members | fuzz_inflate_parallel) dict=tests/fuzz/gzip.dict ;; esac
     [ "$t" = fuzz_gzidx ] && dict=
+    [ "$t" = fuzz_dicom ] && dict=
     mkdir -p "build/fuzz/work/$t"
     "build/fuzz/tests/$t" -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 \
       ${dict:+-dict="$dict"} -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
@@ -133,6 +134,7 @@ stage_python() {
     export VOXPIPE_GZIDX_TOOL=$root/build/test/tests/voxpipe_gzidx_tool
   fi
   [ -n "${VOXPIPE_GZIDX_TOOL:-}" ] || echo "note: VOXPIPE_GZIDX_TOOL unset (run the unit stage first): GZIDX interop tests skip"
+  if [ -z "${VOXPIPE_DICOM_DUMP:-}" ] && [ -x build/test/tests/voxpipe_dicom_dump ]; then export VOXPIPE_DICOM_DUMP=$root/build/test/tests/voxpipe_dicom_dump; fi
   .venv/bin/python -m pytest tests/python -q || rc=$?
   if [ $rc -eq 5 ]; then
     # pytest's "no tests collected": fine only when there really are no test files.
