@@ -161,8 +161,8 @@ struct DicomReadOptions {
   unsigned max_depth = 64;
   // Inflated size of a deflated dataset beyond which parsing stops with Error(limit).
   std::uint64_t max_inflated_size = std::uint64_t{1} << 32;
-  // false: a file without the 128-byte preamble and "DICM" is parsed when its first element
-  // looks like DICOM (group 0002 or 0008, as pydicom's force=True would read it);
+  // false: a file without the 128-byte preamble and "DICM" is parsed (as pydicom's force=True
+  // would) when its first element looks like DICOM: an explicit VR, or a group 0002 to 0010;
   // true: such files are an Error(format).
   bool require_preamble = false;
 };
@@ -185,9 +185,10 @@ struct DicomFile {
 };
 
 // Parses the file at `path`. Throws Error(not_found / io) when it cannot be read,
-// Error(format) for bytes that are not a DICOM dataset, Error(truncated) when an element or item
-// ends beyond the end of the file (or of its sequence), Error(corrupt) for a deflate stream that
-// does not inflate, Error(limit) beyond the limits of `options`. Messages name the file, the
+// Error(format) for bytes that are not a DICOM dataset (or an element or item that crosses the
+// end of its item or sequence), Error(truncated) when a value or item ends beyond the end of the
+// file, Error(corrupt) for a deflate stream that does not inflate, Error(limit) beyond the
+// limits of `options`. Messages name the file, the
 // tag and the byte offset. Memory: the values read (each at most max_value_size) and the
 // element table; a bounded inflate window for deflated files.
 DicomFile read_dicom(const std::string& path, const DicomReadOptions& options = {});
