@@ -107,7 +107,11 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
   else if (index_)
     inflate_range(file_, *index_, begin, std::min(end, index_->uncompressed_size), threads, sink);
   else if ((threads == 0 ? core::default_thread_count() : threads) >= 2 &&
-           file_.size() >= kMinParallelCompressed)
+           file_.size() >= kMinParallelCompressed && end - begin >= begin)
+    // The parallel engine starts at the file's first byte and leaves the stream where it was,
+    // so it only serves reads that make up most of what it inflates (a whole image, the first
+    // volumes). Later ranges continue the stream: a loop over volumes inflates the file once,
+    // instead of from its start for every volume.
     inflate_parallel_range(begin, end, threads, sink);
   else
     pipelined_read_range(*sequential_, begin, end, threads, sink);

@@ -2,8 +2,10 @@
 // allows: members that announce their sizes (members.hpp) are inflated in parallel and at
 // random; a file with a seek index (seek_index.hpp) is inflated from the nearest points, in
 // parallel between points; any other gzip is inflated in parallel by speculative decoding
-// (parallel_inflate.hpp) for ranges, and front to back (GzipByteSource) for small reads and on
-// one thread, with the consumer's work overlapped on a second pool thread.
+// (parallel_inflate.hpp) for ranges that make up at least half of what must be inflated to
+// reach them (whole images), and front to back (GzipByteSource, which keeps its position
+// between reads) for later ranges, small reads and on one thread, with the consumer's work
+// overlapped on a second pool thread.
 #pragma once
 
 #include <cstdint>

@@ -138,3 +138,27 @@ def test_fast_index_from_the_parallel_inflate_reads_the_same(tmp_path, threads):
     for t in (0, 17, 39):
         np.testing.assert_array_equal(img.dataobj[..., t], data[..., t])
     np.testing.assert_array_equal(np.asanyarray(img.dataobj), data)
+
+
+def _rchar():
+    with open('/proc/self/io') as f:
+        for line in f:
+            if line.startswith('rchar:'):
+                return int(line.split()[1])
+
+
+def test_volumes_in_order_without_an_index_inflate_the_file_once(tmp_path):
+    """A loop over the volumes of a plain .nii.gz (no index) on two threads: the first read may
+    use the parallel engine, later ones continue the stream, so the compressed bytes read stay
+    near one pass over the file (each volume from the file's start would read ~n/2 passes)."""
+    rng = np.random.default_rng(8)
+    data = rng.normal(500, 80, (96, 96, 60, 6)).astype(np.int16)  # 1.1 MB volumes
+    path = str(tmp_path / 'loop.nii.gz')
+    nib.save(nib.Nifti1Image(data, AFFINE), path)
+    size = os.path.getsize(path)
+    assert size > 3 << 20  # large enough for the parallel engine
+    img = vp.load(path, index=False, threads=2)
+    before = _rchar()
+    for t in range(data.shape[3]):
+        np.testing.assert_array_equal(img.dataobj[..., t], data[..., t])
+    assert _rchar() - before < 2.0 * size
