@@ -76,12 +76,9 @@ def _note(exc: BaseException, path: str) -> BaseException:
     return exc
 
 
-class LoadIterator(Iterator):
-    """The results of iter_load, in input order, decoded ahead by background file workers.
-
-    Close it (``close()``, ``with``, or by letting it go) to stop the workers early; a file being
-    decoded at that moment is finished first, nothing new is started.
-    """
+class _Loader:
+    """The state shared by a LoadIterator and its file workers. The workers reference this, not
+    the iterator, so an iterator the caller drops is collected and stops them."""
 
     def __init__(self, paths: Sequence, dtype, threads, io_threads, prefetch, max_inflight_bytes,
                  on_error, images, index):
@@ -171,7 +168,7 @@ class LoadIterator(Iterator):
             self._cond.notify_all()
 
     # -- the caller's side ---------------------------------------------------------------------
-    def __next__(self):
+    def next(self):
         while True:
             with self._cond:
                 if self._next_take >= len(self._paths) or self._closed:
@@ -188,16 +185,33 @@ class LoadIterator(Iterator):
             if self._on_error == "raise":
                 self.close()
                 raise value
-            warnings.warn(f"skipped {self._paths[i]}: {value}", SkippedFileWarning, stacklevel=2)
-
-    def __len__(self):
-        return len(self._paths)
+            warnings.warn(f"skipped {self._paths[i]}: {value}", SkippedFileWarning, stacklevel=3)
 
     def close(self):
         with self._cond:
             self._closed = True
             self._results.clear()
             self._cond.notify_all()
+
+
+class LoadIterator(Iterator):
+    """The results of iter_load, in input order, decoded ahead by background file workers.
+
+    Close it (``close()``, ``with``, or by letting it go) to stop the workers early; a file being
+    decoded at that moment is finished first, nothing new is started.
+    """
+
+    def __init__(self, *args):
+        self._loader = _Loader(*args)
+
+    def __next__(self):
+        return self._loader.next()
+
+    def __len__(self):
+        return len(self._loader._paths)
+
+    def close(self):
+        self._loader.close()
 
     def __enter__(self):
         return self
@@ -214,7 +228,7 @@ class LoadIterator(Iterator):
     @property
     def peak_inflight_bytes(self) -> int:
         """The most decoded bytes held for the caller at once (admitted and not yet taken)."""
-        return self._peak_inflight
+        return self._loader._peak_inflight
 
 
 def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,

@@ -87,6 +87,28 @@ def test_iter_load_yields_in_order_with_small_prefetch(files):
         _same(arr, _nib(path, np.float32))
 
 
+def _load_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("voxpipe-load-")]
+
+
+def test_an_abandoned_iterator_stops_its_workers(files):
+    """Breaking out of a loop without close(): once the iterator is garbage, its workers finish
+    the file in hand and exit instead of waiting, holding decoded data, for ever."""
+    import gc
+    import time
+
+    assert _load_threads() == []
+    it = vp.iter_load(files * 5, threads=2, prefetch=2)
+    next(it)
+    assert _load_threads()
+    del it
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while _load_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _load_threads() == []
+
+
 def test_images_true_returns_images_with_cached_data(files):
     imgs = vp.load_many(files[:3], images=True)
     for path, img in zip(files, imgs):
