@@ -150,7 +150,7 @@ def child(spec):
         def run():
             for batch in loader:
                 consumed[0] += batch.shape[0]
-                float(batch[0].flatten()[0])
+                float(batch[(0,) * batch.dim()])  # one value, without copying the batch
     else:
         raise ValueError(case)
 
