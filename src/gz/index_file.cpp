@@ -82,6 +82,7 @@ struct IndexBytes {
   std::uint64_t size() const { return file ? file->size() : memory.size(); }
 
   void read(std::uint64_t offset, std::span<std::uint8_t> dst) const {
+    if (dst.empty()) return;  // an index without points: memcpy must not see its null pointer
     if (!file) {
       std::memcpy(dst.data(), memory.data() + offset, dst.size());
       return;
