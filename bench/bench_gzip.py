@@ -24,12 +24,13 @@ import datetime
 import gzip
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+
+from benchlib import MIB, cpu_name, prime_memory, versions, vm, warm, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -42,7 +43,6 @@ INPUTS = {
     "pigz": os.path.join(GZ, "bold_pigz.nii.gz"),
     "vp1": os.path.join(GZ, "bold_vp1.nii.gz"),
 }
-MIB = 1024 * 1024
 MIDDLE = 150  # the volume read "from the middle of the series"
 BEGIN = "<!-- gzip benchmark: begin -->"
 END = "<!-- gzip benchmark: end -->"
@@ -51,14 +51,6 @@ END = "<!-- gzip benchmark: end -->"
 # --------------------------------------------------------------------------------------------
 # Child: one measurement.
 # --------------------------------------------------------------------------------------------
-
-def vm(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
 
 def child(spec):
     tool, op, path = spec["tool"], spec["op"], spec.get("path")
@@ -138,23 +130,6 @@ def child(spec):
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def warm(path):
-    with open(path, "rb") as f:
-        while f.read(16 * MIB):
-            pass
-
-
-PRIME_CODE = "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)"
-
-
-def prime_memory(mib=3072):
-    """Touch `mib` MiB in a throwaway process right before each measurement: on this kind of VM
-    memory left untouched for a few seconds goes back to the host and the next process to touch
-    it pays up to ~10x per page fault (bench_nifti.py, prime_memory), which would land on
-    whichever case runs after a pause."""
-    subprocess.run([sys.executable, "-c", PRIME_CODE, str(mib)], check=True)
-
-
 def measure(spec, repeat):
     runs = []
     for _ in range(repeat):
@@ -190,28 +165,11 @@ def make_inputs():
         vp.save(vp.load(RAW), INPUTS["vp1"])
 
 
-def versions():
-    out = {}
-    for mod in ("voxpipe", "nibabel", "numpy", "rapidgzip", "indexed_gzip"):
-        try:
-            m = __import__(mod)
-            out[mod] = getattr(m, "__version__", "?")
-        except ImportError:
-            out[mod] = "missing"
+def tool_versions():
+    out = versions(("voxpipe", "nibabel", "numpy", "rapidgzip", "indexed_gzip"))
     r = subprocess.run(["pigz", "--version"], capture_output=True, text=True)
     out["pigz"] = (r.stdout or r.stderr).strip().split()[-1]
     return out
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main():
@@ -267,7 +225,7 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
 
     text = report(res, rep)
-    write_section(args.output, text)
+    write_section(args.output, text, BEGIN, END)
     print(text)
 
 
@@ -282,7 +240,7 @@ def report(res, rep):
     lines = [BEGIN, "", "## gzip (.nii.gz): bench/bench_gzip.py", "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
              f"{os.cpu_count()} cores; medians of {rep} fresh processes, memory primed before each. " +
-             ", ".join(f"{k} {v}" for k, v in versions().items()) + ".",
+             ", ".join(f"{k} {v}" for k, v in tool_versions().items()) + ".",
              "", "Input: bench/data/bold_4d.nii (96x96x60x300 int16, 316 MiB, scaled) compressed by "
              "`gzip -6` (gzip6), Python's gzip at level 1 as nibabel writes (nib1), `pigz -6` (pigz) "
              "and `vp.save` (vp1: voxpipe's sized members, level 1). Sizes: " +
@@ -343,18 +301,6 @@ def report(res, rep):
               "cores, file within 1%; reading our own files >= 1.9x with 2 threads (vp1 row above).",
               "", END]
     return "\n".join(lines) + "\n"
-
-
-def write_section(path, text):
-    old = open(path).read() if os.path.exists(path) else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        new = head + text.rstrip("\n") + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    with open(path, "w") as f:
-        f.write(new)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,13 @@ import subprocess
 import sys
 import time
 
+from benchlib import MIB, cpu_name, prime_memory, versions, vm, warm, write_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(HERE, "data")
 MANY = os.path.join(DATA, "many")
 SOURCE = os.path.join(DATA, "t1_3d.nii")
-MIB = 1024 * 1024
 BEGIN = "<!-- many-files benchmark: begin -->"
 END = "<!-- many-files benchmark: end -->"
 
@@ -76,14 +77,6 @@ def make_inputs(n):
 # Child: one case.
 # --------------------------------------------------------------------------------------------
 
-def vm(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _nib_f32(path):
     import nibabel as nib
     import numpy as np
@@ -91,8 +84,6 @@ def _nib_f32(path):
 
 
 def child(spec):
-    import numpy as np
-
     paths, case = spec["paths"], spec["case"]
     threads = spec.get("threads")
     consumed = [0]
@@ -168,23 +159,10 @@ def child(spec):
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def warm(paths):
-    for p in paths:
-        with open(p, "rb") as f:
-            while f.read(16 * MIB):
-                pass
-
-
-def prime_memory(mib=3072):
-    subprocess.run([sys.executable, "-c",
-                    "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)", str(mib)],
-                   check=True)
-
-
 def measure(spec, repeat):
     runs = []
     for _ in range(repeat):
-        warm(spec["paths"])
+        warm(*spec["paths"])
         prime_memory()
         r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
                            capture_output=True, text=True, cwd=REPO)
@@ -194,27 +172,6 @@ def measure(spec, repeat):
     return {"seconds": statistics.median(r["seconds"] for r in runs),
             "peak_mib": statistics.median(r["peak_mib"] for r in runs),
             "runs": [round(r["seconds"], 2) for r in runs]}
-
-
-def versions():
-    out = {}
-    for mod in ("voxpipe", "nibabel", "numpy", "torch"):
-        try:
-            out[mod] = getattr(__import__(mod), "__version__", "?")
-        except ImportError:
-            out[mod] = "missing"
-    return out
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 def main():
@@ -263,7 +220,7 @@ def main():
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
         f"{cores} cores; {'median of ' + str(rep) + ' runs' if rep > 1 else 'one run'} per case, "
         "each in a fresh process after warming the page cache and priming memory. " +
-        ", ".join(f"{k} {v}" for k, v in versions().items()) + ".", "",
+        ", ".join(f"{k} {v}" for k, v in versions(("voxpipe", "nibabel", "numpy", "torch")).items()) + ".", "",
         f"Input: {n} variants of the 256x256x176 int16 volume saved by nibabel (.nii.gz, gzip "
         f"level 1), {disk / n / MIB:.1f} MiB each on disk, {out_bytes / n / MIB:.0f} MiB each as "
         "float32. Every case decodes every file to float32 (scaled as get_fdata) and hands it to "
@@ -288,21 +245,14 @@ def main():
         f"- voxpipe all cores vs nibabel loop: **{s('nib') / s('vp_all'):.2f}x** (target >= 8x); "
         f"vs nibabel in a Pool({cores}): **{s('nib_pool') / s('vp_all'):.2f}x** (target >= 3x); "
         f"vs voxpipe on one thread: **{s('vp_1') / s('vp_all'):.2f}x** (target >= 1.8x on 2 cores).",
-        f"- DataLoader, VolumeDataset vs a nibabel Dataset with the same num_workers: "
+        "- DataLoader, VolumeDataset vs a nibabel Dataset with the same num_workers: "
         + ", ".join(f"num_workers={w}: **{s(('torch_nib', w)) / s(('torch_vp', w)):.2f}x**"
                     for w in (0, cores)) + " (target >= 3x).",
         f"- Peak RSS with max_inflight_bytes={budget // MIB} MiB: "
         f"{res['vp_bounded']['peak_mib']:.0f} MiB (target <= {budget // MIB} + 100 MiB).",
         "", END, ""]
     text = "\n".join(lines)
-    old = open(args.output).read() if os.path.exists(args.output) else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    with open(args.output, "w") as f:
-        f.write(new)
+    write_section(args.output, text, BEGIN, END)
     print(text)
 
 

@@ -1,0 +1,69 @@
+"""What the benchmarks under bench/ share: reading /proc, warming the page cache, priming
+memory, describing the machine, and writing one section of BENCHMARKS.md."""
+import os
+import platform
+import subprocess
+import sys
+
+MIB = 1024 * 1024
+
+PRIME_CODE = "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)"
+
+
+def vm(field):
+    """A field of /proc/self/status (VmRSS, VmHWM, ...) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def warm(*paths):
+    """Read the files once, so that every tool then sees a warm page cache."""
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(16 * MIB):
+                pass
+
+
+def prime_memory(mib=3072):
+    """Touch `mib` MiB in a throwaway process right before each measurement: on this kind of VM
+    memory left untouched for a few seconds goes back to the host and the next process to touch
+    it pays up to ~10x per page fault (bench_nifti.py, prime_memory), which would land on
+    whichever case runs after a pause."""
+    subprocess.run([sys.executable, "-c", PRIME_CODE, str(mib)], check=True)
+
+
+def versions(modules):
+    """{module: version} for the modules that import, "missing" for the others."""
+    out = {}
+    for mod in modules:
+        try:
+            out[mod] = getattr(__import__(mod), "__version__", "?")
+        except ImportError:
+            out[mod] = "missing"
+    return out
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def write_section(path, text, begin, end):
+    """Replace the text between the `begin` and `end` markers of `path` (appended when absent)."""
+    old = open(path).read() if os.path.exists(path) else ""
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + text.rstrip("\n") + rest.split(end, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    with open(path, "w") as f:
+        f.write(new)
