@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ._header import _NAME_TO_DTYPE
 from ._image import load
 from .errors import SkippedFileWarning
 
@@ -53,8 +52,7 @@ def _check_dtype(dtype):
 
 def _natural_dtype(img) -> np.dtype:
     """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
-    proxy = img.dataobj
-    return _NAME_TO_DTYPE[img._core.scaled_dtype] if proxy._scaled() else proxy.dtype
+    return img.dataobj._natural_dtype()
 
 
 def _out_dtype(img, dtype) -> np.dtype:
