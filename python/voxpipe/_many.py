@@ -158,6 +158,8 @@ class _Loader:
             except Exception as exc:  # noqa: BLE001
                 error = exc
         with self._cond:
+            if self._closed:
+                return  # nobody will take it
             if error is not None:
                 self._inflight -= nbytes
                 self._results[i] = (False, _note(error, path), 0)
@@ -172,8 +174,10 @@ class _Loader:
                 if self._next_take >= len(self._paths) or self._closed:
                     raise StopIteration
                 i = self._next_take
-                while i not in self._results:
+                while i not in self._results and not self._closed:
                     self._cond.wait()
+                if self._closed:  # closed from another thread while waiting
+                    raise StopIteration
                 ok, value, nbytes = self._results.pop(i)
                 self._next_take += 1
                 self._inflight -= nbytes

@@ -109,6 +109,32 @@ def test_an_abandoned_iterator_stops_its_workers(files):
     assert _load_threads() == []
 
 
+def test_close_from_another_thread_ends_a_waiting_next(files, monkeypatch):
+    """A caller blocked in next() while another thread closes the iterator gets StopIteration
+    instead of waiting for ever (the decode is held back until the close)."""
+    release = threading.Event()
+    real = many._decode
+    monkeypatch.setattr(many, "_decode", lambda *a, **k: release.wait(30) and real(*a, **k))
+    it = vp.iter_load(files, threads=1)
+    result = []
+
+    def take():
+        try:
+            next(it)
+            result.append("item")
+        except StopIteration:
+            result.append("stopped")
+
+    t = threading.Thread(target=take)
+    t.start()
+    t.join(timeout=0.2)
+    assert t.is_alive()  # waiting for the held-back decode
+    it.close()
+    t.join(timeout=30)
+    release.set()
+    assert not t.is_alive() and result == ["stopped"]
+
+
 def test_images_true_returns_images_with_cached_data(files):
     imgs = vp.load_many(files[:3], images=True)
     for path, img in zip(files, imgs):
