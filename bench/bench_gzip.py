@@ -30,7 +30,8 @@ import subprocess
 import sys
 import time
 
-from benchlib import MIB, cpu_name, prime_memory, versions, vm, warm, write_section
+from benchlib import (MIB, cpu_name, prime_memory, reset_peak_rss, versions, vm, warm,
+                      write_section)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -111,8 +112,7 @@ def child(spec):
     else:
         raise ValueError(tool)
     base = vm("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    reset_peak_rss()
     t0 = time.perf_counter()
     result = call()
     seconds = time.perf_counter() - t0

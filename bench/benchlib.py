@@ -19,6 +19,12 @@ def vm(field):
     return 0
 
 
+def reset_peak_rss():
+    """Make VmHWM restart from the current RSS, so that the peak measured next is the call's."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def warm(*paths):
     """Read the files once, so that every tool then sees a warm page cache."""
     for path in paths:
