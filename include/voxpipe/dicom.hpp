@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "voxpipe/dtype.hpp"
+
 namespace voxpipe {
 
 using DicomTag = std::uint32_t;
@@ -196,5 +198,88 @@ DicomFile read_dicom(const std::string& path, const DicomReadOptions& options = 
 // The same over bytes in memory; `name` stands for the path in errors.
 DicomFile parse_dicom(std::span<const std::uint8_t> bytes, const std::string& name,
                       const DicomReadOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Pixel data: decoding to the values of pydicom's `Dataset.pixel_array` (pydicom 3, default
+// options), and the modality transform of pydicom's `apply_modality_lut`. docs/dicom.md says
+// what matches and what differs.
+
+// How the pixel data of a transfer syntax is stored.
+enum class DicomCodec : std::uint8_t {
+  native,           // implicit/explicit VR little endian, explicit VR big endian
+  deflated_native,  // Deflated Explicit VR Little Endian: native data inside the inflated stream
+  deflated_frames,  // Deflated Image Frame Compression (1.2.840.10008.1.2.8.1): raw deflate per frame
+  rle,              // RLE Lossless (1.2.840.10008.1.2.5)
+  jpeg,             // JPEG Baseline / Extended (lossy, .50/.51)
+  jpeg_lossless,    // JPEG Lossless, Non-Hierarchical (.57) and First-Order Prediction (.70)
+  jpeg_ls,          // JPEG-LS Lossless / Near-Lossless (.80/.81)
+  jpeg2000,         // JPEG 2000 (.90/.91) and High-Throughput JPEG 2000 (.201/.202/.203)
+  unsupported,      // any other encapsulated syntax (MPEG, JPEG XL, ...)
+};
+const char* dicom_codec_name(DicomCodec codec) noexcept;
+DicomCodec dicom_codec_of(std::string_view transfer_syntax_uid) noexcept;
+
+// The Image Pixel module of a file, checked, and the shape and dtype of its pixel_array.
+struct DicomPixelInfo {
+  DicomTag tag = 0;  // the pixel data element: 7FE0,0010 / 0008 (float) / 0009 (double)
+  DicomCodec codec = DicomCodec::native;
+  std::uint32_t rows = 0, columns = 0;
+  std::uint32_t samples_per_pixel = 1;
+  std::uint32_t bits_allocated = 0, bits_stored = 0, high_bit = 0;
+  std::uint32_t pixel_representation = 0;  // 0 unsigned, 1 two's complement
+  std::uint32_t planar_configuration = 0;  // 0 colour-by-pixel, 1 colour-by-plane (as stored)
+  std::uint64_t number_of_frames = 1;      // a missing, empty or 0 NumberOfFrames counts as 1
+  std::string photometric;                 // (0028,0004) as stored, e.g. "MONOCHROME2"
+  // The photometric interpretation of the decoded array with the default options: "RGB" where
+  // YBR_FULL / YBR_FULL_422 are converted (as pydicom's as_rgb), else `photometric`.
+  std::string photometric_out;
+  // pixel_array's dtype: u8 for BitsAllocated 1 and 8 (i8 when signed), u16/i16, u32/i32, u64/i64,
+  // f32 for Float Pixel Data, f64 for Double Float Pixel Data.
+  DType dtype = DType::u8;
+  // Bytes of one decoded frame: rows * columns * samples_per_pixel * dtype_size(dtype).
+  std::uint64_t frame_bytes = 0;
+  // pixel_array's shape, as pydicom: (rows, columns), (rows, columns, samples),
+  // (frames, rows, columns) or (frames, rows, columns, samples). C order.
+  std::vector<std::uint64_t> shape;
+};
+
+// Reads and checks the Image Pixel module of `file` (which must have been parsed with its pixel
+// data location). Throws Error(format) naming the tag for a missing or inconsistent value
+// (Rows, Columns, BitsAllocated not 1/8/16/32/64, BitsStored > BitsAllocated, SamplesPerPixel,
+// native data shorter than the frames need, ...), Error(unsupported) for a transfer syntax
+// voxpipe cannot decode, Error(limit) for a frame size the file cannot justify.
+DicomPixelInfo dicom_pixel_info(const DicomFile& file);
+
+struct DicomDecodeOptions {
+  // YBR_FULL / YBR_FULL_422 decoded to RGB (pydicom's default, as_rgb=True); false keeps YBR.
+  bool as_rgb = true;
+  // Frames are decoded on up to this many threads of the pool (0: all cores).
+  unsigned threads = 0;
+  // nullopt: pixel_array's values and dtype. DType::f64 / f32: the modality transform applied
+  // (pydicom's apply_modality_lut: the Modality LUT Sequence where present, else Rescale Slope
+  // and Intercept, computed in float64; f32 is that float64 result rounded to float32).
+  std::optional<DType> modality;
+};
+
+// The bytes one frame of decode_dicom_frames output takes for these options.
+std::uint64_t dicom_output_frame_bytes(const DicomPixelInfo& info, const DicomDecodeOptions& options);
+
+// Decodes frames [first, first + count) of `file` into `out`, which must hold
+// count * dicom_output_frame_bytes(info, options) bytes: frame after frame, each in pixel_array's
+// C order (row, column, sample), host byte order. The pixel bytes are read from file.path (they
+// were not read by read_dicom). Frames are decoded in parallel; memory beyond `out` is the
+// encoded bytes and one decoded frame per thread. Throws Error(invalid_argument) for frames
+// beyond the file's, Error(truncated / corrupt / format / unsupported) naming the file, the
+// frame and its offset for data that do not decode.
+void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std::uint64_t first,
+                         std::uint64_t count, std::span<std::uint8_t> out,
+                         const DicomDecodeOptions& options = {});
+
+// The encoded bytes of each frame of encapsulated pixel data, as pydicom's generate_frames finds
+// them (Extended Offset Table, else Basic Offset Table, else one fragment per frame, one frame
+// of all fragments, or fragments split at JPEG end-of-image markers): for frame i, the
+// fragments (file offsets and lengths) whose data, concatenated, are that frame.
+std::vector<std::vector<DicomFragment>> dicom_frame_fragments(const DicomFile& file,
+                                                              const DicomPixelInfo& info);
 
 }  // namespace voxpipe
