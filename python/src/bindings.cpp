@@ -17,6 +17,9 @@
 namespace nb = nanobind;
 using namespace voxpipe;
 
+// dicom_bindings.cpp: read_dicom and the parsed DICOM structures.
+void bind_dicom(nb::module_& m);
+
 namespace {
 
 using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -215,4 +218,6 @@ NB_MODULE(_core, m) {
       nb::arg("path"), nb::arg("header"), nb::arg("extensions"), nb::arg("data"), nb::arg("level"),
       nb::arg("layout") = "members", nb::arg("threads") = 0,
       "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order).");
+
+  bind_dicom(m);
 }

@@ -8,7 +8,7 @@ The API follows nibabel's, so that switching is a one-line change::
     data = img.get_fdata(dtype="float32") # no float64 detour
 """
 
-from . import errors, gz
+from . import dicom, errors, gz
 from ._header import Nifti1Header, Nifti2Header
 from ._image import (
     ArrayProxy,
@@ -29,6 +29,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "LoadIterator", "SkippedFileWarning", "VoxpipeError", "empty_batch", "errors", "from_nibabel",
+    "LoadIterator", "SkippedFileWarning", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
 ]
