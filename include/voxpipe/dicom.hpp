@@ -247,8 +247,11 @@ struct DicomPixelInfo {
 // data location). Throws Error(format) naming the tag for a missing or inconsistent value
 // (Rows, Columns, BitsAllocated not 1/8/16/32/64, BitsStored > BitsAllocated, SamplesPerPixel,
 // native data shorter than the frames need, ...), Error(unsupported) for a transfer syntax
-// voxpipe cannot decode, Error(limit) for a frame size the file cannot justify.
-DicomPixelInfo dicom_pixel_info(const DicomFile& file);
+// voxpipe cannot decode, Error(limit) for decoded frames the encoded data cannot justify (more
+// than 4096 times the encoded bytes, beyond 256 MiB). For encapsulated data whose frames are
+// found by JPEG end-of-image markers, the fragments' last bytes are read.
+// `bytes`: the file's bytes, for a DicomFile from parse_dicom; empty: read from file.path.
+DicomPixelInfo dicom_pixel_info(const DicomFile& file, std::span<const std::uint8_t> bytes = {});
 
 struct DicomDecodeOptions {
   // YBR_FULL / YBR_FULL_422 decoded to RGB (pydicom's default, as_rgb=True); false keeps YBR.
@@ -267,19 +270,21 @@ std::uint64_t dicom_output_frame_bytes(const DicomPixelInfo& info, const DicomDe
 // Decodes frames [first, first + count) of `file` into `out`, which must hold
 // count * dicom_output_frame_bytes(info, options) bytes: frame after frame, each in pixel_array's
 // C order (row, column, sample), host byte order. The pixel bytes are read from file.path (they
-// were not read by read_dicom). Frames are decoded in parallel; memory beyond `out` is the
+// were not read by read_dicom), or taken from `bytes` when given. Frames are decoded in parallel; memory beyond `out` is the
 // encoded bytes and one decoded frame per thread. Throws Error(invalid_argument) for frames
 // beyond the file's, Error(truncated / corrupt / format / unsupported) naming the file, the
 // frame and its offset for data that do not decode.
 void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std::uint64_t first,
                          std::uint64_t count, std::span<std::uint8_t> out,
-                         const DicomDecodeOptions& options = {});
+                         const DicomDecodeOptions& options = {},
+                         std::span<const std::uint8_t> bytes = {});
 
 // The encoded bytes of each frame of encapsulated pixel data, as pydicom's generate_frames finds
 // them (Extended Offset Table, else Basic Offset Table, else one fragment per frame, one frame
 // of all fragments, or fragments split at JPEG end-of-image markers): for frame i, the
 // fragments (file offsets and lengths) whose data, concatenated, are that frame.
-std::vector<std::vector<DicomFragment>> dicom_frame_fragments(const DicomFile& file,
-                                                              const DicomPixelInfo& info);
+// Throws Error(format) where there are fewer frames than NumberOfFrames.
+std::vector<std::vector<DicomFragment>> dicom_frame_fragments(
+    const DicomFile& file, std::uint64_t number_of_frames, std::span<const std::uint8_t> bytes = {});
 
 }  // namespace voxpipe
