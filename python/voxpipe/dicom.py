@@ -229,6 +229,14 @@ def _ds_value(item: str):
     return item if item.strip() == "" else float(item)
 
 
+def _person_name(name: str) -> str:
+    """As str(pydicom's PersonName): without trailing empty component groups ("A^B=" -> "A^B")."""
+    groups = name.split("=")
+    while groups and not groups[-1]:
+        groups.pop()
+    return "=".join(groups)
+
+
 def _text_values(raw: bytes, encodings: list[str]):
     return _one_or_list([v.rstrip("\0 ") for v in decode_text(raw, encodings).split("\\")])
 
@@ -263,7 +271,8 @@ def _convert(vr: str, raw: bytes, big_endian: bool, encodings: list[str]):
     if vr in ("LT", "ST", "UT"):
         return decode_text(raw, encodings).rstrip("\0 ")
     if vr == "PN":
-        return _one_or_list(decode_text(raw.rstrip(b"\x00 "), encodings).split("\\"))
+        names = decode_text(raw.rstrip(b"\x00 "), encodings).split("\\")
+        return _one_or_list([_person_name(n) for n in names])
     text = raw.decode(_DEFAULT_ENCODING)
     if vr == "AE":
         return _one_or_list([v.strip() for v in text.split("\\")])
