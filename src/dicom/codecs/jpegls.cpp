@@ -1,13 +1,116 @@
-// Replaced by the real decoder in the next commit of this series.
-#include "voxpipe/error.hpp"
+// JPEG-LS lossless and near-lossless frames (1.2.840.10008.1.2.4.80 / .81) through CharLS's C
+// API, with the values pydicom 3 gives:
+// - its plugins decode samples of precision P <= 8 into bytes and P <= 16 into 16-bit words of
+//   the dataset's signedness, which NumPy then casts by value into the BitsAllocated array;
+// - with PixelRepresentation 1 it applies its JPEG-LS sign correction (JPEG-LS has no signed
+//   samples): a shift left and back by BitsAllocated - P, P from the SOF55 segment;
+// - three components come out colour-by-pixel whatever the interleave mode.
+#include <charls/charls.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
 #include "dicom/codecs/codec.hpp"
+#include "dicom/codecs/codec_support.hpp"
 
 namespace voxpipe::dicom {
 
-FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t>, const FrameSpec& spec,
-                              std::span<std::uint8_t>) {
-  throw Error(ErrorCode::unsupported, std::string(spec.name), "frame " + std::to_string(spec.frame),
-              "this decoder is not built yet", spec.offset);
+namespace {
+
+using codec_support::fail;
+
+struct DecoderDeleter {
+  void operator()(charls_jpegls_decoder* d) const noexcept { charls_jpegls_decoder_destroy(d); }
+};
+
+void check(const FrameSpec& spec, charls_jpegls_errc errc, const char* step) {
+  if (errc == charls_jpegls_errc{}) return;
+  fail(spec, ErrorCode::corrupt,
+       std::string("JPEG-LS ") + step + ": " + charls_get_error_message(errc));
+}
+
+}  // namespace
+
+FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
+                                 std::span<std::uint8_t> out) {
+  const std::uint64_t count = codec_support::checked_sample_count(spec, out);
+  const codec_support::JpegMarkerInfo info = codec_support::read_jpeg_markers(src);
+
+  std::unique_ptr<charls_jpegls_decoder, DecoderDeleter> decoder(charls_jpegls_decoder_create());
+  if (!decoder) fail(spec, ErrorCode::limit, "JPEG-LS: cannot create a decoder (out of memory)");
+  check(spec, charls_jpegls_decoder_set_source_buffer(decoder.get(), src.data(), src.size()),
+        "source");
+  check(spec, charls_jpegls_decoder_read_header(decoder.get()), "header");
+  charls_frame_info frame{};
+  check(spec, charls_jpegls_decoder_get_frame_info(decoder.get(), &frame), "frame info");
+  charls_interleave_mode mode{};
+  check(spec, charls_jpegls_decoder_get_interleave_mode(decoder.get(), &mode), "interleave mode");
+
+  if (frame.width != spec.columns || frame.height != spec.rows ||
+      static_cast<std::uint32_t>(frame.component_count) != spec.samples) {
+    fail(spec, ErrorCode::format,
+         "expected a JPEG-LS frame of " + std::to_string(spec.rows) + " x " +
+             std::to_string(spec.columns) + " x " + std::to_string(spec.samples) +
+             " (Rows x Columns x SamplesPerPixel), but the codestream has " +
+             std::to_string(frame.height) + " x " + std::to_string(frame.width) + " x " +
+             std::to_string(frame.component_count));
+  }
+  const auto bits = static_cast<std::uint32_t>(frame.bits_per_sample);
+  // pydicom takes P from its own reading of SOF55, BitsStored where that fails; both agree with
+  // CharLS's on every stream CharLS decodes.
+  const std::uint32_t precision = info.parsed ? info.precision : spec.bits_stored;
+  if (bits < 2 || bits > 16 || bits > spec.bits_allocated || precision != bits) {
+    fail(spec, ErrorCode::format,
+         "expected a JPEG-LS sample precision of at most " + std::to_string(spec.bits_allocated) +
+             " (BitsAllocated), but the codestream has " + std::to_string(bits));
+  }
+  const std::uint32_t width_bits = bits <= 8 ? 8 : 16;  // what CharLS writes per sample
+  const std::uint64_t size = count * (width_bits / 8);
+  std::size_t library_size = 0;
+  check(spec, charls_jpegls_decoder_get_destination_size(decoder.get(), 0, &library_size),
+        "destination size");
+  if (library_size != size) {
+    fail(spec, ErrorCode::format,
+         "expected a decoded JPEG-LS frame of " + std::to_string(size) +
+             " bytes, but CharLS needs " + std::to_string(library_size));
+  }
+
+  const bool planar = spec.samples == 3 && mode == charls_interleave_mode{};  // mode none
+  const bool direct = !planar && width_bits == spec.bits_allocated && !spec.is_signed;
+  std::vector<std::uint8_t> buffer;
+  std::uint8_t* dest = out.data();
+  if (!direct) {
+    buffer.resize(size);
+    dest = buffer.data();
+  }
+  check(spec, charls_jpegls_decoder_decode_to_buffer(decoder.get(), dest, size, 0), "decode");
+
+  FrameOutcome outcome;
+  outcome.photometric = codec_support::conform_jpeg_photometric(info, spec, false);
+  outcome.sign_corrected = spec.is_signed;
+  if (direct) return outcome;
+
+  const std::uint64_t pixels = count / spec.samples;
+  const std::uint32_t shift = spec.bits_allocated - precision;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    // Colour-by-pixel index i reads plane (i % samples) at pixel (i / samples) when planar.
+    const std::uint64_t from = planar ? (i % spec.samples) * pixels + i / spec.samples : i;
+    std::int64_t raw;
+    if (width_bits == 8) {
+      raw = buffer[from];
+    } else {
+      std::uint16_t v;
+      std::memcpy(&v, buffer.data() + from * 2, 2);
+      raw = v;
+    }
+    std::int64_t value = codec_support::as_width(raw, width_bits, spec.is_signed);
+    if (spec.is_signed) {
+      value = codec_support::shift_round_trip(value, spec.bits_allocated, shift, true);
+    }
+    codec_support::store_sample(out, i, value, spec.bits_allocated);
+  }
+  return outcome;
 }
 
 }  // namespace voxpipe::dicom
