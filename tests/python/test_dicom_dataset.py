@@ -46,6 +46,12 @@ FILES = sorted(os.fspath(p) for p in (Path(DATA_ROOT) / 'test_files').glob('**/*
                if p.is_file() and p.suffix != '.py')
 CHARSET_FILES = sorted(os.fspath(p) for p in (Path(DATA_ROOT) / 'charset_files').glob('*.dcm'))
 
+
+
+def data_file(name: str) -> str:
+    return os.fspath(Path(DATA_ROOT) / 'test_files' / name)
+
+
 # pydicom reads these, voxpipe refuses them (voxpipe checks every length against the bytes left;
 # pydicom reads what is there). Same list as test_dicom_parse.py.
 EXPECTED_REFUSALS = {
@@ -223,7 +229,7 @@ def test_every_file_is_compared():
 
 
 def test_default_read_equals_small_defer_and_full_read():
-    path = pydicom.data.get_testdata_file('CT_small.dcm')
+    path = data_file('CT_small.dcm')
     full = vp.dicom.read(path, defer_size=None)
     default = vp.dicom.read(path)
     small = vp.dicom.read(path, defer_size='0.01 kB')
@@ -236,7 +242,7 @@ def test_default_read_equals_small_defer_and_full_read():
 
 
 def test_deflated_file_reads_deferred_values_through_the_stream():
-    path = pydicom.data.get_testdata_file('image_dfl.dcm')
+    path = data_file('image_dfl.dcm')
     ours = vp.dicom.read(path, defer_size=16)
     assert ours.offsets_in_inflated_stream
     theirs = pydicom.dcmread(path)
@@ -245,7 +251,7 @@ def test_deflated_file_reads_deferred_values_through_the_stream():
 
 
 def test_deferred_read_refuses_a_file_that_changed_size(tmp_path):
-    src = pydicom.data.get_testdata_file('CT_small.dcm')
+    src = data_file('CT_small.dcm')
     path = tmp_path / 'ct.dcm'
     shutil.copy(src, path)
     ds = vp.dicom.read(path, defer_size=16)
@@ -257,7 +263,7 @@ def test_deferred_read_refuses_a_file_that_changed_size(tmp_path):
 
 
 def test_stop_before_pixels_hides_the_pixel_data_but_locates_it():
-    path = pydicom.data.get_testdata_file('CT_small.dcm')
+    path = data_file('CT_small.dcm')
     ds = vp.dicom.read(path, stop_before_pixels=True)
     theirs = pydicom.dcmread(path, stop_before_pixels=True)
     assert 'PixelData' not in ds and 0x7FE00010 not in ds
@@ -269,7 +275,7 @@ def test_stop_before_pixels_hides_the_pixel_data_but_locates_it():
 def test_encapsulated_fragments_and_pixel_value():
     from pydicom import encaps
 
-    path = pydicom.data.get_testdata_file('JPEG2000.dcm')
+    path = data_file('JPEG2000.dcm')
     ds = vp.dicom.read(path)
     theirs = pydicom.dcmread(path)
     frags = ds.pixel_data_fragments
@@ -277,11 +283,11 @@ def test_encapsulated_fragments_and_pixel_value():
     assert [data[o:o + n] for o, n in frags] == list(encaps.generate_fragments(theirs.PixelData))[1:]  # [0]: Basic Offset Table
     assert ds.PixelData == theirs.PixelData
     assert ds[0x7FE00010].is_undefined_length
-    assert vp.dicom.read(pydicom.data.get_testdata_file('CT_small.dcm')).pixel_data_fragments is None
+    assert vp.dicom.read(data_file('CT_small.dcm')).pixel_data_fragments is None
 
 
 def test_access_api():
-    path = pydicom.data.get_testdata_file('CT_small.dcm')
+    path = data_file('CT_small.dcm')
     ds = vp.dicom.read(path)
     elem = ds[0x0028, 0x0010]
     assert elem is ds[0x00280010] and elem is ds['Rows'] and elem.value == ds.Rows == 128
@@ -307,7 +313,7 @@ def test_access_api():
 
 
 def test_nested_sequences_are_indented():
-    ds = vp.dicom.read(pydicom.data.get_testdata_file('rtplan.dcm'))
+    ds = vp.dicom.read(data_file('rtplan.dcm'))
     lines = str(ds).splitlines()
     assert any(line.startswith('   (') for line in lines)
     assert any(line.startswith('      (') for line in lines)  # items of items
@@ -340,7 +346,7 @@ def test_errors_are_voxpipe_errors(tmp_path):
     with pytest.raises((vp.errors.TruncatedError, vp.errors.FormatError)):
         vp.dicom.read(bad)
     plain_file = tmp_path / 'noprefix.dcm'
-    plain_file.write_bytes(Path(pydicom.data.get_testdata_file('CT_small.dcm')).read_bytes()[132:])
+    plain_file.write_bytes(Path(data_file('CT_small.dcm')).read_bytes()[132:])
     with pytest.raises(vp.errors.FormatError):
         vp.dicom.read(plain_file)
     assert vp.dicom.read(plain_file, force=True).Rows == 128
@@ -363,10 +369,10 @@ def _num(v):
 
 @pytest.mark.skipif(not CLI.is_file(), reason=f'{CLI} not built/installed')
 @pytest.mark.parametrize('name', ['CT_small.dcm', 'MR_small.dcm', 'JPEG2000.dcm',
-                                  'emri_small_big_endian.dcm', 'image_dfl.dcm',
+                                  'MR_small_bigendian.dcm', 'image_dfl.dcm',
                                   'rtplan.dcm', 'SC_rgb_rle_2frame.dcm'])
 def test_cli_info_json_matches_pydicom(name):
-    path = pydicom.data.get_testdata_file(name)
+    path = data_file(name)
     info = _info(path)
     ds = pydicom.dcmread(path)
     meta = ds.file_meta
@@ -416,6 +422,6 @@ def test_cli_info_dicom_errors(tmp_path):
     r = subprocess.run([str(CLI), 'info', str(tmp_path / 'missing.dcm')], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 3
-    text = subprocess.run([str(CLI), 'info', pydicom.data.get_testdata_file('CT_small.dcm')],
+    text = subprocess.run([str(CLI), 'info', data_file('CT_small.dcm')],
                           capture_output=True, text=True, timeout=60)
     assert text.returncode == 0 and 'Explicit VR Little Endian' in text.stdout
