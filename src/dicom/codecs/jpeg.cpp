@@ -1,13 +1,187 @@
-// Replaced by the real decoder in the next commit of this series.
-#include "voxpipe/error.hpp"
+// JPEG Baseline and Extended frames with 8-bit samples (1.2.840.10008.1.2.4.50 / .51) through
+// libjpeg-turbo's libjpeg API, from memory, with the values pydicom 3 gives with its first
+// plugin, GDCM:
+// - the photometric interpretation follows pydicom's _conform_jpg_colorspace (component ids
+//   "RGB", JFIF marker);
+// - for YBR_* GDCM keeps the decoded YCbCr (no colour conversion in libjpeg) and pydicom converts
+//   with its own matrix, so those frames are written as YCbCr and reported as YBR_FULL(_422);
+// - otherwise the samples are RGB: as stored, unless an Adobe marker's transform flag says
+//   YCbCr, which libjpeg then converts; reported as RGB.
+// 12-bit samples need libjpeg-turbo 3's 12-bit API: Error(unsupported) here (Debian 12 has 2.1).
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
 #include "dicom/codecs/codec.hpp"
+#include "dicom/codecs/codec_support.hpp"
 
 namespace voxpipe::dicom {
 
-FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t>, const FrameSpec& spec,
-                              std::span<std::uint8_t>) {
-  throw Error(ErrorCode::unsupported, std::string(spec.name), "frame " + std::to_string(spec.frame),
-              "this decoder is not built yet", spec.offset);
+namespace {
+
+using codec_support::fail;
+
+enum class JobResult { ok, corrupt, format, unsupported };
+
+// Everything the setjmp scope touches is plain data: a longjmp must not skip destructors.
+struct JpegJob {
+  const std::uint8_t* src;
+  std::size_t size;
+  std::uint8_t* dst;  // rows * columns * samples bytes
+  std::uint32_t rows, columns, samples;
+  bool keep_ycc;
+  JobResult result = JobResult::ok;
+  char message[JMSG_LENGTH_MAX + 64] = {};
+};
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  JobResult result;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  err->result = cinfo->err->msg_code == JERR_BAD_PRECISION ? JobResult::unsupported
+                                                           : JobResult::corrupt;
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings are not printed. The one that means the data ran out (libjpeg then pads with zeros)
+// is an error: the frame is truncated.
+void on_emit_message(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
+}
+
+void on_output_message(j_common_ptr) {}
+
+void run_job(JpegJob& job) {
+  jpeg_decompress_struct cinfo;
+  std::memset(&cinfo, 0, sizeof cinfo);
+  ErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error_exit;
+  err.pub.emit_message = on_emit_message;
+  err.pub.output_message = on_output_message;
+  err.result = JobResult::ok;
+  if (setjmp(err.jump) != 0) {
+    jpeg_destroy_decompress(&cinfo);
+    job.result = err.result;
+    std::snprintf(job.message, sizeof job.message, "%s", err.message);
+    return;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, job.src, static_cast<unsigned long>(job.size));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.image_width != job.columns || cinfo.image_height != job.rows ||
+      static_cast<std::uint32_t>(cinfo.num_components) != job.samples) {
+    std::snprintf(job.message, sizeof job.message,
+                  "expected a JPEG frame of %u x %u x %u (Rows x Columns x SamplesPerPixel), "
+                  "but the codestream has %u x %u x %d",
+                  job.rows, job.columns, job.samples, cinfo.image_height, cinfo.image_width,
+                  cinfo.num_components);
+    jpeg_destroy_decompress(&cinfo);
+    job.result = JobResult::format;
+    return;
+  }
+  if (job.samples == 1) {
+    cinfo.out_color_space = JCS_GRAYSCALE;
+  } else if (job.keep_ycc) {
+    cinfo.jpeg_color_space = JCS_UNKNOWN;
+    cinfo.out_color_space = JCS_UNKNOWN;
+  } else {
+    // With neither JFIF nor Adobe marker, libjpeg guesses YCbCr for component ids other than
+    // "RGB"; GDCM follows the dataset's RGB instead (SC_jpeg_no_color_transform.dcm). An Adobe
+    // marker's transform flag still decides.
+    if (!cinfo.saw_Adobe_marker && !cinfo.saw_JFIF_marker) cinfo.jpeg_color_space = JCS_RGB;
+    cinfo.out_color_space = JCS_RGB;
+  }
+  jpeg_start_decompress(&cinfo);
+  if (static_cast<std::uint32_t>(cinfo.output_components) != job.samples ||
+      cinfo.output_width != job.columns || cinfo.output_height != job.rows) {
+    std::snprintf(job.message, sizeof job.message,
+                  "expected %u components per pixel, but libjpeg gives %d", job.samples,
+                  cinfo.output_components);
+    jpeg_destroy_decompress(&cinfo);
+    job.result = JobResult::format;
+    return;
+  }
+  const std::size_t stride = std::size_t{job.columns} * job.samples;
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = job.dst + std::size_t{cinfo.output_scanline} * stride;
+    if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+      // Only a suspending source returns 0 lines; the memory source never suspends.
+      std::snprintf(job.message, sizeof job.message, "libjpeg returned no scanline");
+      jpeg_destroy_decompress(&cinfo);
+      job.result = JobResult::corrupt;
+      return;
+    }
+  }
+  // No jpeg_finish_decompress: every sample is out, and what follows the last scan (an EOI that
+  // a writer left out) does not change them.
+  jpeg_destroy_decompress(&cinfo);
+}
+
+}  // namespace
+
+FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
+                               std::span<std::uint8_t> out) {
+  const std::uint64_t count = codec_support::checked_sample_count(spec, out);
+  const codec_support::JpegMarkerInfo info = codec_support::read_jpeg_markers(src);
+  if (info.parsed && info.precision != 8) {
+    fail(spec, ErrorCode::unsupported,
+         "expected 8-bit JPEG samples, but the codestream has " +
+             std::to_string(info.precision) + "-bit samples" +
+             (info.precision == 12 ? " (12-bit lossy JPEG needs libjpeg-turbo 3)" : ""));
+  }
+  // pydicom's YBR_FULL_422 for a JFIF marker is for the Baseline syntax; the codestream's SOF0
+  // is what says Baseline here (the contract does not pass the transfer syntax).
+  bool baseline = false;
+  for (std::size_t i = 2; i + 1 < src.size(); ++i) {
+    if (src[i] == 0xFF && src[i + 1] >= 0xC0 && src[i + 1] <= 0xCF && src[i + 1] != 0xC4 &&
+        src[i + 1] != 0xC8 && src[i + 1] != 0xCC) {
+      baseline = src[i + 1] == 0xC0;
+      break;
+    }
+  }
+  FrameOutcome outcome;
+  outcome.photometric = codec_support::conform_jpeg_photometric(info, spec, baseline);
+  const bool keep_ycc = spec.samples == 3 && outcome.photometric.find("YBR") != std::string::npos;
+  if (spec.samples == 3 && !keep_ycc) outcome.photometric = "RGB";
+
+  std::vector<std::uint8_t> widened;
+  std::uint8_t* dst = out.data();
+  if (spec.bits_allocated != 8) {
+    widened.resize(count);
+    dst = widened.data();
+  }
+  JpegJob job{src.data(), src.size(), dst, spec.rows, spec.columns, spec.samples, keep_ycc};
+  run_job(job);
+  switch (job.result) {
+    case JobResult::ok:
+      break;
+    case JobResult::format:
+      fail(spec, ErrorCode::format, job.message);
+    case JobResult::unsupported:
+      fail(spec, ErrorCode::unsupported,
+           std::string("JPEG: ") + job.message + " (12-bit lossy JPEG needs libjpeg-turbo 3)");
+    case JobResult::corrupt:
+      fail(spec, ErrorCode::corrupt, std::string("JPEG: ") + job.message);
+  }
+  if (spec.bits_allocated != 8) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      // GDCM writes the 8-bit samples into BitsAllocated words by value (signed when PR 1).
+      const std::int64_t v = codec_support::as_width(widened[i], 8, spec.is_signed);
+      codec_support::store_sample(out, i, v, spec.bits_allocated);
+    }
+  }
+  return outcome;
 }
 
 }  // namespace voxpipe::dicom
