@@ -19,6 +19,7 @@ using namespace voxpipe;
 
 // dicom_bindings.cpp: read_dicom and the parsed DICOM structures.
 void bind_dicom(nb::module_& m);
+void bind_dicom_pixels(nb::module_& m);
 
 namespace {
 
@@ -220,4 +221,5 @@ NB_MODULE(_core, m) {
       "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order).");
 
   bind_dicom(m);
+  bind_dicom_pixels(m);
 }
