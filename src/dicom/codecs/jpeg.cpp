@@ -5,8 +5,8 @@
 //   "RGB", JFIF marker);
 // - for YBR_* GDCM keeps the decoded YCbCr (no colour conversion in libjpeg) and pydicom converts
 //   with its own matrix, so those frames are written as YCbCr and reported as YBR_FULL(_422);
-// - otherwise the samples are RGB: as stored, unless an Adobe marker's transform flag says
-//   YCbCr, which libjpeg then converts; reported as RGB.
+// - otherwise GDCM takes the samples as RGB as stored, whatever libjpeg would guess from the
+//   component ids or an Adobe marker: no conversion either; reported as RGB.
 // 12-bit samples need libjpeg-turbo 3's 12-bit API: Error(unsupported) here (Debian 12 has 2.1).
 #include <csetjmp>
 #include <cstdio>
@@ -96,10 +96,10 @@ void run_job(JpegJob& job) {
     cinfo.jpeg_color_space = JCS_UNKNOWN;
     cinfo.out_color_space = JCS_UNKNOWN;
   } else {
-    // With neither JFIF nor Adobe marker, libjpeg guesses YCbCr for component ids other than
-    // "RGB"; GDCM follows the dataset's RGB instead (SC_jpeg_no_color_transform.dcm). An Adobe
-    // marker's transform flag still decides.
-    if (!cinfo.saw_Adobe_marker && !cinfo.saw_JFIF_marker) cinfo.jpeg_color_space = JCS_RGB;
+    // libjpeg guesses YCbCr for component ids other than "RGB" and for an Adobe marker with
+    // transform 1; GDCM follows the dataset's RGB instead and converts nothing
+    // (SC_jpeg_no_color_transform.dcm; an Adobe transform-1 stream in the tests).
+    cinfo.jpeg_color_space = JCS_RGB;
     cinfo.out_color_space = JCS_RGB;
   }
   jpeg_start_decompress(&cinfo);
