@@ -24,7 +24,9 @@ import struct
 import zlib
 from typing import Any, Iterator
 
-from . import _core, errors
+import numpy as np
+
+from . import _core, _dicom_pixels, errors
 
 __all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE"]
 
@@ -292,9 +294,9 @@ def _convert(vr: str, raw: bytes, big_endian: bool, encodings: list[str]):
 class _Source:
     """The file a dataset came from, for values read after `read` returned."""
 
-    def __init__(self, core_file):
+    def __init__(self, core_file, size: int):
         self.path = core_file.path
-        self.size = os.stat(self.path).st_size
+        self.size = size  # taken before parsing, so that a change during parsing is seen too
         self.inflated = core_file.offsets_in_inflated_stream
         self.dataset_offset = core_file.dataset_offset
 
@@ -594,8 +596,8 @@ class FileDataset(Dataset):
     ``transfer_syntax``, ``is_implicit_VR``, ``is_little_endian``, and where the pixel data lies:
     ``pixel_data_offset``, ``pixel_data_length``, ``pixel_data_fragments``."""
 
-    def __init__(self, core_file, stop_before_pixels: bool):
-        source = _Source(core_file)
+    def __init__(self, core_file, stop_before_pixels: bool, size: int):
+        source = _Source(core_file, size)
         self._file = core_file  # the parsed file (_core.DicomFile), for the pixel layer
         pixel = core_file.pixel_data
         hidden = pixel.tag if (stop_before_pixels and pixel is not None) else None
@@ -648,6 +650,40 @@ class FileDataset(Dataset):
         if pixel is None or not pixel.encapsulated:
             return None
         return pixel.fragments
+
+    @property
+    def pixel_info(self):
+        """The checked Image Pixel module (rows, columns, samples_per_pixel, bits_allocated,
+        bits_stored, pixel_representation, planar_configuration, number_of_frames, photometric,
+        photometric_out, dtype, shape, codec). Raises FormatError naming the tag when a required
+        value is missing or inconsistent, UnsupportedError for a syntax voxpipe cannot decode."""
+        info = self.__dict__.get("_pixel_info")
+        if info is None:
+            info = self.__dict__["_pixel_info"] = _dicom_pixels.pixel_info(self)
+        return info
+
+    @property
+    def pixel_array(self) -> np.ndarray:
+        """The pixel data as pydicom's ``Dataset.pixel_array``: same shape, dtype (native byte
+        order) and values; frames are decoded in parallel. Cached, as in pydicom."""
+        arr = self.__dict__.get("_pixel_array")
+        if arr is None:
+            arr = self.__dict__["_pixel_array"] = _dicom_pixels.pixel_array(
+                self, info=self.pixel_info)
+        return arr
+
+    def pixel_array_frame(self, index: int, *, as_rgb: bool = True) -> np.ndarray:
+        """Frame `index` only (pydicom's ``pixel_array(path, index=...)``); nothing cached."""
+        return _dicom_pixels.pixel_array(self, index, as_rgb=as_rgb, info=self.pixel_info)
+
+    def get_fdata(self, dtype=np.float64, *, index: int | None = None,
+                  as_rgb: bool = True, threads: int | None = None) -> np.ndarray:
+        """The pixel data with the modality transform applied, equal to pydicom's
+        ``apply_modality_lut(ds.pixel_array, ds)``: the Modality LUT Sequence where present,
+        else Rescale Slope and Intercept when both are, computed in float64; ``dtype=float32``
+        rounds those values once. Decoded and transformed in one pass; not cached."""
+        return _dicom_pixels.modality_array(self, dtype, index, as_rgb=as_rgb, threads=threads,
+                                            info=self.pixel_info)
 
     def _undefined_length(self, tag: int) -> int:
         pixel = self._file.pixel_data
@@ -703,7 +739,11 @@ def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
     Raises voxpipe.errors exceptions (FormatError, TruncatedError, ... : docs/dicom.md).
     """
     path = os.fspath(path)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = -1  # read_dicom raises the error, naming the file
     core_file = _core.read_dicom(path, _defer_limit(defer_size),
                                  stop_at_pixel_data=stop_before_pixels,
                                  require_preamble=not force)
-    return FileDataset(core_file, stop_before_pixels)
+    return FileDataset(core_file, stop_before_pixels, size)
