@@ -1,0 +1,61 @@
+// Shared by the fuzz targets of the library-backed frame decoders (fuzz_dicom_jpeg,
+// fuzz_dicom_jpegls, fuzz_dicom_j2k): the first 3 bytes choose a small frame (rows and columns
+// 1..32, 1 or 3 samples, 8/16/32 bits allocated, signedness, a photometric interpretation from
+// the target's list), the rest is the encoded frame. The decoder either throws voxpipe::Error or
+// fills the whole output (two decodes into differently pre-filled buffers must agree, so no byte
+// is left unwritten) with an outcome the target accepts, and refuses an output of the wrong size.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <vector>
+
+#include "dicom/codecs/codec.hpp"
+#include "voxpipe/error.hpp"
+
+namespace vpfuzz {
+
+using FrameDecoder = voxpipe::dicom::FrameOutcome (*)(std::span<const std::uint8_t>,
+                                                       const voxpipe::dicom::FrameSpec&,
+                                                       std::span<std::uint8_t>);
+
+template <typename CheckOutcome>
+int fuzz_frame(const std::uint8_t* data, std::size_t size, FrameDecoder decode,
+               std::span<const char* const> photometrics, CheckOutcome check_outcome) {
+  using namespace voxpipe;
+  if (size < 3) return 0;
+  dicom::FrameSpec spec;
+  spec.name = "fuzz.dcm";
+  spec.rows = 1 + data[0] % 32;
+  spec.columns = 1 + data[1] % 32;
+  spec.samples = data[2] & 1 ? 3 : 1;
+  spec.bits_allocated = 8u << ((data[2] >> 1) % 3);
+  spec.bits_stored = (data[2] >> 6) & 1 ? spec.bits_allocated - 4 : spec.bits_allocated;
+  spec.is_signed = (data[2] >> 3) & 1;
+  spec.photometric = photometrics[((data[2] >> 4) & 3) % photometrics.size()];
+  const std::span<const std::uint8_t> src(data + 3, size - 3);
+  const std::size_t n =
+      std::size_t{spec.rows} * spec.columns * spec.samples * spec.bits_allocated / 8;
+  std::vector<std::uint8_t> a(n, 0x00), b(n, 0xFF);
+  bool decoded = false;
+  try {
+    check_outcome(spec, decode(src, spec, a));
+    decoded = true;
+  } catch (const Error&) {
+  }
+  if (decoded) {
+    decode(src, spec, b);  // the same input decodes again, to the same values
+    if (a != b) std::abort();
+  }
+  std::vector<std::uint8_t> wrong(n + 1);
+  try {
+    decode(src, spec, wrong);
+    std::abort();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::invalid_argument) std::abort();
+  }
+  return 0;
+}
+
+}  // namespace vpfuzz
