@@ -1,0 +1,125 @@
+// voxpipe/dicom_series.hpp: DICOM series: files (or the frames of enhanced multi-frame files)
+// grouped into series, sorted in space and time, checked, and read into one volume with the
+// NIfTI (RAS) affine.
+//
+// Conventions:
+//  - Voxel axes are (column, row, slice[, volume]): i runs along a row (the first direction
+//    cosine of ImageOrientationPatient), j down the columns (the second), k along the slice
+//    normal, in increasing position. The data are Fortran-ordered with that shape, so each
+//    decoded frame (rows x columns, C order) is one contiguous k-plane. This is dcm2niix's axis
+//    order without its row flip; nibabel.nicom's (row, column, slice) is the transpose of the
+//    first two axes.
+//  - The affine maps (i, j, k) to RAS millimetres (DICOM's LPS with x and y negated), row-major
+//    4x4: column i = row cosine * column spacing (PixelSpacing[1]), column j = column cosine *
+//    row spacing (PixelSpacing[0]), column k = (last position - first position) / (slices - 1)
+//    (nibabel.nicom's formula: it keeps a gantry tilt as shear), or for one slice the normal
+//    times SpacingBetweenSlices (else SliceThickness, else 1), translation = the first slice's
+//    ImagePositionPatient.
+// Thread-safety: scan_dicom_series and read_dicom_series are re-entrant.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "voxpipe/dicom.hpp"
+#include "voxpipe/dtype.hpp"
+
+namespace voxpipe {
+
+// One 2D image of a series: a single-frame file, or one frame of a multi-frame file.
+struct DicomSlice {
+  // The parsed file, trimmed to what decoding needs (the Image Pixel module, the pixel data
+  // location, the transfer syntax); shared by the frames of a multi-frame file.
+  std::shared_ptr<const DicomFile> file;
+  std::shared_ptr<const DicomPixelInfo> pixel;  // the file's checked Image Pixel module
+  std::uint64_t frame = 0;
+  std::array<double, 3> position{};  // ImagePositionPatient (LPS mm)
+  double distance = 0;               // position along the slice normal
+  double slope = 1, intercept = 0;   // Rescale Slope / Intercept (per frame for enhanced files)
+  // Ordering keys within one position (the volume order of a 4D series).
+  std::int64_t temporal_index = 0;   // TemporalPositionIdentifier / TemporalPositionIndex
+  std::int64_t acquisition_number = 0;
+  double acquisition_time = 0;       // AcquisitionTime (or FrameAcquisitionDateTime) in seconds
+  double trigger_time = 0;
+  std::int64_t instance_number = 0;
+};
+
+struct DicomSeries {
+  std::string series_instance_uid;
+  std::int64_t series_number = 0;
+  std::string series_description;
+  std::string modality;
+  // What sets this part apart from other parts of the same SeriesInstanceUID ("" when the
+  // series is whole), e.g. "echo 2", "orientation 2", "256x256", "stack 2".
+  std::string split;
+  std::uint32_t rows = 0, columns = 0;
+  std::array<double, 6> orientation{};     // ImageOrientationPatient (row cosines, column cosines)
+  std::array<double, 2> pixel_spacing{};   // (row spacing, column spacing), PixelSpacing order
+  std::uint64_t slices = 0;                // per volume
+  std::uint64_t volumes = 0;
+  // Volume-major: volume v's slices, in increasing position, are
+  // images[v * slices, (v + 1) * slices).
+  std::vector<DicomSlice> images;
+  std::array<double, 16> affine{};         // (i, j, k) -> RAS mm, row-major
+  double slice_spacing = 0;                // mean distance between positions along the normal
+  bool gantry_tilt = false;                // positions step off the normal (kept as shear)
+  double tilt_degrees = 0;
+  // The stored values' dtype (pixel_array's) and the rescale shared by every image, when it is
+  // (uniform_rescale); else the data need float to be exact.
+  DType stored_dtype = DType::u16;
+  bool uniform_rescale = true;
+  double slope = 1, intercept = 0;
+  // Empty when the series can be read; else why it cannot (read_dicom_series throws
+  // Error(format) with it): uneven slice spacing (a missing slice), positions with different
+  // numbers of images (a missing or duplicated slice in 4D), several images at one position of
+  // a 3D series.
+  std::string problem;
+  std::vector<std::string> warnings;  // e.g. duplicate files dropped, gantry tilt
+  // The first image's full dataset, for metadata (the JSON sidecar); shared.
+  std::shared_ptr<const DicomFile> first_file;
+
+  // (columns, rows, slices) or (columns, rows, slices, volumes).
+  std::vector<std::uint64_t> shape() const;
+};
+
+struct DicomScanOptions {
+  unsigned threads = 0;     // files parsed in parallel (0: all cores)
+  bool recursive = true;    // folders: their subfolders too
+  // Positions closer than this (mm) along the normal are the same position.
+  double position_tolerance = 0.01;
+  // Spacing between consecutive positions may vary by this much (mm) (dcm2niix: 0.2).
+  double spacing_tolerance = 0.2;
+  // Files that are not DICOM (or have no pixel data) are skipped; true: the first is an error.
+  bool strict = false;
+};
+
+struct DicomScanResult {
+  std::vector<DicomSeries> series;  // by SeriesNumber, then SeriesInstanceUID, then split
+  // Files skipped, each with why ("not DICOM", "no pixel data", the error's message).
+  std::vector<std::pair<std::string, std::string>> skipped;
+};
+
+// Parses every file under `paths` (files, or folders) in parallel, up to the pixel data, and
+// assembles the series. Series are split by SeriesInstanceUID, then by orientation, image size,
+// EchoNumbers, StackID and samples per pixel. Images at the same position form a 4D series when
+// every position has the same number of them, ordered by temporal index, acquisition number,
+// acquisition time, trigger time and instance number; files with the same SOPInstanceUID are
+// read once. Memory: a trimmed dataset per file.
+DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
+                                  const DicomScanOptions& options = {});
+
+// Reads a series into `out`, Fortran order with series.shape(): `out_type` stored_dtype (the
+// values of pixel_array, every image must share one rescale to be meaningful), or f32/f64 (each
+// image's Rescale Slope and Intercept applied in float64, then rounded to f32). Images are
+// decoded in parallel on `threads` (0: all cores); memory beyond `out` is a frame per thread.
+// Error(format) when series.problem is set; Error(invalid_argument) for an `out` of the wrong
+// size or type.
+void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
+                       unsigned threads = 0);
+
+}  // namespace voxpipe

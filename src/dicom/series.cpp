@@ -1,0 +1,569 @@
+// Series assembly: files parsed in parallel, grouped (SeriesInstanceUID, then the fields that
+// split a series), sorted along the slice normal (never by InstanceNumber alone), 4D detected
+// from repeated positions, checked (spacing, counts, tilt), and the NIfTI RAS affine computed as
+// nibabel.nicom does. include/voxpipe/dicom_series.hpp states the conventions.
+#include "voxpipe/dicom_series.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/thread_pool.hpp"
+#include "voxpipe/error.hpp"
+
+namespace voxpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr DicomTag kSOPInstanceUID = 0x00080018, kModality = 0x00080060,
+                   kSeriesDescription = 0x0008103E, kAcquisitionTime = 0x00080032,
+                   kSliceThickness = 0x00180050, kSpacingBetweenSlices = 0x00180088,
+                   kTriggerTime = 0x00181060, kEchoNumbers = 0x00180086,
+                   kSeriesInstanceUID = 0x0020000E, kSeriesNumber = 0x00200011,
+                   kAcquisitionNumber = 0x00200012, kInstanceNumber = 0x00200013,
+                   kImagePosition = 0x00200032, kImageOrientation = 0x00200037,
+                   kTemporalPositionIdentifier = 0x00200100, kPixelSpacing = 0x00280030,
+                   kRescaleIntercept = 0x00281052, kRescaleSlope = 0x00281053,
+                   kSharedGroups = 0x52009229, kPerFrameGroups = 0x52009230,
+                   kFrameContent = 0x00209111, kPlanePosition = 0x00209113,
+                   kPlaneOrientation = 0x00209116, kPixelMeasures = 0x00289110,
+                   kPixelValueTransformation = 0x00289145, kStackID = 0x00209056,
+                   kTemporalPositionIndex = 0x00209128, kFrameAcquisitionNumber = 0x00209156,
+                   kFrameAcquisitionDateTime = 0x00189074, kMREchoSequence = 0x00189114,
+                   kEffectiveEchoTime = 0x00189082;
+
+using Vec3 = std::array<double, 3>;
+
+Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
+
+// "HHMMSS.FFFFFF" (or with colons, older files) in seconds; 0 when absent or unreadable.
+double dicom_time_seconds(const std::string& s) {
+  std::string t;
+  for (char c : s)
+    if (c != ':') t.push_back(c);
+  if (t.size() < 2) return 0;
+  const auto num = [&](std::size_t at, std::size_t n) {
+    return at + n <= t.size() ? std::atof(t.substr(at, n).c_str()) : 0.0;
+  };
+  return num(0, 2) * 3600 + num(2, 2) * 60 + (t.size() > 4 ? std::atof(t.substr(4).c_str()) : 0);
+}
+
+// A value from a functional group: the per-frame item's, else the shared one's.
+struct Groups {
+  const DicomDataset* per_frame = nullptr;
+  const DicomDataset* shared = nullptr;
+  const DicomDataset* find(DicomTag sequence) const {
+    for (const DicomDataset* g : {per_frame, shared}) {
+      if (!g) continue;
+      const auto& items = g->items(sequence);
+      if (!items.empty()) return &items.front();
+    }
+    return nullptr;
+  }
+};
+
+// One image as parsed, before grouping.
+struct Image {
+  DicomSlice slice;
+  std::string series_uid, sop_uid, description, modality, echo, stack;
+  std::int64_t series_number = 0;
+  std::array<double, 6> orientation{};
+  std::array<double, 2> spacing{};
+  double thickness = 0, between = 0;
+  std::uint32_t rows = 0, columns = 0, samples = 1;
+  DType dtype = DType::u16;
+  bool has_position = false, has_orientation = false;
+  std::string file_problem;  // set for images that cannot be placed (no per-frame positions)
+};
+
+// The file reduced to what decoding needs: meta, transfer syntax, pixel data location and the
+// group 0028 elements (Image Pixel, Modality LUT).
+std::shared_ptr<const DicomFile> trimmed(DicomFile&& f) {
+  std::vector<DicomElement> keep;
+  for (const DicomElement& e : f.dataset.elements())
+    if (dicom_group(e.tag) == 0x0028 || dicom_group(e.tag) == 0x7FE0) keep.push_back(e);
+  auto out = std::make_shared<DicomFile>();
+  out->path = std::move(f.path);
+  out->has_preamble = f.has_preamble;
+  out->transfer_syntax = std::move(f.transfer_syntax);
+  out->implicit_vr = f.implicit_vr;
+  out->big_endian = f.big_endian;
+  out->dataset_offset = f.dataset_offset;
+  out->offsets_in_inflated_stream = f.offsets_in_inflated_stream;
+  out->pixel_data = std::move(f.pixel_data);
+  out->dataset = DicomDataset(std::move(keep), f.dataset.big_endian());
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : "\\") + x;
+  return s;
+}
+
+template <std::size_t N>
+bool fill(std::array<double, N>& dst, const std::vector<double>& v) {
+  if (v.size() < N) return false;
+  std::copy_n(v.begin(), N, dst.begin());
+  return true;
+}
+
+// The images of one parsed file (one per frame for enhanced multi-frame files).
+std::vector<Image> images_of(DicomFile&& parsed) {
+  const DicomDataset& ds = parsed.dataset;
+  auto pixel = std::make_shared<const DicomPixelInfo>(dicom_pixel_info(parsed));
+  Image base;
+  base.series_uid = ds.uid(kSeriesInstanceUID).value_or("");
+  base.sop_uid = ds.uid(kSOPInstanceUID).value_or("");
+  base.description = ds.string(kSeriesDescription).value_or("");
+  base.modality = ds.string(kModality).value_or("");
+  base.series_number = ds.integer(kSeriesNumber).value_or(0);
+  base.echo = joined(ds.strings(kEchoNumbers));
+  base.rows = pixel->rows;
+  base.columns = pixel->columns;
+  base.samples = pixel->samples_per_pixel;
+  base.dtype = pixel->dtype;
+  base.has_orientation = fill(base.orientation, ds.numbers(kImageOrientation));
+  fill(base.spacing, ds.numbers(kPixelSpacing));
+  base.thickness = ds.number(kSliceThickness).value_or(0);
+  base.between = ds.number(kSpacingBetweenSlices).value_or(0);
+  base.slice.pixel = pixel;
+  base.has_position = fill(base.slice.position, ds.numbers(kImagePosition));
+  if (ds.contains(kRescaleSlope) && ds.contains(kRescaleIntercept)) {
+    base.slice.slope = ds.number(kRescaleSlope).value_or(1);
+    base.slice.intercept = ds.number(kRescaleIntercept).value_or(0);
+  }
+  base.slice.temporal_index = ds.integer(kTemporalPositionIdentifier).value_or(0);
+  base.slice.acquisition_number = ds.integer(kAcquisitionNumber).value_or(0);
+  base.slice.acquisition_time = dicom_time_seconds(ds.string(kAcquisitionTime).value_or(""));
+  base.slice.trigger_time = ds.number(kTriggerTime).value_or(0);
+  base.slice.instance_number = ds.integer(kInstanceNumber).value_or(0);
+
+  const auto& per_frame = ds.items(kPerFrameGroups);
+  const auto& shared = ds.items(kSharedGroups);
+  std::vector<Image> out;
+  if (pixel->number_of_frames <= 1 && per_frame.empty()) {
+    base.slice.file = trimmed(std::move(parsed));
+    out.push_back(std::move(base));
+    return out;
+  }
+  if (per_frame.size() < pixel->number_of_frames) {
+    // A multi-frame file without functional groups (cine, NM, US): its frames have no positions
+    // of their own; it is kept as one image stack that cannot be placed in space.
+    base.file_problem = "a multi-frame file without per-frame positions (" +
+                        std::to_string(pixel->number_of_frames) + " frames)";
+  }
+  auto file = trimmed(std::move(parsed));
+  for (std::uint64_t i = 0; i < pixel->number_of_frames; ++i) {
+    Image im = base;
+    im.slice.file = file;
+    im.slice.frame = i;
+    if (i < per_frame.size()) {
+      Groups g{&per_frame[i], shared.empty() ? nullptr : &shared.front()};
+      if (const DicomDataset* p = g.find(kPlanePosition))
+        im.has_position = fill(im.slice.position, p->numbers(kImagePosition));
+      if (const DicomDataset* o = g.find(kPlaneOrientation))
+        im.has_orientation = fill(im.orientation, o->numbers(kImageOrientation));
+      if (const DicomDataset* m = g.find(kPixelMeasures)) {
+        fill(im.spacing, m->numbers(kPixelSpacing));
+        im.thickness = m->number(kSliceThickness).value_or(im.thickness);
+        im.between = m->number(kSpacingBetweenSlices).value_or(im.between);
+      }
+      if (const DicomDataset* t = g.find(kPixelValueTransformation)) {
+        im.slice.slope = t->number(kRescaleSlope).value_or(1);
+        im.slice.intercept = t->number(kRescaleIntercept).value_or(0);
+      }
+      if (const DicomDataset* c = g.find(kFrameContent)) {
+        im.slice.temporal_index = c->integer(kTemporalPositionIndex).value_or(0);
+        im.slice.acquisition_number = c->integer(kFrameAcquisitionNumber).value_or(0);
+        im.stack = c->string(kStackID).value_or("");
+        const std::string when = c->string(kFrameAcquisitionDateTime).value_or("");
+        if (when.size() > 8) im.slice.acquisition_time = dicom_time_seconds(when.substr(8));
+      }
+      if (const DicomDataset* e = g.find(kMREchoSequence)) {
+        if (auto te = e->number(kEffectiveEchoTime)) {
+          std::ostringstream s;
+          s << "TE " << *te;
+          im.echo = s.str();
+        }
+      }
+      im.slice.instance_number = static_cast<std::int64_t>(i);
+    }
+    out.push_back(std::move(im));
+  }
+  return out;
+}
+
+std::vector<std::string> list_files(const std::vector<std::string>& paths, bool recursive,
+                                    std::vector<std::pair<std::string, std::string>>& skipped) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    if (ec || !fs::exists(st)) throw Error(ErrorCode::not_found, p, "", "no such file or folder");
+    if (!fs::is_directory(st)) {
+      files.push_back(p);
+      continue;
+    }
+    std::vector<std::string> found;
+    const auto add = [&](const fs::directory_entry& e) {
+      std::error_code e2;
+      if (e.is_regular_file(e2)) found.push_back(e.path().string());
+    };
+    if (recursive) {
+      for (auto it = fs::recursive_directory_iterator(
+               p, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        add(*it);
+    } else {
+      for (auto it = fs::directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::directory_iterator(); it.increment(ec))
+        add(*it);
+    }
+    if (ec) skipped.emplace_back(p, "the folder could not be listed: " + ec.message());
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream s;
+  s.precision(precision);
+  s << v;
+  return s.str();
+}
+
+// Sorts, checks and describes one group of images (one series part).
+DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options) {
+  DicomSeries s;
+  const Image& first = images.front();
+  s.series_instance_uid = first.series_uid;
+  s.series_number = first.series_number;
+  s.series_description = first.description;
+  s.modality = first.modality;
+  s.rows = first.rows;
+  s.columns = first.columns;
+  s.orientation = first.orientation;
+  s.pixel_spacing = first.spacing;
+  s.stored_dtype = first.dtype;
+
+  // The same file twice (copies under two names): read once.
+  {
+    std::set<std::pair<std::string, std::uint64_t>> seen;
+    std::vector<Image> unique;
+    std::size_t dropped = 0;
+    for (Image& im : images) {
+      if (!im.sop_uid.empty() && !seen.insert({im.sop_uid, im.slice.frame}).second) {
+        ++dropped;
+        continue;
+      }
+      unique.push_back(std::move(im));
+    }
+    if (dropped)
+      s.warnings.push_back(std::to_string(dropped) +
+                           " images with an SOPInstanceUID already seen were left out");
+    images = std::move(unique);
+  }
+  for (const Image& im : images) {
+    if (!im.file_problem.empty() && s.problem.empty()) s.problem = im.slice.file->path + ": " + im.file_problem;
+    if (im.dtype != s.stored_dtype && s.problem.empty())
+      s.problem = "the images' stored types differ (BitsAllocated or PixelRepresentation)";
+    if (im.samples != 1 && s.problem.empty())
+      s.problem = "colour images (SamplesPerPixel " + std::to_string(im.samples) +
+                  ") are not assembled into volumes";
+  }
+  bool placed = true;
+  for (const Image& im : images) placed &= im.has_position && im.has_orientation;
+  if (!placed && s.problem.empty())
+    s.problem = "some images have no ImagePositionPatient or ImageOrientationPatient";
+
+  Vec3 row{s.orientation[0], s.orientation[1], s.orientation[2]};
+  Vec3 col{s.orientation[3], s.orientation[4], s.orientation[5]};
+  Vec3 normal = cross(row, col);
+  const double n = norm(normal);
+  if (n > 0) for (double& x : normal) x /= n;
+  else if (s.problem.empty()) s.problem = "ImageOrientationPatient is degenerate";
+  for (Image& im : images) im.slice.distance = dot(im.slice.position, normal);
+
+  // Positions along the normal; the images at one position are the volumes, in time order.
+  std::stable_sort(images.begin(), images.end(), [](const Image& a, const Image& b) {
+    return a.slice.distance < b.slice.distance;
+  });
+  std::vector<std::vector<Image*>> positions;
+  for (Image& im : images) {
+    if (positions.empty() ||
+        im.slice.distance - positions.back().front()->slice.distance > options.position_tolerance)
+      positions.emplace_back();
+    positions.back().push_back(&im);
+  }
+  const auto time_order = [](const Image* a, const Image* b) {
+    const DicomSlice &x = a->slice, &y = b->slice;
+    return std::tie(x.temporal_index, x.acquisition_number, x.acquisition_time, x.trigger_time,
+                    x.instance_number, x.file->path, x.frame) <
+           std::tie(y.temporal_index, y.acquisition_number, y.acquisition_time, y.trigger_time,
+                    y.instance_number, y.file->path, y.frame);
+  };
+  for (auto& p : positions) std::stable_sort(p.begin(), p.end(), time_order);
+  const std::size_t volumes = positions.empty() ? 0 : positions.front().size();
+  s.slices = positions.size();
+  s.volumes = volumes;
+  for (std::size_t k = 0; k < positions.size() && s.problem.empty(); ++k) {
+    if (positions[k].size() != volumes) {
+      std::size_t most = 0;
+      for (auto& p : positions) most = std::max(most, p.size());
+      s.problem = "positions along the slice normal hold different numbers of images (" +
+                  std::to_string(positions[k].size()) + " at " +
+                  fmt(positions[k].front()->slice.distance) + " mm, " + std::to_string(volumes) +
+                  " at the first; up to " + std::to_string(most) +
+                  "): a slice is missing or duplicated";
+    }
+  }
+  // Spacing along the normal must be even: a gap is a missing slice.
+  if (positions.size() > 1) {
+    double lo = 1e300, hi = -1e300;
+    std::size_t at_lo = 0, at_hi = 0;
+    for (std::size_t k = 1; k < positions.size(); ++k) {
+      const double d = positions[k].front()->slice.distance - positions[k - 1].front()->slice.distance;
+      if (d < lo) lo = d, at_lo = k;
+      if (d > hi) hi = d, at_hi = k;
+    }
+    s.slice_spacing = (positions.back().front()->slice.distance -
+                       positions.front().front()->slice.distance) / double(positions.size() - 1);
+    if (hi - lo > options.spacing_tolerance && s.problem.empty())
+      s.problem = "the slice spacing varies from " + fmt(lo) + " mm (before slice " +
+                  std::to_string(at_lo) + ") to " + fmt(hi) + " mm (before slice " +
+                  std::to_string(at_hi) + "): a slice is missing, or the series is not evenly spaced";
+  }
+  // Volume-major order.
+  s.images.reserve(images.size());
+  if (s.problem.empty()) {
+    for (std::size_t v = 0; v < volumes; ++v)
+      for (auto& p : positions) s.images.push_back(p[v]->slice);
+  } else {
+    for (Image& im : images) s.images.push_back(im.slice);
+  }
+
+  // The affine (nibabel.nicom's formula), LPS -> RAS.
+  if (!s.images.empty()) {
+    const DicomSlice& a = s.images.front();
+    Vec3 kcol;
+    if (positions.size() > 1) {
+      const Vec3& p0 = positions.front().front()->slice.position;
+      const Vec3& p1 = positions.back().front()->slice.position;
+      for (int r = 0; r < 3; ++r) kcol[r] = (p1[r] - p0[r]) / double(positions.size() - 1);
+      const double len = norm(kcol);
+      if (len > 0) {
+        const double c = std::min(1.0, std::abs(dot(kcol, normal)) / len);
+        s.tilt_degrees = std::acos(c) * 180.0 / M_PI;
+        if (s.tilt_degrees > 0.01) {
+          s.gantry_tilt = true;
+          s.warnings.push_back("the slices step off their normal by " + fmt(s.tilt_degrees) +
+                               " degrees (gantry tilt): the affine keeps it as shear");
+        }
+      }
+    } else {
+      const double step = first.between > 0 ? first.between : first.thickness > 0 ? first.thickness : 1.0;
+      for (int r = 0; r < 3; ++r) kcol[r] = normal[r] * step;
+      s.slice_spacing = step;
+    }
+    const double flip[3] = {-1, -1, 1};
+    for (int r = 0; r < 3; ++r) {
+      s.affine[r * 4 + 0] = flip[r] * row[r] * s.pixel_spacing[1];
+      s.affine[r * 4 + 1] = flip[r] * col[r] * s.pixel_spacing[0];
+      s.affine[r * 4 + 2] = flip[r] * kcol[r];
+      s.affine[r * 4 + 3] = flip[r] * a.position[r];
+    }
+    s.affine[15] = 1;
+  }
+  s.slope = s.images.empty() ? 1 : s.images.front().slope;
+  s.intercept = s.images.empty() ? 0 : s.images.front().intercept;
+  for (const DicomSlice& im : s.images)
+    s.uniform_rescale &= im.slope == s.slope && im.intercept == s.intercept;
+  return s;
+}
+
+template <typename T, typename Out>
+void rescale(const T* in, Out* out, std::size_t n, double slope, double intercept) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const double scaled = static_cast<double>(in[i]) * slope;
+    out[i] = static_cast<Out>(scaled + intercept);
+  }
+}
+
+template <typename Out>
+void rescale_from(DType t, const std::uint8_t* in, Out* out, std::size_t n, double slope,
+                  double intercept) {
+  switch (t) {
+    case DType::u8: rescale(in, out, n, slope, intercept); break;
+    case DType::i8: rescale(reinterpret_cast<const std::int8_t*>(in), out, n, slope, intercept); break;
+    case DType::u16: rescale(reinterpret_cast<const std::uint16_t*>(in), out, n, slope, intercept); break;
+    case DType::i16: rescale(reinterpret_cast<const std::int16_t*>(in), out, n, slope, intercept); break;
+    case DType::u32: rescale(reinterpret_cast<const std::uint32_t*>(in), out, n, slope, intercept); break;
+    case DType::i32: rescale(reinterpret_cast<const std::int32_t*>(in), out, n, slope, intercept); break;
+    case DType::u64: rescale(reinterpret_cast<const std::uint64_t*>(in), out, n, slope, intercept); break;
+    case DType::i64: rescale(reinterpret_cast<const std::int64_t*>(in), out, n, slope, intercept); break;
+    case DType::f32: rescale(reinterpret_cast<const float*>(in), out, n, slope, intercept); break;
+    case DType::f64: rescale(reinterpret_cast<const double*>(in), out, n, slope, intercept); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> DicomSeries::shape() const {
+  std::vector<std::uint64_t> s{columns, rows, slices};
+  if (volumes > 1) s.push_back(volumes);
+  return s;
+}
+
+DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
+                                  const DicomScanOptions& options) {
+  DicomScanResult result;
+  const std::vector<std::string> files = list_files(paths, options.recursive, result.skipped);
+
+  std::vector<std::vector<Image>> parsed(files.size());
+  std::vector<std::string> why(files.size());
+  DicomReadOptions read_options;
+  read_options.max_value_size = 64 * 1024;
+  core::parallel_for(files.size(), options.threads, [&](std::size_t i) {
+    try {
+      DicomFile f = read_dicom(files[i], read_options);
+      if (!f.pixel_data) {
+        why[i] = "no pixel data";
+        return;
+      }
+      parsed[i] = images_of(std::move(f));
+    } catch (const Error& e) {
+      if (options.strict) throw;
+      why[i] = e.what();
+    }
+  });
+  for (std::size_t i = 0; i < files.size(); ++i)
+    if (!why[i].empty()) result.skipped.emplace_back(files[i], why[i]);
+
+  // Groups: SeriesInstanceUID, then the fields that split a series.
+  using Key = std::tuple<std::string, std::vector<long long>, std::uint32_t, std::uint32_t,
+                         std::string, std::string, std::uint32_t>;
+  std::map<Key, std::vector<Image>> groups;
+  std::vector<Key> order;
+  for (auto& images : parsed) {
+    for (Image& im : images) {
+      std::vector<long long> iop;
+      for (double c : im.orientation) iop.push_back(std::llround(c * 1e4));
+      Key key{im.series_uid, iop, im.rows, im.columns, im.echo, im.stack, im.samples};
+      auto [it, fresh] = groups.try_emplace(key);
+      if (fresh) order.push_back(key);
+      it->second.push_back(std::move(im));
+    }
+  }
+  std::map<std::string, std::vector<Key>> parts;
+  for (const Key& k : order) parts[std::get<0>(k)].push_back(k);
+
+  for (const Key& k : order) {
+    DicomSeries s = assemble(std::move(groups[k]), options);
+    const auto& siblings = parts[std::get<0>(k)];
+    if (siblings.size() > 1) {
+      // Name what sets this part apart.
+      std::vector<std::string> labels;
+      const auto differs = [&](auto get) {
+        for (const Key& o : siblings)
+          if (get(o) != get(k)) return true;
+        return false;
+      };
+      if (differs([](const Key& x) { return std::get<4>(x); }))
+        labels.push_back("echo " + (std::get<4>(k).empty() ? std::string("none") : std::get<4>(k)));
+      if (differs([](const Key& x) { return std::make_pair(std::get<2>(x), std::get<3>(x)); }))
+        labels.push_back(std::to_string(std::get<3>(k)) + "x" + std::to_string(std::get<2>(k)));
+      if (differs([](const Key& x) { return std::get<1>(x); })) {
+        std::size_t index = 1;
+        std::set<std::vector<long long>> seen;
+        for (const Key& o : siblings) {
+          if (std::get<1>(o) == std::get<1>(k)) break;
+          if (seen.insert(std::get<1>(o)).second) ++index;
+        }
+        labels.push_back("orientation " + std::to_string(index));
+      }
+      if (differs([](const Key& x) { return std::get<5>(x); }))
+        labels.push_back("stack " + std::get<5>(k));
+      if (differs([](const Key& x) { return std::get<6>(x); }))
+        labels.push_back(std::to_string(std::get<6>(k)) + " samples");
+      for (const auto& l : labels) s.split += (s.split.empty() ? "" : ", ") + l;
+    }
+    result.series.push_back(std::move(s));
+  }
+  std::stable_sort(result.series.begin(), result.series.end(),
+                   [](const DicomSeries& a, const DicomSeries& b) {
+                     return std::tie(a.series_number, a.series_instance_uid, a.split) <
+                            std::tie(b.series_number, b.series_instance_uid, b.split);
+                   });
+  // The first image's full dataset, for metadata.
+  core::parallel_for(result.series.size(), options.threads, [&](std::size_t i) {
+    DicomSeries& s = result.series[i];
+    if (s.images.empty()) return;
+    try {
+      s.first_file = std::make_shared<const DicomFile>(read_dicom(s.images.front().file->path));
+    } catch (const Error&) {
+      s.first_file = s.images.front().file;
+    }
+  });
+  return result;
+}
+
+void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
+                       unsigned threads) {
+  const std::string name = series.images.empty() ? series.series_instance_uid
+                                                  : series.images.front().file->path;
+  if (!series.problem.empty())
+    throw Error(ErrorCode::format, name, "series " + series.series_instance_uid,
+                "cannot be assembled: " + series.problem);
+  if (out_type != series.stored_dtype && out_type != DType::f32 && out_type != DType::f64)
+    throw Error(ErrorCode::invalid_argument, name, "dtype",
+                std::string("a series reads as its stored type (") +
+                    std::string(dtype_name(series.stored_dtype)) + "), float32 or float64");
+  const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;
+  const std::uint64_t plane_bytes = plane * dtype_size(out_type);
+  if (out.size() != plane_bytes * series.images.size())
+    throw Error(ErrorCode::invalid_argument, name, "out",
+                "holds " + std::to_string(out.size()) + " bytes, the series needs " +
+                    std::to_string(plane_bytes * series.images.size()));
+  DicomDecodeOptions one;
+  one.threads = 1;
+  core::parallel_for(series.images.size(), threads, [&](std::size_t n) {
+    const DicomSlice& im = series.images[n];
+    const DicomPixelInfo& info = *im.pixel;
+    std::uint8_t* dst = out.data() + n * plane_bytes;
+    if (out_type == info.dtype) {
+      decode_dicom_frames(*im.file, info, im.frame, 1, std::span(dst, plane_bytes), one);
+      return;
+    }
+    thread_local std::vector<std::uint8_t> frame;
+    frame.resize(info.frame_bytes);
+    decode_dicom_frames(*im.file, info, im.frame, 1, frame, one);
+    if (out_type == DType::f64) {
+      rescale_from(info.dtype, frame.data(), reinterpret_cast<double*>(dst), plane, im.slope,
+                   im.intercept);
+    } else {
+      // float32: each value computed in float64 and rounded once (as get_fdata(float32)).
+      thread_local std::vector<double> wide;
+      wide.resize(plane);
+      rescale_from(info.dtype, frame.data(), wide.data(), plane, im.slope, im.intercept);
+      float* o = reinterpret_cast<float*>(dst);
+      for (std::size_t i = 0; i < plane; ++i) o[i] = static_cast<float>(wide[i]);
+    }
+  });
+}
+
+}  // namespace voxpipe
