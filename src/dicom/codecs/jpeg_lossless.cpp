@@ -416,16 +416,20 @@ FrameOutcome decode_jpeg_lossless_frame(std::span<const std::uint8_t> src, const
   const std::uint32_t max_value = (std::uint32_t{1} << frame.precision) - 1;
   const bool any_shift = std::any_of(shift.begin(), shift.end(), [](int s) { return s != 0; });
   std::uint8_t* o = out.data();
-  for (std::size_t i = 0; i < values; ++i) {
-    std::uint32_t v = samples[i];
-    if (any_shift) v = std::min<std::uint32_t>(v << shift[i % nf], max_value);
-    if (element == 1) {
-      o[i] = static_cast<std::uint8_t>(v);
-    } else if (element == 2) {
-      const std::uint16_t w = static_cast<std::uint16_t>(v);
-      std::memcpy(o + 2 * i, &w, 2);
-    } else {
-      std::memcpy(o + 4 * i, &v, 4);
+  if (element == 2 && !any_shift) {  // the common case: the samples are the output
+    std::memcpy(o, samples.data(), values * 2);
+  } else {
+    for (std::size_t i = 0; i < values; ++i) {
+      std::uint32_t v = samples[i];
+      if (any_shift) v = std::min<std::uint32_t>(v << shift[i % nf], max_value);
+      if (element == 1) {
+        o[i] = static_cast<std::uint8_t>(v);
+      } else if (element == 2) {
+        const std::uint16_t w = static_cast<std::uint16_t>(v);
+        std::memcpy(o + 2 * i, &w, 2);
+      } else {
+        std::memcpy(o + 4 * i, &v, 4);
+      }
     }
   }
 
