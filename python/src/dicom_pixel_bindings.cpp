@@ -1,13 +1,17 @@
-// voxpipe._core's DICOM pixel layer: the checked Image Pixel module and frame decoding into a
-// caller's array (NumPy allocates, the core decodes into it with the GIL released). The shapes,
+// voxpipe._core's DICOM pixel layer and series: the checked Image Pixel module, frame decoding
+// into a caller's array, series scanning and reading into a caller's array (NumPy allocates, the core decodes into it with the GIL released). The shapes,
 // dtypes and pydicom-shaped methods live in voxpipe/dicom.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "voxpipe/dicom.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 
 namespace nb = nanobind;
@@ -59,4 +63,70 @@ void bind_dicom_pixels(nb::module_& m) {
       nb::arg("as_rgb") = true, nb::arg("threads") = 0, nb::arg("modality") = nb::none(),
       "Decode frames [first, first + count) into the C-contiguous array `out` (pixel_array's "
       "dtype, or float32/float64 with the modality transform).");
+
+  nb::class_<DicomScanResult>(m, "DicomScanResult")
+      .def_ro("series", &DicomScanResult::series)
+      .def_ro("skipped", &DicomScanResult::skipped);
+
+  nb::class_<DicomSeries>(m, "DicomSeries")
+      .def_ro("series_instance_uid", &DicomSeries::series_instance_uid)
+      .def_ro("series_number", &DicomSeries::series_number)
+      .def_ro("series_description", &DicomSeries::series_description)
+      .def_ro("modality", &DicomSeries::modality)
+      .def_ro("split", &DicomSeries::split)
+      .def_ro("rows", &DicomSeries::rows)
+      .def_ro("columns", &DicomSeries::columns)
+      .def_ro("orientation", &DicomSeries::orientation)
+      .def_ro("pixel_spacing", &DicomSeries::pixel_spacing)
+      .def_ro("slices", &DicomSeries::slices)
+      .def_ro("volumes", &DicomSeries::volumes)
+      .def_prop_ro("shape", &DicomSeries::shape)
+      .def_ro("affine", &DicomSeries::affine)
+      .def_ro("slice_spacing", &DicomSeries::slice_spacing)
+      .def_ro("gantry_tilt", &DicomSeries::gantry_tilt)
+      .def_ro("tilt_degrees", &DicomSeries::tilt_degrees)
+      .def_prop_ro("stored_dtype", [](const DicomSeries& s) { return std::string(dtype_name(s.stored_dtype)); })
+      .def_ro("uniform_rescale", &DicomSeries::uniform_rescale)
+      .def_ro("slope", &DicomSeries::slope)
+      .def_ro("intercept", &DicomSeries::intercept)
+      .def_ro("problem", &DicomSeries::problem)
+      .def_ro("warnings", &DicomSeries::warnings)
+      .def_prop_ro("files", [](const DicomSeries& s) {
+        std::vector<std::pair<std::string, std::uint64_t>> v;
+        v.reserve(s.images.size());
+        for (const DicomSlice& im : s.images) v.emplace_back(im.file->path, im.frame);
+        return v;
+      }, "(path, frame) of each image, in the order of the data (volume-major).")
+      .def_prop_ro("positions", [](const DicomSeries& s) {
+        std::vector<std::array<double, 3>> v;
+        for (const DicomSlice& im : s.images) v.push_back(im.position);
+        return v;
+      })
+      .def_prop_ro("first_file", [](const DicomSeries& s) { return s.first_file; });
+
+  m.def(
+      "dicom_scan",
+      [](const std::vector<std::string>& paths, unsigned threads, bool recursive, bool strict) {
+        DicomScanOptions options;
+        options.threads = threads;
+        options.recursive = recursive;
+        options.strict = strict;
+        return scan_dicom_series(paths, options);
+      },
+      nb::arg("paths"), nb::arg("threads") = 0, nb::arg("recursive") = true,
+      nb::arg("strict") = false, nb::call_guard<nb::gil_scoped_release>(),
+      "Parse the files under `paths` in parallel and assemble their series.");
+
+  m.def(
+      "dicom_read_series",
+      [](const DicomSeries& series, nb::ndarray<nb::f_contig, nb::device::cpu> out,
+         const std::string& dtype, unsigned threads) {
+        const auto t = dtype_from_name(dtype);
+        if (!t) throw Error(ErrorCode::invalid_argument, "", "dtype", "unknown dtype " + dtype);
+        std::span<std::uint8_t> bytes(static_cast<std::uint8_t*>(out.data()), out.nbytes());
+        nb::gil_scoped_release release;
+        read_dicom_series(series, bytes, *t, threads);
+      },
+      nb::arg("series"), nb::arg("out"), nb::arg("dtype"), nb::arg("threads") = 0,
+      "Read a series into the Fortran-ordered array `out` of series.shape.");
 }

@@ -21,6 +21,7 @@ from ._image import (
     load,
     save,
 )
+from ._dicom_series import load_dicom
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from .errors import SkippedFileWarning, VoxpipeError
 
@@ -29,6 +30,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "LoadIterator", "SkippedFileWarning", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
+    "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
 ]

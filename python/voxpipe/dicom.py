@@ -28,7 +28,8 @@ import numpy as np
 
 from . import _core, _dicom_pixels, errors
 
-__all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE"]
+__all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE", "ScanResult",
+           "Series", "load_dicom", "scan"]
 
 # Values longer than this are located by `read` and read from the file when first accessed.
 DEFAULT_DEFER_SIZE = 64 * 1024
@@ -747,3 +748,6 @@ def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
                                  stop_at_pixel_data=stop_before_pixels,
                                  require_preamble=not force)
     return FileDataset(core_file, stop_before_pixels, size)
+
+
+from ._dicom_series import ScanResult, Series, load_dicom, scan  # noqa: E402

@@ -1,0 +1,180 @@
+"""DICOM series to volumes: ``vp.dicom.scan`` and ``vp.load_dicom``.
+
+Files are parsed in parallel by the core (up to the pixel data), grouped by SeriesInstanceUID and
+the fields that split a series, sorted along the slice normal, checked (even spacing, the same
+number of images at every position, gantry tilt) and read into one Fortran-ordered array with
+the NIfTI RAS affine. include/voxpipe/dicom_series.hpp and docs/dicom.md state the conventions:
+voxel axes (column, row, slice[, volume]), the affine as nibabel.nicom computes it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import _core
+from .errors import FormatError, InvalidArgumentError
+
+_FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+
+
+class Series:
+    """One series (or one part of a SeriesInstanceUID split by orientation, size, echo or stack)
+    as scanned: its description, geometry and files, not its data (``load()`` reads that)."""
+
+    def __init__(self, core_series, threads: int):
+        self._s = core_series
+        self._threads = threads
+
+    # What a user looks at first.
+    series_instance_uid = property(lambda self: self._s.series_instance_uid)
+    series_number = property(lambda self: self._s.series_number)
+    series_description = property(lambda self: self._s.series_description)
+    modality = property(lambda self: self._s.modality)
+    split = property(lambda self: self._s.split,
+                     doc='What sets this part of its SeriesInstanceUID apart ("" if whole).')
+    shape = property(lambda self: tuple(self._s.shape),
+                     doc="(columns, rows, slices[, volumes]), Fortran order.")
+    affine = property(lambda self: np.array(self._s.affine, dtype=np.float64).reshape(4, 4),
+                      doc="Voxel (column, row, slice) to RAS mm.")
+    slice_spacing = property(lambda self: self._s.slice_spacing)
+    pixel_spacing = property(lambda self: tuple(self._s.pixel_spacing))
+    orientation = property(lambda self: tuple(self._s.orientation))
+    gantry_tilt = property(lambda self: self._s.gantry_tilt)
+    tilt_degrees = property(lambda self: self._s.tilt_degrees)
+    stored_dtype = property(lambda self: np.dtype(self._s.stored_dtype))
+    uniform_rescale = property(lambda self: self._s.uniform_rescale)
+    slope = property(lambda self: self._s.slope)
+    intercept = property(lambda self: self._s.intercept)
+    problem = property(lambda self: self._s.problem,
+                       doc="Why the series cannot be assembled ('' when it can).")
+    warnings = property(lambda self: list(self._s.warnings))
+    files = property(lambda self: list(self._s.files),
+                     doc="(path, frame) of each image, in data order (volume-major).")
+    positions = property(lambda self: np.array(self._s.positions, dtype=np.float64))
+
+    @property
+    def dataset(self):
+        """The first image's dataset (a vp.dicom FileDataset), for metadata."""
+        ds = self.__dict__.get("_dataset")
+        if ds is None:
+            from .dicom import FileDataset
+            core_file = self._s.first_file
+            ds = self.__dict__["_dataset"] = FileDataset(core_file, False,
+                                                         os.stat(core_file.path).st_size)
+        return ds
+
+    def get_data(self, dtype=np.float32, out=None, threads: int | None = None) -> np.ndarray:
+        """The volume: ``dtype`` float32 (default) or float64 with each image's Rescale Slope
+        and Intercept applied (in float64, then rounded), or None for the stored values
+        (pixel_array's dtype; ``slope``/``intercept`` say how to scale them when
+        ``uniform_rescale``). ``out``: a Fortran-ordered array of ``shape`` to fill."""
+        if self._s.problem:
+            raise FormatError(f"series {self.series_number} ({self.series_description!r}, "
+                              f"{self.series_instance_uid}) cannot be assembled: {self._s.problem}")
+        if dtype is None:
+            dt = self.stored_dtype
+        else:
+            dt = np.dtype(dtype)
+            if dt not in _FLOATS and dt != self.stored_dtype:
+                raise InvalidArgumentError(
+                    f"dtype must be float32, float64 or None (stored {self.stored_dtype}), not {dt}")
+        if out is None:
+            out = np.empty(self.shape, dtype=dt, order="F")
+        elif out.shape != self.shape or out.dtype != dt or not out.flags.f_contiguous:
+            raise InvalidArgumentError(
+                f"out must be a Fortran-ordered {dt} array of shape {self.shape}")
+        _core.dicom_read_series(self._s, out, dt.name,
+                                threads=self._threads if threads is None else threads)
+        return out
+
+    def load(self, dtype=np.float32, threads: int | None = None):
+        """The series as an in-memory ``vp.Nifti1Image`` (data from ``get_data(dtype)``, the RAS
+        affine as sform and qform, zooms, TR for 4D); ``img.dicom`` is this object."""
+        from ._image import Nifti1Image
+        data = self.get_data(dtype, threads=threads)
+        img = Nifti1Image(data, self.affine)
+        zooms = [self.pixel_spacing[1], self.pixel_spacing[0], self.slice_spacing]
+        if data.ndim == 4:
+            tr = self.dataset.get("RepetitionTime")
+            zooms.append(float(tr) / 1000.0 if tr else 1.0)
+            img.header["xyzt_units"] = 2 | 8  # mm, sec
+        else:
+            img.header["xyzt_units"] = 2  # mm
+        img.header.set_zooms(zooms)
+        img.dicom = self
+        return img
+
+    def __repr__(self):
+        part = f" [{self.split}]" if self.split else ""
+        state = f" PROBLEM: {self.problem}" if self.problem else ""
+        return (f"<vp.dicom.Series {self.series_number} {self.series_description!r}{part} "
+                f"{self.modality} shape={self.shape} {self.stored_dtype}{state}>")
+
+
+class ScanResult(list):
+    """The series found (a list of Series), and ``skipped``: (path, why) of every file left out
+    (not DICOM, no pixel data, unreadable)."""
+
+    skipped: list
+
+
+def scan(paths, threads: int | None = None, recursive: bool = True,
+         strict: bool = False) -> ScanResult:
+    """Parse every file under ``paths`` (a file, a folder, or a list of them) in parallel and
+    assemble the series: grouped by SeriesInstanceUID, split by orientation, size, echo, stack;
+    sorted along the slice normal; 4D when every position holds the same number of images
+    (ordered by temporal index, acquisition number and time, trigger time, instance number).
+    Series that cannot be assembled (a missing slice, uneven spacing, duplicates) are listed with
+    their ``problem``. Files that are not DICOM are skipped unless ``strict``."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    threads = threads or 0
+    result = _core.dicom_scan([os.fspath(p) for p in paths], threads=threads,
+                              recursive=recursive, strict=strict)
+    out = ScanResult(Series(s, threads) for s in result.series)
+    out.skipped = list(result.skipped)
+    return out
+
+
+def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None):
+    """A DICOM series as a ``vp.Nifti1Image``: the data (float32 with each image's rescale by
+    default; ``dtype=None`` for the stored values), the RAS affine nibabel.nicom and dcm2niix
+    agree on, and ``img.dicom`` (the Series: metadata, files, geometry checks).
+
+    ``paths``: a folder, a file, or a list of them. ``series``: which series when there are
+    several: its index in ``vp.dicom.scan(paths)``, its SeriesNumber (an int that is not an
+    index is taken as one), or its SeriesInstanceUID. Raises FormatError when the series cannot
+    be assembled (naming why), or when several series are found and none is chosen."""
+    found = scan(paths, threads=threads)
+    if not found:
+        raise FormatError(f"no DICOM images found under {paths!r} "
+                          f"({len(found.skipped)} files skipped)")
+    chosen = None
+    if series is None:
+        readable = [s for s in found if not s.problem]
+        if len(found) == 1:
+            chosen = found[0]
+        elif len(readable) == 1 and len(found) == 1:
+            chosen = readable[0]
+        else:
+            listing = "\n".join(f"  [{i}] {s!r}" for i, s in enumerate(found))
+            raise InvalidArgumentError(
+                f"{len(found)} series found; choose one with series=INDEX, SeriesNumber or "
+                f"SeriesInstanceUID:\n{listing}")
+    elif isinstance(series, str):
+        matches = [s for s in found if s.series_instance_uid == series]
+        if len(matches) != 1:
+            raise InvalidArgumentError(
+                f"{len(matches)} series parts have SeriesInstanceUID {series}")
+        chosen = matches[0]
+    else:
+        if 0 <= series < len(found):
+            chosen = found[series]
+        else:
+            matches = [s for s in found if s.series_number == series]
+            if len(matches) != 1:
+                raise InvalidArgumentError(f"{len(matches)} series have SeriesNumber {series}")
+            chosen = matches[0]
+    return chosen.load(dtype, threads=threads)

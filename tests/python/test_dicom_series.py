@@ -1,0 +1,316 @@
+"""vp.load_dicom / vp.dicom.scan on generated series, against nibabel.nicom and pydicom.
+
+Each series is written with pydicom (explicit VR little endian, one file per slice, files named
+in a shuffled order and with InstanceNumbers that are not spatial), then loaded with voxpipe and
+checked:
+ - the affine against nibabel.nicom's (LPS -> RAS as its dicomreaders do): its single-slice wrapper gives the in-plane columns and
+   the origin (with nibabel's axes (row, column) swapped to voxpipe's (column, row)); the slice
+   column is nibabel.nicom's series formula, (last position - first position) / (N - 1);
+ - the data against pydicom: voxel [c, r, k] is pixel_array[r, c] of the k-th slice along the
+   normal, times RescaleSlope plus RescaleIntercept;
+ - world coordinates: the affine maps every voxel to the position pydicom's own geometry gives
+   (ImagePositionPatient + column/row steps), LPS -> RAS, within 1e-4 mm;
+ - orientations axial, sagittal, coronal, oblique; reversed slice order; 4D; enhanced multi-frame;
+   and the problems that must be reported: a missing slice, a duplicated slice, mixed sizes
+   (split), gantry tilt (kept as shear, with a warning).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+pydicom = pytest.importorskip('pydicom')
+from pydicom.dataset import Dataset, FileMetaDataset  # noqa: E402
+from pydicom.sequence import Sequence  # noqa: E402
+from pydicom.uid import ExplicitVRLittleEndian, generate_uid  # noqa: E402
+
+import voxpipe as vp  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    from nibabel.nicom import dicomwrappers  # noqa: E402
+
+ROWS, COLS = 12, 10
+LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
+
+
+def rotation(axis: str, degrees: float) -> np.ndarray:
+    a = np.deg2rad(degrees)
+    c, s = np.cos(a), np.sin(a)
+    return {'x': np.array([[1, 0, 0], [0, c, -s], [0, s, c]]),
+            'y': np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]]),
+            'z': np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])}[axis]
+
+
+ORIENTATIONS = {
+    'axial': ([1, 0, 0], [0, 1, 0]),
+    'sagittal': ([0, 1, 0], [0, 0, -1]),
+    'coronal': ([1, 0, 0], [0, 0, -1]),
+    'oblique': tuple((rotation('x', 17) @ rotation('z', -23) @ np.array(v, float)).tolist()
+                     for v in ([1, 0, 0], [0, 1, 0])),
+}
+
+
+def base_dataset(series_uid, rows=ROWS, cols=COLS):
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = '1.2.840.10008.5.1.4.1.1.4'
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = meta.MediaStorageSOPClassUID
+    ds.Modality = 'MR'
+    ds.SeriesInstanceUID = series_uid
+    ds.StudyInstanceUID = '1.2.3'
+    ds.SeriesNumber = 7
+    ds.SeriesDescription = 'generated'
+    ds.Rows, ds.Columns = rows, cols
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = 'MONOCHROME2'
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, 16, 15
+    ds.PixelRepresentation = 1
+    ds.PixelSpacing = [0.9, 1.1]
+    ds.SliceThickness = 2.5
+    ds.RescaleSlope = 2
+    ds.RescaleIntercept = -100
+    ds.RepetitionTime = 2000
+    ds.EchoTime = 30
+    return ds
+
+
+def write_series(folder, orientation='axial', n=6, spacing=2.5, volumes=1, reverse=False,
+                 skip=None, duplicate=None, tilt=None, seed=0, rows=ROWS, cols=COLS,
+                 series_uid=None, name='s'):
+    """Writes the slices (and volumes) of one series; returns {(volume, k): (path, array)} with k
+    the index along the normal."""
+    rng = random.Random(seed)
+    row_cos, col_cos = (np.array(v, float) for v in ORIENTATIONS[orientation])
+    normal = np.cross(row_cos, col_cos)
+    step = normal * spacing
+    if tilt is not None:  # the positions step off the normal along the column direction
+        step = step + col_cos * spacing * np.tan(np.deg2rad(tilt))
+    origin = np.array([-30.5, 12.25, 40.0])
+    uid = series_uid or generate_uid()
+    written = {}
+    slots = [(v, k) for v in range(volumes) for k in range(n) if k != skip]
+    if duplicate is not None:
+        slots.append((0, duplicate))
+    order = list(range(len(slots)))
+    rng.shuffle(order)
+    for idx, (v, k) in enumerate(slots):
+        ds = base_dataset(uid, rows, cols)
+        ds.SOPInstanceUID = generate_uid()
+        kk = (n - 1 - k) if reverse else k
+        ds.ImagePositionPatient = [round(float(x), 6) for x in origin + kk * step]
+        ds.ImageOrientationPatient = [round(float(x), 8) for x in (*row_cos, *col_cos)]
+        ds.InstanceNumber = order[idx] + 1  # not spatial
+        ds.AcquisitionNumber = v + 1
+        ds.TemporalPositionIdentifier = v + 1
+        arr = np.random.default_rng(1000 * v + kk + seed).integers(-300, 3000, (rows, cols),
+                                                                    dtype=np.int16)
+        ds.PixelData = arr.tobytes()
+        path = os.path.join(folder, f'{name}_{order[idx]:04d}.dcm')
+        ds.save_as(path, enforce_file_format=True)
+        written[(v, kk)] = (path, arr)
+    return written
+
+
+def nibabel_affine(path):
+    """nibabel.nicom's affine in RAS (its wrappers map to DICOM's LPS; dicomreaders applies
+    DPCS_TO_TAL, diag(-1, -1, 1, 1))."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return LPS_TO_RAS @ dicomwrappers.wrapper_from_file(path).affine
+
+
+def check_against_references(img, written, n, volumes=1):
+    """The affine against nibabel.nicom, the data against pydicom, world coordinates."""
+    first = written[(0, 0)][0]
+    last = written[(0, n - 1)][0]
+    nib = nibabel_affine(first)  # (row, column, slice) -> RAS for the first slice
+    ours = img.affine
+    np.testing.assert_allclose(ours[:, 0], nib[:, 1], atol=1e-6)  # column step
+    np.testing.assert_allclose(ours[:, 1], nib[:, 0], atol=1e-6)  # row step
+    np.testing.assert_allclose(ours[:3, 3], nib[:3, 3], atol=1e-6)  # origin
+    p0 = np.array(pydicom.dcmread(first).ImagePositionPatient, float)
+    p1 = np.array(pydicom.dcmread(last).ImagePositionPatient, float)
+    want_k = LPS_TO_RAS[:3, :3] @ ((p1 - p0) / (n - 1))
+    np.testing.assert_allclose(ours[:3, 2], want_k, atol=1e-6)
+    data = np.asarray(img.dataobj)
+    shape = (COLS, ROWS, n) + ((volumes,) if volumes > 1 else ())
+    assert data.shape == shape and data.dtype == np.float32
+    for (v, k), (path, arr) in written.items():
+        got = data[:, :, k, v] if volumes > 1 else data[:, :, k]
+        np.testing.assert_array_equal(got, (arr.astype(np.float64) * 2 - 100).astype(np.float32).T)
+        # World coordinates of voxel (c, r) of this slice: pydicom's geometry.
+        ds = pydicom.dcmread(path)
+        ipp = np.array(ds.ImagePositionPatient, float)
+        iop = np.array(ds.ImageOrientationPatient, float)
+        dr, dc = map(float, ds.PixelSpacing)
+        for c, r in ((0, 0), (COLS - 1, 0), (3, ROWS - 1)):
+            lps = ipp + iop[:3] * dc * c + iop[3:] * dr * r
+            world = ours @ np.array([c, r, k, 1.0])
+            np.testing.assert_allclose(world[:3], (LPS_TO_RAS[:3, :3] @ lps), atol=1e-4)
+
+
+@pytest.mark.parametrize('orientation', sorted(ORIENTATIONS))
+@pytest.mark.parametrize('reverse', [False, True])
+def test_orientations_and_slice_order(tmp_path, orientation, reverse):
+    n = 6
+    written = write_series(tmp_path, orientation, n=n, reverse=reverse)
+    img = vp.load_dicom(tmp_path)
+    assert img.dicom.problem == '' and not img.dicom.gantry_tilt
+    assert img.dicom.slice_spacing == pytest.approx(2.5)
+    check_against_references(img, written, n)
+    assert img.header.get_zooms() == pytest.approx((1.1, 0.9, 2.5))
+
+
+def test_4d_series_with_repeated_positions(tmp_path):
+    n, volumes = 5, 3
+    written = write_series(tmp_path, 'oblique', n=n, volumes=volumes)
+    img = vp.load_dicom(tmp_path)
+    assert img.shape == (COLS, ROWS, n, volumes)
+    check_against_references(img, written, n, volumes)
+    assert img.header.get_zooms()[3] == pytest.approx(2.0)  # RepetitionTime 2000 ms
+
+
+def test_stored_values_and_float64(tmp_path):
+    written = write_series(tmp_path, 'axial', n=4)
+    series = vp.dicom.scan(tmp_path)[0]
+    raw = series.get_data(None)
+    assert raw.dtype == np.int16 and raw.flags.f_contiguous
+    assert series.uniform_rescale and (series.slope, series.intercept) == (2.0, -100.0)
+    for (v, k), (path, arr) in written.items():
+        np.testing.assert_array_equal(raw[:, :, k], arr.T)
+    f64 = series.get_data(np.float64)
+    np.testing.assert_array_equal(f64, raw.astype(np.float64) * 2 - 100)
+    # Equal to the per-file get_fdata (pydicom's apply_modality_lut) of each slice.
+    for (v, k), (path, arr) in written.items():
+        np.testing.assert_array_equal(f64[:, :, k], vp.dicom.read(path).get_fdata().T)
+
+
+def test_missing_slice_is_reported(tmp_path):
+    write_series(tmp_path, 'axial', n=6, skip=3)
+    (series,) = vp.dicom.scan(tmp_path)
+    assert 'slice spacing varies' in series.problem and 'missing' in series.problem
+    with pytest.raises(vp.errors.FormatError, match='slice spacing varies'):
+        vp.load_dicom(tmp_path)
+
+
+def test_duplicated_slice_is_reported(tmp_path):
+    write_series(tmp_path, 'axial', n=6, duplicate=2)
+    (series,) = vp.dicom.scan(tmp_path)
+    assert 'different numbers of images' in series.problem
+
+
+def test_the_same_file_twice_is_read_once(tmp_path):
+    written = write_series(tmp_path, 'axial', n=4)
+    path = written[(0, 1)][0]
+    copy = tmp_path / 'copy_of_slice.dcm'
+    copy.write_bytes(open(path, 'rb').read())
+    (series,) = vp.dicom.scan(tmp_path)
+    assert series.problem == '' and series.shape == (COLS, ROWS, 4)
+    assert any('SOPInstanceUID already seen' in w for w in series.warnings)
+
+
+def test_mixed_sizes_split_the_series(tmp_path):
+    uid = generate_uid()
+    write_series(tmp_path, 'axial', n=3, series_uid=uid, name='a')
+    write_series(tmp_path, 'axial', n=4, series_uid=uid, rows=8, cols=6, name='b')
+    found = vp.dicom.scan(tmp_path)
+    assert sorted(s.shape for s in found) == sorted([(COLS, ROWS, 3), (6, 8, 4)])
+    assert {s.split for s in found} == {f'{COLS}x{ROWS}', '6x8'}
+    with pytest.raises(vp.errors.InvalidArgumentError, match='2 series found'):
+        vp.load_dicom(tmp_path)
+    assert vp.load_dicom(tmp_path, series=1).shape in {(COLS, ROWS, 3), (6, 8, 4)}
+
+
+def test_gantry_tilt_is_kept_as_shear_and_reported(tmp_path):
+    n = 5
+    written = write_series(tmp_path, 'axial', n=n, tilt=15)
+    img = vp.load_dicom(tmp_path)
+    assert img.dicom.gantry_tilt and img.dicom.tilt_degrees == pytest.approx(15, abs=1e-3)
+    assert any('gantry tilt' in w for w in img.dicom.warnings)
+    check_against_references(img, written, n)
+
+
+def test_non_dicom_files_are_skipped(tmp_path):
+    write_series(tmp_path, 'axial', n=3)
+    (tmp_path / 'notes.txt').write_text('not dicom')
+    found = vp.dicom.scan(tmp_path)
+    assert len(found) == 1
+    assert [os.path.basename(p) for p, why in found.skipped] == ['notes.txt']
+
+
+def enhanced_multiframe(path, n=4, volumes=2):
+    """An Enhanced MR-like multi-frame file: per-frame positions, shared orientation and
+    spacing, per-frame rescale, frames stored in shuffled order."""
+    ds = base_dataset(generate_uid())
+    del ds.RescaleSlope, ds.RescaleIntercept, ds.PixelSpacing, ds.SliceThickness
+    ds.SOPInstanceUID = generate_uid()
+    ds.file_meta.MediaStorageSOPClassUID = '1.2.840.10008.5.1.4.1.1.4.1'
+    ds.SOPClassUID = ds.file_meta.MediaStorageSOPClassUID
+    row_cos, col_cos = (np.array(v, float) for v in ORIENTATIONS['oblique'])
+    normal = np.cross(row_cos, col_cos)
+    shared = Dataset()
+    o = Dataset()
+    o.ImageOrientationPatient = [round(float(x), 8) for x in (*row_cos, *col_cos)]
+    m = Dataset()
+    m.PixelSpacing = [0.9, 1.1]
+    m.SliceThickness = 3
+    shared.PlaneOrientationSequence = Sequence([o])
+    shared.PixelMeasuresSequence = Sequence([m])
+    ds.SharedFunctionalGroupsSequence = Sequence([shared])
+    frames, expected = [], {}
+    slots = [(v, k) for v in range(volumes) for k in range(n)]
+    random.Random(3).shuffle(slots)
+    per_frame = []
+    for v, k in slots:
+        f = Dataset()
+        p = Dataset()
+        p.ImagePositionPatient = [round(float(x), 6) for x in np.array([5.0, -7.0, 3.0]) + 3 * k * normal]
+        c = Dataset()
+        c.TemporalPositionIndex = v + 1
+        c.StackID = '1'
+        c.InStackPositionNumber = k + 1
+        t = Dataset()
+        t.RescaleSlope = 1 + v
+        t.RescaleIntercept = -k
+        f.PlanePositionSequence = Sequence([p])
+        f.FrameContentSequence = Sequence([c])
+        f.PixelValueTransformationSequence = Sequence([t])
+        per_frame.append(f)
+        arr = np.random.default_rng(10 * v + k).integers(0, 1000, (ROWS, COLS), dtype=np.int16)
+        frames.append(arr)
+        expected[(v, k)] = arr.astype(np.float64) * (1 + v) - k
+    ds.PerFrameFunctionalGroupsSequence = Sequence(per_frame)
+    ds.NumberOfFrames = len(frames)
+    ds.PixelData = np.stack(frames).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+    return expected
+
+
+def test_enhanced_multiframe(tmp_path):
+    n, volumes = 4, 2
+    path = tmp_path / 'enhanced.dcm'
+    expected = enhanced_multiframe(path, n, volumes)
+    img = vp.load_dicom(tmp_path, dtype=np.float64)
+    assert img.shape == (COLS, ROWS, n, volumes)
+    assert not img.dicom.uniform_rescale
+    data = np.asarray(img.dataobj)
+    for (v, k), want in expected.items():
+        np.testing.assert_array_equal(data[:, :, k, v], want.T)
+    # nibabel.nicom's MultiframeWrapper: the same affine (its axes (row, column) swapped).
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        w = dicomwrappers.wrapper_from_file(os.fspath(path))
+        try:
+            nib = LPS_TO_RAS @ w.affine
+        except Exception as e:  # nibabel needs DimensionIndexValues for its frame sort
+            pytest.skip(f'nibabel.nicom cannot place these frames: {e}')
+    np.testing.assert_allclose(img.affine[:, 0], nib[:, 1], atol=1e-6)
+    np.testing.assert_allclose(img.affine[:, 1], nib[:, 0], atol=1e-6)
