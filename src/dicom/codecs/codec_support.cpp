@@ -69,6 +69,7 @@ JpegMarkerInfo read_jpeg_markers(std::span<const std::uint8_t> src) {
     offset += std::size_t{length} + 2;
   }
   const bool jpegls = src[offset + 1] == 0xF7;
+  info.sof = src[offset + 1];
   offset += 2;
   if (offset + 7 >= n) return {};
   info.precision = src[offset + 2];

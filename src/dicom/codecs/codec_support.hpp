@@ -79,6 +79,7 @@ inline std::int64_t shift_round_trip(std::int64_t value, std::uint32_t bits, std
 // empty (parsed false) where pydicom's parse fails.
 struct JpegMarkerInfo {
   bool parsed = false;
+  std::uint8_t sof = 0;  // the SOFn marker's second byte: 0xC0 Baseline, 0xC1 Extended, 0xF7 JPEG-LS
   std::uint32_t precision = 0;
   std::uint32_t height = 0, width = 0, components = 0;
   std::array<std::uint8_t, 3> first_ids{};  // the first three component ids (what the RGB test reads)

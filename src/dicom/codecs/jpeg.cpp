@@ -142,14 +142,7 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
   }
   // pydicom's YBR_FULL_422 for a JFIF marker is for the Baseline syntax; the codestream's SOF0
   // is what says Baseline here (the contract does not pass the transfer syntax).
-  bool baseline = false;
-  for (std::size_t i = 2; i + 1 < src.size(); ++i) {
-    if (src[i] == 0xFF && src[i + 1] >= 0xC0 && src[i + 1] <= 0xCF && src[i + 1] != 0xC4 &&
-        src[i + 1] != 0xC8 && src[i + 1] != 0xCC) {
-      baseline = src[i + 1] == 0xC0;
-      break;
-    }
-  }
+  const bool baseline = info.sof == 0xC0;
   FrameOutcome outcome;
   outcome.photometric = codec_support::conform_jpeg_photometric(info, spec, baseline);
   const bool keep_ycc = spec.samples == 3 && outcome.photometric.find("YBR") != std::string::npos;
