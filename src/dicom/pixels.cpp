@@ -795,7 +795,9 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
     if (info.codec == DicomCodec::deflated_native) {
       // The dataset stream is inflated once, up to the last frame asked for.
       unsigned skip = 0;
-      const auto [begin, end] = stored_range(first, first + count, &skip);
+      // (Plain variables, not a structured binding: the lambda below captures them.)
+      const auto range = stored_range(first, first + count, &skip);
+      const std::uint64_t begin = range.first, end = range.second;
       std::vector<std::uint8_t> stored(end - begin);
       source.read_inflated(file.dataset_offset, px.offset + begin, stored, field_name(px.tag));
       core::parallel_for(count, options.threads, [&](std::size_t k) {
