@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "progress.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
@@ -266,59 +267,6 @@ class JsonParser {
 
   const std::string& s_;
   std::size_t i_ = 0;
-};
-
-// A one-line progress bar on stderr, redrawn with \r at most every 100 ms; silent when `err` is
-// null (stderr is not a terminal), so that logs and tests get no control characters.
-class Progress {
- public:
-  Progress(std::ostream* err, std::uint64_t total) : err_(err), total_(std::max<std::uint64_t>(total, 1)) {}
-
-  // The number of steps the bar counts to, once it is known better.
-  void expect(std::uint64_t total) {
-    std::lock_guard lock(mutex_);
-    total_ = std::max<std::uint64_t>(total, 1);
-  }
-  void phase(std::string label) {
-    std::lock_guard lock(mutex_);
-    label_ = std::move(label);
-    draw(true);
-  }
-  void tick() {
-    std::lock_guard lock(mutex_);
-    ++done_;
-    draw(false);
-  }
-  // Erases the bar.
-  void finish() {
-    std::lock_guard lock(mutex_);
-    if (err_ && width_) *err_ << '\r' << std::string(width_, ' ') << '\r' << std::flush;
-    width_ = 0;
-  }
-
- private:
-  void draw(bool force) {
-    if (!err_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(100) && done_ < total_) return;
-    last_ = now;
-    constexpr std::uint64_t kBar = 30;
-    const std::uint64_t filled = std::min(done_, total_) * kBar / total_;
-    std::string line = "voxpipe bench-load [" + std::string(filled, '#') + std::string(kBar - filled, '.') +
-                       "] " + std::to_string(std::min(done_, total_) * 100 / total_) + "% " + label_;
-    const std::size_t shown = line.size();
-    if (line.size() < width_) line += std::string(width_ - line.size(), ' ');
-    width_ = std::max(width_, shown);
-    *err_ << '\r' << line << std::flush;
-  }
-
-  std::ostream* err_;
-  std::uint64_t total_;
-  std::uint64_t done_ = 0;
-  std::string label_;
-  std::size_t width_ = 0;
-  std::chrono::steady_clock::time_point last_{};
-  std::mutex mutex_;
 };
 
 // Output buffers for the voxpipe side: at most one per file in flight, reused across files and
@@ -691,7 +639,8 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   std::vector<BenchFile> files;
   for (const auto& p : paths) files.emplace_back().path = p;
   const std::uint64_t n = files.size();
-  Progress progress(err_is_terminal ? &err : nullptr, n * (1 + static_cast<std::uint64_t>(repeat) * (nibabel ? 2 : 1)));
+  Progress progress(err_is_terminal ? &err : nullptr,
+                    n * (1 + static_cast<std::uint64_t>(repeat) * (nibabel ? 2 : 1)), "voxpipe bench-load");
   BufferPool pool;
 
   // Untimed: warms the page cache, sizes the outputs and finds the files that do not load.

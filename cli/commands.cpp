@@ -31,6 +31,23 @@ int exit_code(ErrorCode c) {
   return kInternal;
 }
 
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      o += '\\';
+      o += static_cast<char>(ch);
+    } else if (ch < 0x20 || ch >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      o += buf;
+    } else {
+      o += static_cast<char>(ch);
+    }
+  }
+  return o + "\"";
+}
+
 static const char* const kUsageText =
     "usage: voxpipe <command> [options]\n"
     "\n"
@@ -53,7 +70,11 @@ static const char* const kUsageText =
     "  bench-load FILES... [--threads N] [--io-threads N] [--repeat R] [--dtype float32|native]\n"
     "             [--no-nibabel] [--python PATH]\n"
     "                           load FILES with voxpipe and with nibabel (a child Python) and\n"
-    "                           compare: median wall time, files/s, MB/s; see bench-load --help\n";
+    "                           compare: median wall time, files/s, MB/s; see bench-load --help\n"
+    "  dcm2nii INPUT... -o OUT_DIR [-f FORMAT] [-z y|n] [--float32] [--overwrite] [--threads N]\n"
+    "                           convert DICOM series (files or folders, searched recursively) to\n"
+    "                           NIfTI-1 (.nii.gz) with a BIDS-style JSON sidecar, as dcm2niix;\n"
+    "                           see dcm2nii --help\n";
 
 namespace {
 
@@ -70,23 +91,6 @@ std::string json_num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += static_cast<char>(ch);
-    } else if (ch < 0x20 || ch >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      o += buf;
-    } else {
-      o += static_cast<char>(ch);
-    }
-  }
-  return o + "\"";
 }
 
 template <std::size_t N>
@@ -579,6 +583,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cmd == "convert") return cmd_convert(rest, out, err);
     if (cmd == "index") return cmd_index(rest, out, err);
     if (cmd == "bench-load") return cmd_bench_load(rest, out, err, err_is_terminal);
+    if (cmd == "dcm2nii") return cmd_dcm2nii(rest, out, err, err_is_terminal);
     err << "voxpipe: unknown command " << cmd << "\n" << kUsageText;
     return kUsage;
   } catch (const Error& e) {

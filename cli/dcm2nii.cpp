@@ -1,0 +1,623 @@
+// voxpipe dcm2nii: DICOM series to NIfTI-1 files with BIDS-style JSON sidecars, as dcm2niix
+// does. Series come from scan_dicom_series; each is read whole (read_dicom_series, in parallel)
+// and written with write_nifti (the parallel gzip writer by default). Differences from dcm2niix,
+// on purpose: no row flip (voxel axes and affine as DicomSeries defines them; the world space is
+// the same), data in the stored type with the shared rescale in scl_slope/scl_inter, and a
+// series that cannot be assembled (a missing slice) is skipped, not written with a gap.
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "core/thread_pool.hpp"
+#include "progress.hpp"
+#include "voxpipe/dicom.hpp"
+#include "voxpipe/dicom_series.hpp"
+#include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The version the JSON sidecar names; project(VERSION) in CMakeLists.txt.
+constexpr const char* kVersion = "0.1.0";
+
+const char* kDcm2niiUsage =
+    "usage: voxpipe dcm2nii INPUT... -o OUT_DIR [options]\n"
+    "       voxpipe dcm2nii INPUT_DIR OUT_DIR [options]\n"
+    "\n"
+    "Finds the DICOM series in the INPUT files and folders (subfolders too) and writes each as\n"
+    "one NIfTI-1 file (3D, or 4D for repeated positions) with a JSON sidecar of the same name,\n"
+    "as dcm2niix does. OUT_DIR is created when missing. Without -o, the last argument is OUT_DIR.\n"
+    "\n"
+    "  -o OUT_DIR        where the files go\n"
+    "  -f FORMAT         file names: %s series number, %d series description, %p protocol\n"
+    "                    name, %i patient ID, %% a percent sign (default %s_%d); the series'\n"
+    "                    split (\"echo 2\", ...) is appended; characters other than A-Z a-z 0-9\n"
+    "                    _ - in the values become _; a name two series share gets _a, _b, ...\n"
+    "  -z y|n            gzip the images (.nii.gz, default) or not (.nii)\n"
+    "  --uncompressed    as -z n\n"
+    "  --float32         write float32 with each image's rescale applied; by default the stored\n"
+    "                    type is written with the rescale in scl_slope/scl_inter when every image\n"
+    "                    shares it, float32 otherwise\n"
+    "  --overwrite       replace existing files (by default a series whose file exists is\n"
+    "                    skipped and reported)\n"
+    "  --threads N       threads for parsing, decoding and compressing, 0 = all cores (default)\n"
+    "  -v, --verbose     list the files that are not DICOM images\n"
+    "\n"
+    "Exit status: 0 when every series was written; 11 when some series were skipped (they are\n"
+    "named on stderr with the reason, e.g. a missing slice); 3 for a missing INPUT; 4 when\n"
+    "OUT_DIR cannot be created or written; 5 when no DICOM image was found (docs/exit_codes.md).\n";
+
+// ---- numbers and names
+
+// The shortest text that reads back as `v` (JSON and file names); "null" for NaN/inf.
+std::string shortest(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// Characters other than [A-Za-z0-9_-] become '_', runs of '_' collapse, and '_' is trimmed
+// from both ends (dcm2niix's rule for file names, with the runs collapsed).
+std::string sanitize(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    const bool keep = std::isalnum(c) && c < 0x80;
+    const char ch = keep || c == '-' ? static_cast<char>(c) : '_';
+    if (ch == '_' && (o.empty() || o.back() == '_')) continue;
+    o += ch;
+  }
+  while (!o.empty() && o.back() == '_') o.pop_back();
+  return o;
+}
+
+struct Meta {
+  const DicomDataset& ds;
+
+  std::optional<std::string> str(DicomTag t) const {
+    auto v = ds.string(t);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+  }
+  // A malformed number is left out of the sidecar, not an error of the conversion.
+  std::optional<double> num(DicomTag t) const {
+    try {
+      return ds.number(t);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  std::vector<double> nums(DicomTag t) const {
+    try {
+      return ds.numbers(t);
+    } catch (const Error&) {
+      return {};
+    }
+  }
+};
+
+constexpr DicomTag kImageType = dicom_tag(0x0008, 0x0008);
+constexpr DicomTag kAcquisitionTime = dicom_tag(0x0008, 0x0032);
+constexpr DicomTag kModality = dicom_tag(0x0008, 0x0060);
+constexpr DicomTag kManufacturer = dicom_tag(0x0008, 0x0070);
+constexpr DicomTag kSeriesDescription = dicom_tag(0x0008, 0x103E);
+constexpr DicomTag kManufacturerModelName = dicom_tag(0x0008, 0x1090);
+constexpr DicomTag kPatientID = dicom_tag(0x0010, 0x0020);
+constexpr DicomTag kSliceThickness = dicom_tag(0x0018, 0x0050);
+constexpr DicomTag kRepetitionTime = dicom_tag(0x0018, 0x0080);
+constexpr DicomTag kEchoTime = dicom_tag(0x0018, 0x0081);
+constexpr DicomTag kMagneticFieldStrength = dicom_tag(0x0018, 0x0087);
+constexpr DicomTag kSpacingBetweenSlices = dicom_tag(0x0018, 0x0088);
+constexpr DicomTag kProtocolName = dicom_tag(0x0018, 0x1030);
+constexpr DicomTag kFlipAngle = dicom_tag(0x0018, 0x1314);
+constexpr DicomTag kSeriesInstanceUID = dicom_tag(0x0020, 0x000E);
+constexpr DicomTag kSeriesNumber = dicom_tag(0x0020, 0x0011);
+constexpr DicomTag kImageOrientationPatient = dicom_tag(0x0020, 0x0037);
+constexpr DicomTag kPixelSpacing = dicom_tag(0x0028, 0x0030);
+
+// The file name (without extension) FORMAT gives for a series; nullopt and `bad` set for an
+// unknown % code.
+std::optional<std::string> expand_name(const std::string& format, const DicomSeries& s,
+                                       std::string* bad) {
+  static const DicomDataset kEmpty;
+  const Meta m{s.first_file ? s.first_file->dataset : kEmpty};
+  std::string o;
+  for (std::size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      o += format[i];
+      continue;
+    }
+    const char c = i + 1 < format.size() ? format[++i] : '\0';
+    switch (c) {
+      case 's': o += std::to_string(s.series_number); break;
+      case 'd': o += sanitize(s.series_description); break;
+      case 'p': o += sanitize(m.str(kProtocolName).value_or("")); break;
+      case 'i': o += sanitize(m.str(kPatientID).value_or("")); break;
+      case '%': o += '%'; break;
+      default:
+        *bad = c ? std::string("%") + c : "a % at the end";
+        return std::nullopt;
+    }
+  }
+  // An empty value leaves its separators behind: "3__x_" -> "3_x".
+  std::string t;
+  for (char c : o)
+    if (!(c == '_' && (t.empty() || t.back() == '_'))) t += c;
+  while (!t.empty() && t.back() == '_') t.pop_back();
+  if (!s.split.empty()) t += (t.empty() ? "" : "_") + sanitize(s.split);
+  if (t.empty()) t = "series";
+  return t;
+}
+
+// ---- the NIfTI header
+
+using Mat3 = std::array<std::array<double, 3>, 3>;
+
+double det3(const Mat3& m) {
+  return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+         m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+         m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+}
+
+// The orthogonal matrix nearest `r` (the polar factor nibabel takes from the SVD), by Newton's
+// iteration R <- (R + R^-T) / 2, which converges quadratically from a matrix of full rank.
+Mat3 nearest_rotation(Mat3 r) {
+  for (int it = 0; it < 100; ++it) {
+    const double d = det3(r);
+    if (d == 0) break;
+    Mat3 inv_t;  // (R^-1)^T = cofactor(R) / det
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const int i1 = (i + 1) % 3, i2 = (i + 2) % 3, j1 = (j + 1) % 3, j2 = (j + 2) % 3;
+        inv_t[i][j] = (r[i1][j1] * r[i2][j2] - r[i1][j2] * r[i2][j1]) / d;
+      }
+    double change = 0;
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const double v = (r[i][j] + inv_t[i][j]) / 2;
+        change = std::max(change, std::abs(v - r[i][j]));
+        r[i][j] = v;
+      }
+    if (change < 1e-15) break;
+  }
+  return r;
+}
+
+// Sets the qform (quaternion, offsets, qfac in pixdim[0], zooms in pixdim[1..3]) from an
+// affine, as nibabel's Nifti1Header.set_qform(affine, code): zooms are the column norms, qfac
+// -1 for a left-handed frame, and shears are stripped. Returns false, leaving the header as it
+// was, when the affine has shear (np.allclose(R, polar(R)) fails) or a zero column: a qform
+// cannot hold it.
+bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code) {
+  Mat3 r;
+  std::array<double, 3> zooms{};
+  for (int j = 0; j < 3; ++j) {
+    zooms[j] = std::sqrt(a[j] * a[j] + a[4 + j] * a[4 + j] + a[8 + j] * a[8 + j]);
+    if (!(zooms[j] > 0)) return false;
+    for (int i = 0; i < 3; ++i) r[i][j] = a[i * 4 + j] / zooms[j];
+  }
+  double qfac = 1;
+  if (det3(r) < 0) {
+    qfac = -1;
+    for (int i = 0; i < 3; ++i) r[i][2] = -r[i][2];
+  }
+  const Mat3 p = nearest_rotation(r);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      if (std::abs(p[i][j] - r[i][j]) > 1e-8 + 1e-5 * std::abs(r[i][j])) return false;
+  // Quaternion of the rotation (Shepperd's method, largest pivot), w >= 0 as nibabel's mat2quat.
+  double w, x, y, z;
+  const double tr = p[0][0] + p[1][1] + p[2][2];
+  if (tr > 0) {
+    const double s = std::sqrt(tr + 1) * 2;
+    w = s / 4, x = (p[2][1] - p[1][2]) / s, y = (p[0][2] - p[2][0]) / s, z = (p[1][0] - p[0][1]) / s;
+  } else if (p[0][0] > p[1][1] && p[0][0] > p[2][2]) {
+    const double s = std::sqrt(1 + p[0][0] - p[1][1] - p[2][2]) * 2;
+    w = (p[2][1] - p[1][2]) / s, x = s / 4, y = (p[0][1] + p[1][0]) / s, z = (p[0][2] + p[2][0]) / s;
+  } else if (p[1][1] > p[2][2]) {
+    const double s = std::sqrt(1 + p[1][1] - p[0][0] - p[2][2]) * 2;
+    w = (p[0][2] - p[2][0]) / s, x = (p[0][1] + p[1][0]) / s, y = s / 4, z = (p[1][2] + p[2][1]) / s;
+  } else {
+    const double s = std::sqrt(1 + p[2][2] - p[0][0] - p[1][1]) * 2;
+    w = (p[1][0] - p[0][1]) / s, x = (p[0][2] + p[2][0]) / s, y = (p[1][2] + p[2][1]) / s, z = s / 4;
+  }
+  if (w < 0) x = -x, y = -y, z = -z;
+  h.quatern_b = x;
+  h.quatern_c = y;
+  h.quatern_d = z;
+  h.qoffset_x = a[3];
+  h.qoffset_y = a[7];
+  h.qoffset_z = a[11];
+  h.pixdim[0] = qfac;
+  for (int j = 0; j < 3; ++j) h.pixdim[j + 1] = zooms[j];
+  h.qform_code = code;
+  return true;
+}
+
+struct Plan {
+  DType dtype = DType::f32;
+  bool scaled = false;  // stored values + scl_slope/scl_inter
+  double slope = 1, inter = 0;
+};
+
+NiftiHeader series_header(const DicomSeries& s, const Plan& plan, const Meta& m,
+                          std::vector<std::string>& warnings) {
+  NiftiHeader h;
+  const std::vector<std::uint64_t> shape = s.shape();
+  h.dim[0] = static_cast<std::int64_t>(shape.size());
+  for (std::size_t i = 0; i < 7; ++i)
+    h.dim[i + 1] = i < shape.size() ? static_cast<std::int64_t>(shape[i]) : 1;
+  h.datatype = static_cast<std::int16_t>(nifti_datatype_code(plan.dtype));
+  h.bitpix = static_cast<std::int16_t>(8 * dtype_size(plan.dtype));
+  h.pixdim = {1, s.pixel_spacing[1], s.pixel_spacing[0], s.slice_spacing, 1, 1, 1, 1};
+  const std::optional<double> tr = m.num(kRepetitionTime);
+  if (shape.size() > 3 && tr) h.pixdim[4] = *tr / 1000.0;
+  h.xyzt_units = 2 | 8;  // mm, s (as dcm2niix)
+  // dcm2niix and nibabel write 1/0 for unscaled data (nibabel reads 0/0 the same way).
+  h.scl_slope = plan.scaled ? plan.slope : 1.0;
+  h.scl_inter = plan.scaled ? plan.inter : 0.0;
+  const auto& a = s.affine;
+  for (int j = 0; j < 4; ++j) {
+    h.srow_x[j] = a[j];
+    h.srow_y[j] = a[4 + j];
+    h.srow_z[j] = a[8 + j];
+  }
+  h.sform_code = 1;  // scanner
+  if (s.gantry_tilt || !set_qform(h, a, 1))
+    warnings.push_back("qform_code 0: the affine has shear (gantry tilt " +
+                       shortest(std::round(s.tilt_degrees * 1000) / 1000) +
+                       " degrees), which only the sform holds");
+  std::string descrip = "voxpipe dcm2nii";
+  if (auto te = m.num(kEchoTime)) descrip += " TE=" + shortest(*te);
+  if (tr) descrip += " TR=" + shortest(*tr);
+  std::memcpy(h.descrip.data(), descrip.data(), std::min(descrip.size(), h.descrip.size() - 1));
+  return h;
+}
+
+// ---- the JSON sidecar
+
+class JsonObject {
+ public:
+  void raw(const std::string& key, const std::string& value) {
+    text_ += (text_.empty() ? "{\n" : ",\n") + std::string("  ") + json_str(key) + ": " + value;
+  }
+  void str(const std::string& key, const std::optional<std::string>& v) {
+    if (v) raw(key, json_str(*v));
+  }
+  void num(const std::string& key, const std::optional<double>& v) {
+    if (v) raw(key, shortest(*v));
+  }
+  void nums(const std::string& key, const std::vector<double>& v) {
+    if (v.empty()) return;
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + shortest(v[i]);
+    raw(key, o + "]");
+  }
+  void strs(const std::string& key, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_str(v[i]);
+    raw(key, o + "]");
+  }
+  std::string text() const { return (text_.empty() ? "{" : text_) + "\n}\n"; }
+
+ private:
+  std::string text_;
+};
+
+// Milliseconds to seconds; divided, not multiplied by 1e-3, so that 2300 gives 2.3, not
+// 2.3000000000000003.
+std::optional<double> seconds(std::optional<double> ms) {
+  if (ms) *ms /= 1000.0;
+  return ms;
+}
+
+// DICOM TM "HHMMSS.FFFFFF" (or "HH:MM:SS" of old files) as BIDS's "HH:MM:SS.FFFFFF" (dcm2niix).
+std::optional<std::string> bids_time(const std::optional<std::string>& tm) {
+  if (!tm) return tm;
+  std::string digits;
+  std::string frac;
+  const std::size_t dot = tm->find('.');
+  for (std::size_t i = 0; i < std::min(dot, tm->size()); ++i)
+    if (std::isdigit(static_cast<unsigned char>((*tm)[i]))) digits += (*tm)[i];
+  if (dot != std::string::npos) frac = tm->substr(dot + 1);
+  if (digits.size() != 6) return tm;
+  frac.resize(6, '0');
+  return digits.substr(0, 2) + ":" + digits.substr(2, 2) + ":" + digits.substr(4, 2) + "." + frac;
+}
+
+std::string sidecar(const DicomSeries& s, const Plan& plan, const Meta& m,
+                    const std::vector<std::string>& warnings) {
+  JsonObject j;
+  j.str("Modality", m.str(kModality));
+  j.str("Manufacturer", m.str(kManufacturer));
+  j.str("ManufacturersModelName", m.str(kManufacturerModelName));
+  j.num("MagneticFieldStrength", m.num(kMagneticFieldStrength));
+  j.str("SeriesDescription", m.str(kSeriesDescription));
+  j.str("ProtocolName", m.str(kProtocolName));
+  if (m.ds.contains(kSeriesNumber)) j.raw("SeriesNumber", std::to_string(s.series_number));
+  j.str("SeriesInstanceUID", m.str(kSeriesInstanceUID));
+  j.strs("ImageType", m.ds.strings(kImageType));
+  j.str("AcquisitionTime", bids_time(m.str(kAcquisitionTime)));
+  j.num("EchoTime", seconds(m.num(kEchoTime)));
+  j.num("RepetitionTime", seconds(m.num(kRepetitionTime)));
+  j.num("FlipAngle", m.num(kFlipAngle));
+  j.num("SliceThickness", m.num(kSliceThickness));
+  j.num("SpacingBetweenSlices", m.num(kSpacingBetweenSlices));
+  j.nums("PixelSpacing", m.nums(kPixelSpacing));
+  j.nums("ImageOrientationPatientDICOM", m.nums(kImageOrientationPatient));
+  j.str("ConversionSoftware", std::string("voxpipe"));
+  j.str("ConversionSoftwareVersion", std::string(kVersion));
+  std::vector<double> dims;
+  for (auto d : s.shape()) dims.push_back(static_cast<double>(d));
+  j.nums("Dimensions", dims);
+  if (!s.split.empty()) j.str("SeriesSplit", s.split);
+  if (plan.scaled) {
+    j.num("RescaleSlope", plan.slope);
+    j.num("RescaleIntercept", plan.inter);
+  }
+  if (s.gantry_tilt) j.num("GantryTiltDegrees", s.tilt_degrees);
+  j.strs("Warnings", warnings);
+  return j.text();
+}
+
+// Writes `text` to `path` through a temporary name, so that a failure leaves no partial file.
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".voxpipe-tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot create: ") + std::strerror(errno));
+    f << text;
+    f.flush();
+    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot write: ") + std::strerror(errno));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error(ErrorCode::io, path, "", "cannot rename the temporary file into place");
+  }
+}
+
+std::string series_label(const DicomSeries& s) {
+  std::string o = "series " + std::to_string(s.series_number);
+  if (!s.series_description.empty()) o += " \"" + s.series_description + "\"";
+  if (!s.split.empty()) o += " (" + s.split + ")";
+  return o + " [" + s.series_instance_uid + "]";
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string o;
+  for (std::size_t i = 0; i < shape.size(); ++i) o += (i ? "x" : "") + std::to_string(shape[i]);
+  return o;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal) {
+  std::vector<std::string> inputs;
+  std::optional<std::string> out_dir;
+  std::string format = "%s_%d";
+  bool gzip = true, force_float = false, overwrite = false, verbose = false;
+  unsigned threads = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      out << kDcm2niiUsage;
+      return 0;
+    }
+    if (a == "-o" || a == "-f" || a == "-z" || a == "--threads") {
+      if (i + 1 >= args.size()) {
+        err << "voxpipe dcm2nii: " << a << " needs a value\n" << kDcm2niiUsage;
+        return kUsage;
+      }
+      const std::string v = args[++i];
+      if (a == "-o") {
+        out_dir = v;
+      } else if (a == "-f") {
+        format = v;
+      } else if (a == "-z") {
+        if (v != "y" && v != "n" && v != "i" && v != "o") {
+          err << "voxpipe dcm2nii: -z expects y or n, but received " << v << "\n";
+          return kUsage;
+        }
+        gzip = v != "n";
+      } else {
+        char* end = nullptr;
+        const long l = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end || l < 0 || l > 1024) {
+          err << "voxpipe dcm2nii: --threads expects 0..1024, but received " << v << "\n";
+          return kUsage;
+        }
+        threads = static_cast<unsigned>(l);
+      }
+    } else if (a == "--uncompressed") {
+      gzip = false;
+    } else if (a == "--float32") {
+      force_float = true;
+    } else if (a == "--overwrite") {
+      overwrite = true;
+    } else if (a == "-v" || a == "--verbose") {
+      verbose = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      err << "voxpipe dcm2nii: unknown option " << a << "\n" << kDcm2niiUsage;
+      return kUsage;
+    } else {
+      inputs.push_back(a);
+    }
+  }
+  if (!out_dir && inputs.size() >= 2) {
+    out_dir = inputs.back();
+    inputs.pop_back();
+  }
+  if (inputs.empty() || !out_dir) {
+    err << "voxpipe dcm2nii: expected INPUT... and -o OUT_DIR\n" << kDcm2niiUsage;
+    return kUsage;
+  }
+  {
+    DicomSeries probe;
+    std::string bad;
+    if (!expand_name(format, probe, &bad)) {
+      err << "voxpipe dcm2nii: -f expects %s, %d, %p, %i or %%, but received " << bad << "\n";
+      return kUsage;
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& p : inputs) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) throw Error(ErrorCode::not_found, p, "", "no such file or folder");
+  }
+  {
+    std::error_code ec;
+    fs::create_directories(*out_dir, ec);
+    if (ec || !fs::is_directory(*out_dir))
+      throw Error(ErrorCode::io, *out_dir, "", "cannot create the output folder" +
+                                                    (ec ? ": " + ec.message() : std::string()));
+  }
+
+  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe dcm2nii");
+  progress.phase("scanning");
+  DicomScanOptions scan_options;
+  scan_options.threads = threads;
+  const DicomScanResult scan = scan_dicom_series(inputs, scan_options);
+  if (scan.series.empty()) {
+    progress.finish();
+    if (verbose)
+      for (const auto& [path, why] : scan.skipped)
+        err << "voxpipe dcm2nii: skipped file " << path << ": " << why << "\n";
+    throw Error(ErrorCode::format, inputs.front(), "",
+                "no DICOM images found (" + std::to_string(scan.skipped.size()) +
+                    " files that are not DICOM images)");
+  }
+  std::uint64_t total_images = 0;
+  for (const auto& s : scan.series) total_images += s.images.size();
+  progress.expect(total_images);
+
+  const std::string ext = gzip ? ".nii.gz" : ".nii";
+  std::set<std::string> taken;  // base names given out in this run
+  std::size_t written = 0, skipped_series = 0;
+  std::set<std::string> files_read;
+  std::uint64_t bytes_read = 0, bytes_written = 0;
+  for (std::size_t n = 0; n < scan.series.size(); ++n) {
+    const DicomSeries& s = scan.series[n];
+    progress.phase("series " + std::to_string(n + 1) + "/" + std::to_string(scan.series.size()));
+    const auto skip = [&](const std::string& why) {
+      progress.finish();
+      err << "voxpipe dcm2nii: skipped " << series_label(s) << ": " << why << "\n";
+      ++skipped_series;
+      progress.tick(s.images.size());
+    };
+    if (!s.problem.empty()) {
+      skip(s.problem);
+      continue;
+    }
+    std::string bad;
+    std::string base = *expand_name(format, s, &bad);
+    if (taken.count(base)) {
+      std::string candidate;
+      for (int k = 0; k < 26 * 27 && (candidate.empty() || taken.count(candidate)); ++k) {
+        std::string suffix(1, static_cast<char>('a' + k % 26));
+        if (k >= 26) suffix.insert(suffix.begin(), static_cast<char>('a' + k / 26 - 1));
+        candidate = base + "_" + suffix;
+      }
+      base = candidate;
+    }
+    taken.insert(base);
+    const std::string nii_path = (fs::path(*out_dir) / (base + ext)).string();
+    const std::string json_path = (fs::path(*out_dir) / (base + ".json")).string();
+    if (!overwrite) {
+      std::error_code ec;
+      const bool nii_exists = fs::exists(nii_path, ec), json_exists = fs::exists(json_path, ec);
+      if (nii_exists || json_exists) {
+        skip((nii_exists ? nii_path : json_path) + " exists (--overwrite replaces it)");
+        continue;
+      }
+    }
+
+    static const DicomDataset kEmpty;
+    const Meta m{s.first_file ? s.first_file->dataset : kEmpty};
+    Plan plan;
+    if (!force_float && s.uniform_rescale) {
+      plan.dtype = s.stored_dtype;
+      plan.scaled = true;
+      plan.slope = s.slope;
+      plan.inter = s.intercept;
+    }
+    std::vector<std::string> warnings = s.warnings;
+    const NiftiHeader h = series_header(s, plan, m, warnings);
+    std::uint64_t voxels = 1;
+    for (auto d : s.shape()) voxels *= d;
+    std::vector<std::uint8_t> data(voxels * dtype_size(plan.dtype));
+    try {
+      read_dicom_series(s, data, plan.dtype, threads);
+    } catch (const Error& e) {
+      skip(std::string("error (") + error_code_name(e.code()) + "): " + e.what());
+      continue;
+    }
+    // A write failure (a full disk, a folder made read-only) ends the run with its error.
+    write_nifti(nii_path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))),
+                WriteOptions{1, GzipLayout::members, threads});
+    write_text(json_path, sidecar(s, plan, m, warnings));
+    ++written;
+    std::error_code ec;
+    const auto nii_size = fs::file_size(nii_path, ec);
+    if (!ec) bytes_written += nii_size;
+    for (const auto& im : s.images) {
+      if (files_read.insert(im.file->path).second) {
+        const auto size = fs::file_size(im.file->path, ec);
+        if (!ec) bytes_read += size;
+      }
+    }
+    progress.finish();
+    std::string what = shape_text(s.shape()) + " " + std::string(dtype_name(plan.dtype));
+    if (plan.scaled && (plan.slope != 1 || plan.inter != 0))
+      what += ", scl_slope " + shortest(plan.slope) + ", scl_inter " + shortest(plan.inter);
+    else if (plan.dtype == DType::f32 && s.stored_dtype != DType::f32)
+      what += s.uniform_rescale ? ", rescaled" : ", rescaled per image (the rescale varies)";
+    out << "wrote " << nii_path << " (" << what << ")\n";
+    for (const auto& w : warnings) out << "  warning: " << w << "\n";
+    progress.tick(s.images.size());
+  }
+  progress.finish();
+  if (verbose)
+    for (const auto& [path, why] : scan.skipped)
+      err << "voxpipe dcm2nii: skipped file " << path << ": " << why << "\n";
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out << "voxpipe dcm2nii: " << written << " of " << scan.series.size() << " series written";
+  if (skipped_series) out << " (" << skipped_series << " skipped)";
+  out << ", " << files_read.size() << " files read (" << fixed(bytes_read / 1e6, 1) << " MB), "
+      << fixed(bytes_written / 1e6, 1) << " MB written";
+  if (!scan.skipped.empty())
+    out << ", " << scan.skipped.size() << " files not DICOM images"
+        << (verbose ? "" : " (-v lists them)");
+  out << ", " << fixed(elapsed, 2) << " s\n";
+  return skipped_series ? kPartial : 0;
+}
+
+}  // namespace voxpipe::cli
