@@ -40,7 +40,8 @@ struct Slice {
   int series_number = 3;
   std::string description = "T1 test";
   int instance = 1;
-  double z = 0;  // ImagePositionPatient (10, 20, z), axial
+  double z = 0;  // ImagePositionPatient (10, 20 + tilt_step * z, z), axial
+  double tilt_step = 0;
   std::string slope = "2", intercept = "-100";
   std::vector<std::int16_t> values;  // rows (3) x columns (4), C order
 };
@@ -59,7 +60,7 @@ DBytes slice_file(const Slice& s) {
   w.text(0x00200011, "IS", even(std::to_string(s.series_number)));
   w.text(0x00200013, "IS", even(std::to_string(s.instance)));
   std::ostringstream pos;
-  pos << "10\\20\\" << s.z;
+  pos << "10\\" << 20 + s.tilt_step * s.z << "\\" << s.z;
   w.text(0x00200032, "DS", even(pos.str()));
   w.text(0x00200037, "DS", even("1\\0\\0\\0\\1\\0"));
   w.us(0x00280002, 1);
@@ -201,6 +202,24 @@ TEST(Dcm2nii, SeriesWithAMissingSliceIsSkippedWithExitCode11) {
   EXPECT_NE(r.out.find("1 of 2 series written (1 skipped)"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir.file("out/3_T1_test.nii.gz")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("out/4_gap.nii.gz")));
+}
+
+TEST(Dcm2nii, GantryTiltKeepsShearInTheSformAndDropsTheQform) {
+  vptest::TempDir dir;
+  Slice tilted;
+  tilted.tilt_step = 0.2;  // 0.5 mm along y per 2.5 mm slice: atan(0.2) = 11.3 degrees
+  write_series(dir.file("in"), tilted, 3);
+  const auto r = run({"dcm2nii", dir.file("in"), "-o", dir.file("out")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: qform_code 0"), std::string::npos) << r.out;
+  const auto img = voxpipe::open_nifti(dir.file("out/3_T1_test.nii.gz"));
+  EXPECT_EQ(img.header.qform_code, 0);
+  EXPECT_EQ(img.header.sform_code, 1);
+  EXPECT_NEAR(img.affine[4 * 1 + 2], -0.5, 1e-6);  // RAS y of the slice step: the shear
+  EXPECT_NEAR(img.affine[4 * 2 + 2], 2.5, 1e-6);
+  const std::string json = read_text(dir.file("out/3_T1_test.json"));
+  EXPECT_NE(json.find("\"GantryTiltDegrees\": 11.3"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"Warnings\": [\"the slices step off their normal"), std::string::npos) << json;
 }
 
 TEST(Dcm2nii, UsageAndInputErrorsHaveTheirExitCodes) {
