@@ -2,10 +2,13 @@
 // large value limits: it either throws voxpipe::Error or returns a DicomFile whose offsets and
 // lengths lie inside the input (or the inflated stream), whose datasets are sorted by tag, and
 // whose accessors throw nothing but voxpipe::Error. read_dicom on the same bytes as a file must
-// agree with parse_dicom.
+// agree with parse_dicom. Files that parse go on through the pixel layer: dicom_pixel_info and
+// the decoding of every frame (native, deflated, and the encapsulated codecs), stored values and
+// the modality transform, which may refuse with voxpipe::Error and nothing else.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "fuzz_support.hpp"
 #include "voxpipe/dicom.hpp"
@@ -53,6 +56,26 @@ void check(const DicomFile& f, std::size_t size) {
   }
 }
 
+// The pixel layer on a parsed file. Outputs are bounded so that each input stays fast; the
+// pixel layer itself refuses frames the encoded bytes cannot justify.
+void check_pixels(const DicomFile& f, std::span<const std::uint8_t> bytes) {
+  if (!f.pixel_data) return;
+  try {
+    const DicomPixelInfo info = dicom_pixel_info(f, bytes);
+    if (info.frame_bytes == 0 || info.number_of_frames == 0) std::abort();
+    if (info.frame_bytes * info.number_of_frames > (std::uint64_t{8} << 20)) return;
+    DicomDecodeOptions options;
+    options.threads = 1;
+    std::vector<std::uint8_t> out(info.frame_bytes * info.number_of_frames);
+    decode_dicom_frames(f, info, 0, info.number_of_frames, out, options, bytes);
+    options.modality = DType::f64;
+    options.as_rgb = false;
+    std::vector<std::uint8_t> scaled(dicom_output_frame_bytes(info, options));
+    decode_dicom_frames(f, info, 0, 1, scaled, options, bytes);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -67,6 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const DicomFile f = parse_dicom(bytes, "fuzz.dcm", options);
     check(f, size);
     parsed_elements = f.dataset.elements().size();
+    check_pixels(f, bytes);
   } catch (const Error& e) {
     parsed_error = error_code_name(e.code());
   }
