@@ -11,7 +11,7 @@ demo=1
 # CharLS and OpenJPEG decode the JPEG, JPEG-LS and JPEG 2000 frames of DICOM files.
 packages=(build-essential libtsan2 libisal-dev libdeflate-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev
           python3-venv python3-dev pigz isal libdeflate-tools
-          libjpeg62-turbo-dev libturbojpeg0-dev libcharls-dev libopenjp2-7-dev)
+          pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libcharls-dev libopenjp2-7-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
