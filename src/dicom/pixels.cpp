@@ -184,8 +184,10 @@ void finish_frame(std::uint8_t* frame, const DicomPixelInfo& info, std::string_v
                   bool sign_corrected, const DicomDecodeOptions& options, const std::string& name,
                   std::uint64_t index, std::uint64_t offset) {
   const std::size_t values = std::size_t(info.rows) * info.columns * info.samples_per_pixel;
-  if (!sign_corrected && info.tag == kPixelData && info.bits_allocated > info.bits_stored &&
-      info.bits_allocated > 1)
+  // pydicom corrects unused bits for every syntax but JPEG-LS and JPEG 2000, whose decoders
+  // apply their own sign correction (or none) instead.
+  if (!sign_corrected && info.codec != DicomCodec::jpeg_ls && info.codec != DicomCodec::jpeg2000 &&
+      info.tag == kPixelData && info.bits_allocated > info.bits_stored && info.bits_allocated > 1)
     correct_unused_bits(frame, values, info);
   if (options.as_rgb && info.samples_per_pixel == 3 && is_ybr_full(photometric)) {
     if (info.dtype != DType::u8)

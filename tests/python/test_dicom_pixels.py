@@ -168,3 +168,26 @@ def test_truncated_pixel_data_is_an_error_naming_the_frame(tmp_path):
     (tmp_path / 'cut.dcm').write_bytes(data[:off + length // 2])
     with pytest.raises(vp.errors.TruncatedError):
         vp.dicom.read(tmp_path / 'cut.dcm').pixel_array
+
+
+@pytest.mark.parametrize('syntax', ['JPEGLSLossless', 'JPEG2000Lossless', 'RLELossless'])
+def test_bits_stored_below_the_codestream_precision(tmp_path, syntax):
+    """pydicom corrects unused bits for RLE (and native data) but never for JPEG-LS and JPEG 2000
+    frames, whose values above BitsStored it keeps: voxpipe does the same."""
+    import pydicom.uid
+    ds = pydicom.dcmread(os.fspath(Path(DATA_ROOT) / 'test_files' / 'CT_small.dcm'))
+    arr = (np.arange(128 * 128, dtype=np.int32) % 200).astype(np.uint8).reshape(128, 128)
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+    ds.PixelData = arr.tobytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        ds.compress(getattr(pydicom.uid, syntax))
+    ds.BitsStored, ds.HighBit = 6, 5  # the data keep 8 bits
+    out = tmp_path / f'{syntax}.dcm'
+    ds.save_as(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        ref = pydicom.dcmread(out).pixel_array
+    got = vp.dicom.read(out).pixel_array
+    np.testing.assert_array_equal(got, ref)
+    assert (ref.max() > 63) == (syntax != 'RLELossless')
