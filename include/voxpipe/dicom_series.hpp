@@ -38,6 +38,9 @@ struct DicomSlice {
   std::shared_ptr<const DicomFile> file;
   std::shared_ptr<const DicomPixelInfo> pixel;  // the file's checked Image Pixel module
   std::uint64_t frame = 0;
+  // Siemens mosaic: this image is tile `tile` (row-major) of a grid of tile_grid x tile_grid
+  // tiles of the frame; tile_grid 0: the image is the whole frame.
+  std::uint32_t tile = 0, tile_grid = 0;
   std::array<double, 3> position{};  // ImagePositionPatient (LPS mm)
   double distance = 0;               // position along the slice normal
   double slope = 1, intercept = 0;   // Rescale Slope / Intercept (per frame for enhanced files)
@@ -105,7 +108,9 @@ struct DicomScanResult {
 };
 
 // Parses every file under `paths` (files, or folders) in parallel, up to the pixel data, and
-// assembles the series. Series are split by SeriesInstanceUID, then by orientation, image size,
+// assembles the series. Siemens mosaics (ImageType MOSAIC, NumberOfImagesInMosaic from the CSA
+// image header or (0019,xx0A)) are split into their slices, placed as nibabel.nicom's
+// MosaicWrapper places them. Series are split by SeriesInstanceUID, then by orientation, image size,
 // EchoNumbers, StackID and samples per pixel. Images at the same position form a 4D series when
 // every position has the same number of them, ordered by temporal index, acquisition number,
 // acquisition time, trigger time and instance number; files with the same SOPInstanceUID are

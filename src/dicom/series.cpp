@@ -38,7 +38,7 @@ constexpr DicomTag kSOPInstanceUID = 0x00080018, kModality = 0x00080060,
                    kPixelValueTransformation = 0x00289145, kStackID = 0x00209056,
                    kTemporalPositionIndex = 0x00209128, kFrameAcquisitionNumber = 0x00209156,
                    kFrameAcquisitionDateTime = 0x00189074, kMREchoSequence = 0x00189114,
-                   kEffectiveEchoTime = 0x00189082;
+                   kEffectiveEchoTime = 0x00189082, kImageType = 0x00080008;
 
 using Vec3 = std::array<double, 3>;
 
@@ -120,6 +120,85 @@ bool fill(std::array<double, N>& dst, const std::vector<double>& v) {
   return true;
 }
 
+
+// ---- Siemens mosaic --------------------------------------------------------------------------
+
+// The value of a Siemens private element: (gggg,xxee) where (gggg,00xx) names `creator`.
+const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
+                                    std::string_view creator, std::uint8_t element) {
+  for (std::uint32_t block = 0x10; block <= 0xFF; ++block) {
+    const auto name = ds.string(dicom_tag(group, static_cast<std::uint16_t>(block)));
+    if (name && *name == creator)
+      return ds.find(dicom_tag(group, static_cast<std::uint16_t>(block << 8 | element)));
+  }
+  return nullptr;
+}
+
+// What a mosaic needs from a Siemens CSA image header ("SV10" format 2; format 1 files fall back
+// to (0019,xx0A)): NumberOfImagesInMosaic and SliceNormalVector. Own parser: the format is
+// Siemens' private binary layout (nibabel's csareader reads it the same way); every length is
+// checked against the value.
+struct Csa {
+  std::optional<std::int64_t> images_in_mosaic;
+  std::optional<Vec3> slice_normal;
+};
+
+Csa read_csa(const std::vector<std::uint8_t>& b) {
+  Csa csa;
+  const auto u32 = [&](std::size_t at) -> std::optional<std::uint32_t> {
+    if (at + 4 > b.size()) return std::nullopt;
+    return static_cast<std::uint32_t>(b[at] | b[at + 1] << 8 | b[at + 2] << 16 |
+                                      std::uint32_t(b[at + 3]) << 24);
+  };
+  if (b.size() < 16 || std::memcmp(b.data(), "SV10", 4) != 0) return csa;
+  const auto n_tags = u32(8);
+  if (!n_tags || *n_tags > 1000) return csa;
+  std::size_t at = 16;
+  for (std::uint32_t t = 0; t < *n_tags; ++t) {
+    if (at + 84 > b.size()) return csa;
+    const char* name_begin = reinterpret_cast<const char*>(b.data() + at);
+    const std::string name(name_begin, strnlen(name_begin, 64));
+    const auto n_items = u32(at + 76);
+    if (!n_items || *n_items > 1000) return csa;
+    at += 84;
+    std::vector<std::string> items;
+    for (std::uint32_t i = 0; i < *n_items; ++i) {
+      const auto length = u32(at + 4);
+      if (!length || at + 16 + *length > b.size()) return csa;
+      const char* v = reinterpret_cast<const char*>(b.data() + at + 16);
+      items.emplace_back(v, strnlen(v, *length));
+      at += 16 + (*length + 3) / 4 * 4;
+    }
+    if (name == "NumberOfImagesInMosaic" && !items.empty() && !items[0].empty()) {
+      csa.images_in_mosaic = std::atoll(items[0].c_str());
+    } else if (name == "SliceNormalVector" && items.size() >= 3 && !items[2].empty()) {
+      csa.slice_normal = Vec3{std::atof(items[0].c_str()), std::atof(items[1].c_str()),
+                              std::atof(items[2].c_str())};
+    }
+  }
+  return csa;
+}
+
+// The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
+// when the file is not a mosaic.
+std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(const DicomDataset& ds) {
+  bool mosaic = false;
+  for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
+  if (!mosaic) return std::nullopt;
+  Csa csa;
+  if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10);
+      e && e->value_read)
+    csa = read_csa(e->value);
+  if (!csa.images_in_mosaic) {
+    if (const DicomElement* e = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0A);
+        e && e->value_read && e->value.size() >= 2)
+      csa.images_in_mosaic = ds.big_endian() ? (e->value[0] << 8 | e->value[1])
+                                             : (e->value[0] | e->value[1] << 8);
+  }
+  if (!csa.images_in_mosaic || *csa.images_in_mosaic < 1) return std::nullopt;
+  return std::pair{*csa.images_in_mosaic, csa.slice_normal};
+}
+
 // The images of one parsed file (one per frame for enhanced multi-frame files).
 std::vector<Image> images_of(DicomFile&& parsed) {
   const DicomDataset& ds = parsed.dataset;
@@ -154,6 +233,46 @@ std::vector<Image> images_of(DicomFile&& parsed) {
   const auto& per_frame = ds.items(kPerFrameGroups);
   const auto& shared = ds.items(kSharedGroups);
   std::vector<Image> out;
+  if (pixel->number_of_frames == 1 && per_frame.empty()) {
+    if (const auto mosaic = mosaic_of(ds)) {
+      // Siemens mosaic: n slices tiled on a ceil(sqrt(n)) grid. The file's position is the
+      // mosaic's corner: the first tile's is shifted by half the difference in size along the
+      // column and row directions (nibabel.nicom's MosaicWrapper.image_position), and tile k
+      // lies k slice spacings along the slice normal (the CSA header's when it has one).
+      const std::int64_t n = mosaic->first;
+      const auto grid = static_cast<std::uint32_t>(std::ceil(std::sqrt(double(n)) - 1e-9));
+      // Tiles are Rows / grid by Columns / grid, rounded down (nibabel.nicom; a remainder is
+      // left unused).
+      if (grid == 0 || pixel->rows < grid || pixel->columns < grid ||
+          std::int64_t(grid) * grid < n) {
+        base.file_problem = "a mosaic of " + std::to_string(n) + " images does not tile " +
+                            std::to_string(pixel->rows) + " x " + std::to_string(pixel->columns);
+      } else {
+        const Vec3 row{base.orientation[0], base.orientation[1], base.orientation[2]};
+        const Vec3 col{base.orientation[3], base.orientation[4], base.orientation[5]};
+        Vec3 normal = mosaic->second.value_or(cross(row, col));
+        if (const double len = norm(normal); len > 0) for (double& x : normal) x /= len;
+        const double step = base.between > 0 ? base.between : base.thickness > 0 ? base.thickness : 1.0;
+        const std::uint32_t tile_rows = pixel->rows / grid, tile_columns = pixel->columns / grid;
+        Vec3 origin = base.slice.position;
+        for (int r = 0; r < 3; ++r)
+          origin[r] += col[r] * base.spacing[0] * (double(pixel->rows) - tile_rows) / 2 +
+                       row[r] * base.spacing[1] * (double(pixel->columns) - tile_columns) / 2;
+        auto file = trimmed(std::move(parsed));
+        for (std::int64_t k = 0; k < n; ++k) {
+          Image im = base;
+          im.rows = tile_rows;
+          im.columns = tile_columns;
+          im.slice.file = file;
+          im.slice.tile = static_cast<std::uint32_t>(k);
+          im.slice.tile_grid = grid;
+          for (int r = 0; r < 3; ++r) im.slice.position[r] = origin[r] + double(k) * step * normal[r];
+          out.push_back(std::move(im));
+        }
+        return out;
+      }
+    }
+  }
   if (pixel->number_of_frames <= 1 && per_frame.empty()) {
     base.slice.file = trimmed(std::move(parsed));
     out.push_back(std::move(base));
@@ -262,11 +381,12 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
 
   // The same file twice (copies under two names): read once.
   {
-    std::set<std::pair<std::string, std::uint64_t>> seen;
+    std::set<std::tuple<std::string, std::uint64_t, std::uint32_t>> seen;
     std::vector<Image> unique;
     std::size_t dropped = 0;
     for (Image& im : images) {
-      if (!im.sop_uid.empty() && !seen.insert({im.sop_uid, im.slice.frame}).second) {
+      if (!im.sop_uid.empty() &&
+          !seen.insert({im.sop_uid, im.slice.frame, im.slice.tile}).second) {
         ++dropped;
         continue;
       }
@@ -541,27 +661,64 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
                     std::to_string(plane_bytes * series.images.size()));
   DicomDecodeOptions one;
   one.threads = 1;
-  core::parallel_for(series.images.size(), threads, [&](std::size_t n) {
-    const DicomSlice& im = series.images[n];
-    const DicomPixelInfo& info = *im.pixel;
-    std::uint8_t* dst = out.data() + n * plane_bytes;
-    if (out_type == info.dtype) {
-      decode_dicom_frames(*im.file, info, im.frame, 1, std::span(dst, plane_bytes), one);
+  // One decode per frame: the tiles of a mosaic share theirs.
+  std::vector<std::vector<std::size_t>> jobs;
+  {
+    std::map<std::pair<const DicomFile*, std::uint64_t>, std::size_t> job_of;
+    for (std::size_t n = 0; n < series.images.size(); ++n) {
+      const DicomSlice& im = series.images[n];
+      if (im.tile_grid == 0) {
+        jobs.push_back({n});
+        continue;
+      }
+      auto [it, fresh] = job_of.try_emplace({im.file.get(), im.frame}, jobs.size());
+      if (fresh) jobs.emplace_back();
+      jobs[it->second].push_back(n);
+    }
+  }
+  const auto emit = [&](const DicomSlice& im, const std::uint8_t* values, std::size_t count,
+                        std::uint8_t* dst) {
+    const DType in = im.pixel->dtype;
+    if (out_type == in) {
+      std::memcpy(dst, values, count * dtype_size(in));
+    } else if (out_type == DType::f64) {
+      rescale_from(in, values, reinterpret_cast<double*>(dst), count, im.slope, im.intercept);
+    } else {
+      // float32: each value computed in float64 and rounded once (as get_fdata(float32)).
+      thread_local std::vector<double> wide;
+      wide.resize(count);
+      rescale_from(in, values, wide.data(), count, im.slope, im.intercept);
+      float* o = reinterpret_cast<float*>(dst);
+      for (std::size_t i = 0; i < count; ++i) o[i] = static_cast<float>(wide[i]);
+    }
+  };
+  core::parallel_for(jobs.size(), threads, [&](std::size_t j) {
+    const DicomSlice& first = series.images[jobs[j].front()];
+    const DicomPixelInfo& info = *first.pixel;
+    if (first.tile_grid == 0 && out_type == info.dtype) {
+      // Straight into its place.
+      std::uint8_t* dst = out.data() + jobs[j].front() * plane_bytes;
+      decode_dicom_frames(*first.file, info, first.frame, 1, std::span(dst, plane_bytes), one);
       return;
     }
     thread_local std::vector<std::uint8_t> frame;
     frame.resize(info.frame_bytes);
-    decode_dicom_frames(*im.file, info, im.frame, 1, frame, one);
-    if (out_type == DType::f64) {
-      rescale_from(info.dtype, frame.data(), reinterpret_cast<double*>(dst), plane, im.slope,
-                   im.intercept);
-    } else {
-      // float32: each value computed in float64 and rounded once (as get_fdata(float32)).
-      thread_local std::vector<double> wide;
-      wide.resize(plane);
-      rescale_from(info.dtype, frame.data(), wide.data(), plane, im.slope, im.intercept);
-      float* o = reinterpret_cast<float*>(dst);
-      for (std::size_t i = 0; i < plane; ++i) o[i] = static_cast<float>(wide[i]);
+    decode_dicom_frames(*first.file, info, first.frame, 1, frame, one);
+    if (first.tile_grid == 0) {
+      emit(first, frame.data(), plane, out.data() + jobs[j].front() * plane_bytes);
+      return;
+    }
+    // Mosaic tiles: rows of each tile, from the frame (row-major, info.columns wide).
+    const std::size_t in_size = dtype_size(info.dtype), out_size = dtype_size(out_type);
+    for (std::size_t n : jobs[j]) {
+      const DicomSlice& im = series.images[n];
+      const std::size_t tile_row = im.tile / im.tile_grid, tile_col = im.tile % im.tile_grid;
+      std::uint8_t* dst = out.data() + n * plane_bytes;
+      for (std::size_t r = 0; r < series.rows; ++r) {
+        const std::size_t src_row = tile_row * series.rows + r;
+        const std::uint8_t* src = frame.data() + (src_row * info.columns + tile_col * series.columns) * in_size;
+        emit(im, src, series.columns, dst + r * series.columns * out_size);
+      }
     }
   });
 }

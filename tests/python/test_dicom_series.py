@@ -314,3 +314,52 @@ def test_enhanced_multiframe(tmp_path):
             pytest.skip(f'nibabel.nicom cannot place these frames: {e}')
     np.testing.assert_allclose(img.affine[:, 0], nib[:, 1], atol=1e-6)
     np.testing.assert_allclose(img.affine[:, 1], nib[:, 0], atol=1e-6)
+
+
+NIBABEL_DATA = os.path.join(os.path.dirname(dicomwrappers.__file__), 'tests', 'data')
+MOSAICS = ['siemens_dwi_0.dcm.gz', 'siemens_dwi_1000.dcm.gz']
+
+
+def unpacked(tmp_path, name):
+    import gzip
+    src = os.path.join(NIBABEL_DATA, name)
+    if not os.path.exists(src):
+        pytest.skip(f'nibabel test file {name} is not installed')
+    out = tmp_path / name.replace('.gz', '')
+    with open(src, 'rb') as f:
+        data = gzip.decompress(f.read()) if name.endswith('.gz') else f.read()
+    out.write_bytes(data)
+    return out
+
+
+@pytest.mark.parametrize('name', MOSAICS)
+def test_siemens_mosaic_against_nibabel(tmp_path, name):
+    """nibabel.nicom's MosaicWrapper on the Siemens DWI mosaics nibabel ships: the same slices
+    (its (row, column) axes swapped) and the same world position for every voxel."""
+    path = unpacked(tmp_path, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        w = dicomwrappers.wrapper_from_file(os.fspath(path))
+        want = w.get_data()
+        nib = LPS_TO_RAS @ w.affine
+    img = vp.load_dicom(tmp_path, dtype=np.float64)
+    assert img.shape == (want.shape[1], want.shape[0], want.shape[2]) == (128, 128, 48)
+    np.testing.assert_array_equal(np.asarray(img.dataobj).transpose(1, 0, 2), want)
+    rng = np.random.default_rng(0)
+    for c, r, k in [(0, 0, 0), (127, 127, 47)] + [tuple(rng.integers(0, [128, 128, 48])) for _ in range(20)]:
+        np.testing.assert_allclose(img.affine @ [c, r, k, 1], nib @ [r, c, k, 1], atol=1e-4)
+
+
+def test_mosaics_over_time_make_a_4d_series(tmp_path):
+    for name in MOSAICS:
+        unpacked(tmp_path, name)
+    found = vp.dicom.scan(tmp_path)
+    shapes = sorted(s.shape for s in found)
+    # The b0 and b1000 volumes are one series of two volumes when they share SeriesInstanceUID.
+    uids = {pydicom.dcmread(p, stop_before_pixels=True).SeriesInstanceUID
+            for p in tmp_path.iterdir()}
+    if len(uids) == 1:
+        assert shapes == [(128, 128, 48, 2)]
+    else:
+        assert shapes == [(128, 128, 48), (128, 128, 48)]
+    assert all(s.problem == '' for s in found)
