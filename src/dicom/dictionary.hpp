@@ -1,6 +1,6 @@
-// The part of the DICOM data dictionary that voxpipe needs: VRs for implicit VR datasets (the
-// tags of pixel, geometry and series work; every other tag follows pydicom's rules for tags it
-// does not know) and the keywords of those tags.
+// The DICOM data dictionary (PS3.6, as pydicom 3 has it): the VR of every public tag for implicit
+// VR datasets, the repeating groups (50xx curves, 60xx overlays, 7Fxx variable pixel data, ...),
+// and the keywords of all of them. The table is generated (scripts/gen_dicom_dictionary.py).
 #pragma once
 
 #include <cstdint>
@@ -18,15 +18,18 @@ struct DictEntry {
   DicomTag tag;
   DicomVR vr;
   Ambiguity ambiguity;
-  const char* keyword;
+  const char* keyword;  // "" for the few entries the standard gives none
 };
 
-// The entry of `tag` (repeating groups 60xx map to 6000), or nullptr.
+// The entry of `tag`, as pydicom's datadict.get_entry finds it: the tag itself, else for an even
+// group the first repeating group whose mask matches ((6002,0010) is Overlay Rows, whose entry's
+// tag is (6000,0010)); nullptr for private tags and public tags the standard does not define.
 const DictEntry* find_entry(DicomTag tag) noexcept;
 
-// The VR an implicit VR element gets, as pydicom assigns it: the dictionary's; for private tags
-// (odd group) LO for private creators (gggg,0010-00FF), UL for group lengths, else UN; UL for
-// other group lengths (gggg,0000); UN for the rest. `known` is false for UN from those rules.
+// The VR an implicit VR element gets, as pydicom 3 assigns it (hooks.raw_element_vr): the
+// dictionary's; for private tags (odd group) LO for private creators (gggg,0010-00FF), else UN
+// (pydicom's private dictionaries are not applied); UL for group lengths (gggg,0000) of public
+// groups; UN for the rest. `known` is false for UN from those rules.
 struct ImplicitVR {
   DicomVR vr;
   Ambiguity ambiguity;

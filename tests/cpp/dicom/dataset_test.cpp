@@ -103,7 +103,9 @@ TEST(DicomDataset, KeywordsVrNamesAndTransferSyntaxes) {
   EXPECT_STREQ(dicom_tag_keyword(0x00280030), "PixelSpacing");
   EXPECT_STREQ(dicom_tag_keyword(0x60000010), "OverlayRows");
   EXPECT_STREQ(dicom_tag_keyword(0x60020010), "OverlayRows");  // repeating group 60xx
-  EXPECT_EQ(dicom_tag_keyword(0x00321060), nullptr);
+  EXPECT_EQ(dicom_tag_keyword(0x00080002), nullptr);  // not in the standard
+  EXPECT_EQ(dicom_tag_keyword(0x00090010), nullptr);  // private
+  EXPECT_EQ(dicom_tag_keyword(0x60010010), nullptr);  // private, though 60xx matches
   EXPECT_STREQ(dicom_vr_name(DicomVR::SQ), "SQ");
   EXPECT_EQ(dicom_vr_from_name("UV"), DicomVR::UV);
   EXPECT_EQ(dicom_vr_from_name("XX"), std::nullopt);

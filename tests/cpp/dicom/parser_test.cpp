@@ -63,11 +63,15 @@ TEST(DicomParser, ExplicitLittleEndianWithPreambleAndMeta) {
 TEST(DicomParser, ImplicitVrTakesVrsFromTheDictionaryAndPydicomRules) {
   DBytes file = vptest::part10_head(vptest::kImplicitLE);
   DicomWriter w(true, false, file.size());
-  w.us(0x00090000, 4);                   // private group length: UL
+  w.us(0x00080000, 4);                   // public group length: UL
+  w.text(0x00080002, "LO", "none");      // public, not in the standard: UN
+  w.us(0x00090000, 4);                   // private group length: UN (pydicom 3)
   w.text(0x00090010, "LO", "ACME 1.0");  // private creator: LO
   w.text(0x00091001, "UN", "abcd");      // private: UN
-  w.text(0x00321060, "LO", "Brain");     // outside the compact dictionary: UN
+  w.text(0x00100030, "DA", "19700101");  // PatientBirthDate: DA
+  w.text(0x00180010, "LO", "Gd");        // ContrastBolusAgent: LO
   w.text(0x00180050, "DS", "1.5 ");      // SliceThickness: DS
+  w.text(0x00321060, "LO", "Brain");     // RequestedProcedureDescription: LO
   w.us(kRows, 3);
   const auto px = w.element(kPixelData, "OW", DBytes(6, 1));
   file = concat(file, w.bytes());
@@ -75,17 +79,41 @@ TEST(DicomParser, ImplicitVrTakesVrsFromTheDictionaryAndPydicomRules) {
   const DicomFile f = parse(file);
   EXPECT_TRUE(f.implicit_vr);
   const auto vr = [&](DicomTag t) { return f.dataset.find(t)->vr; };
-  EXPECT_EQ(vr(0x00090000), DicomVR::UL);
+  EXPECT_EQ(vr(0x00080000), DicomVR::UL);
+  EXPECT_EQ(vr(0x00080002), DicomVR::UN);
+  EXPECT_EQ(vr(0x00090000), DicomVR::UN);
   EXPECT_EQ(vr(0x00090010), DicomVR::LO);
   EXPECT_EQ(vr(0x00091001), DicomVR::UN);
-  EXPECT_EQ(vr(0x00321060), DicomVR::UN);
+  EXPECT_EQ(vr(0x00100030), DicomVR::DA);
+  EXPECT_EQ(vr(0x00180010), DicomVR::LO);
   EXPECT_EQ(vr(0x00180050), DicomVR::DS);
+  EXPECT_EQ(vr(0x00321060), DicomVR::LO);
   EXPECT_EQ(vr(kRows), DicomVR::US);
   EXPECT_EQ(vr(kPixelData), DicomVR::OW);  // "OB or OW": OW in implicit VR
   EXPECT_FALSE(f.dataset.find(kRows)->explicit_vr);
   EXPECT_EQ(f.dataset.number(0x00180050), 1.5);
   EXPECT_EQ(f.dataset.string(0x00090010), "ACME 1.0");
+  EXPECT_EQ(f.dataset.string(0x00180010), "Gd");
+  EXPECT_EQ(f.dataset.string(0x00321060), "Brain");
   EXPECT_EQ(f.pixel_data->offset, px);
+}
+
+TEST(DicomParser, ImplicitVrRepeatingGroupsTakeTheirVrs) {
+  DicomWriter w(true, false);
+  w.us(0x50020010, 7);                          // NumberOfPoints of curve 5002: US
+  w.text(0x50020022, "LO", "ECG");              // CurveDescription: LO
+  w.element(0x50023000, "OW", DBytes(4, 2));    // CurveData, "OB or OW": OW
+  w.us(0x60040010, 8);                          // OverlayRows of overlay 6004: US
+  w.element(0x7F020010, "OW", DBytes(2, 3));    // VariablePixelData, "OB or OW": OW
+  const DicomFile f = parse(concat(vptest::meta_group(vptest::kImplicitLE, 0), w.bytes()));
+  const auto vr = [&](DicomTag t) { return f.dataset.find(t)->vr; };
+  EXPECT_EQ(vr(0x50020010), DicomVR::US);
+  EXPECT_EQ(f.dataset.integer(0x50020010), 7);
+  EXPECT_EQ(vr(0x50020022), DicomVR::LO);
+  EXPECT_EQ(f.dataset.string(0x50020022), "ECG");
+  EXPECT_EQ(vr(0x50023000), DicomVR::OW);
+  EXPECT_EQ(vr(0x60040010), DicomVR::US);
+  EXPECT_EQ(vr(0x7F020010), DicomVR::OW);
 }
 
 TEST(DicomParser, ExplicitBigEndian) {
