@@ -61,6 +61,20 @@ DBytes native_file(const Image& im, const DBytes& pixel, const std::string& ts =
   return file;
 }
 
+// The Image Pixel module of a MONOCHROME2 image, in tag order up to BitsStored's neighbours
+// (written by hand where a test needs other elements between them).
+void mono_module(DicomWriter& w, unsigned rows, unsigned columns, unsigned bits, int frames = -1,
+                 unsigned representation = 0) {
+  w.us(kSamples, 1);
+  w.text(kPhotometric, "CS", "MONOCHROME2 ");
+  if (frames >= 0) w.text(kFrames, "IS", even(std::to_string(frames)));
+  w.us(kRows, rows);
+  w.us(kColumns, columns);
+  w.us(kBitsAllocated, bits);
+  w.us(kBitsStored, bits);
+  w.us(kRepresentation, representation);
+}
+
 struct Decoded {
   DicomPixelInfo info;
   DBytes bytes;
@@ -228,13 +242,7 @@ TEST(DicomPixels, NoRescaleGivesTheValuesAsFloat) {
 TEST(DicomPixels, ModalityLutMapsAndClips) {
   DBytes file = vptest::part10_head(vptest::kExplicitLE);
   DicomWriter w(false, false, file.size());
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.us(kRows, 1);
-  w.us(kColumns, 4);
-  w.us(kBitsAllocated, 16);
-  w.us(kBitsStored, 16);
-  w.us(kRepresentation, 0);
+  mono_module(w, 1, 4, 16);
   DicomWriter item(false, false);
   DicomWriter desc(false, false);
   desc.u16(3);    // entries
@@ -257,14 +265,7 @@ DBytes encapsulated_file(const std::vector<std::uint32_t>& bot, const std::vecto
                          int frames, std::vector<std::size_t>* fragment_offsets = nullptr) {
   DBytes file = vptest::part10_head("1.2.840.10008.1.2.5");
   DicomWriter w(false, false, file.size());
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.text(kFrames, "IS", even(std::to_string(frames)));
-  w.us(kRows, 1);
-  w.us(kColumns, 1);
-  w.us(kBitsAllocated, 8);
-  w.us(kBitsStored, 8);
-  w.us(kRepresentation, 0);
+  mono_module(w, 1, 1, 8, frames);
   w.header(kPixelData, "OB", 0xFFFFFFFF);
   w.item(static_cast<std::uint32_t>(4 * bot.size()));
   for (auto o : bot) w.u32(o);
@@ -311,14 +312,7 @@ TEST(DicomPixels, FramesFromTheExtendedOffsetTable) {
   // Insert the Extended Offset Table before the pixel data: rebuild with it in place.
   DBytes head = vptest::part10_head("1.2.840.10008.1.2.5");
   DicomWriter w(false, false, head.size());
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.text(kFrames, "IS", "2 ");
-  w.us(kRows, 1);
-  w.us(kColumns, 1);
-  w.us(kBitsAllocated, 8);
-  w.us(kBitsStored, 8);
-  w.us(kRepresentation, 0);
+  mono_module(w, 1, 1, 8, 2);
   DBytes offsets(16, 0), lengths(16, 0);
   offsets[8] = 12;  // frame 1's item starts 12 bytes after the first item
   lengths[0] = 4;
@@ -347,13 +341,7 @@ TEST(DicomPixels, FramesFromTheExtendedOffsetTable) {
 TEST(DicomPixels, DeflatedDatasetPixels) {
   const DBytes head = vptest::part10_head(vptest::kDeflatedLE);
   DicomWriter w(false, false, 0);
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.us(kRows, 2);
-  w.us(kColumns, 2);
-  w.us(kBitsAllocated, 16);
-  w.us(kBitsStored, 16);
-  w.us(kRepresentation, 1);
+  mono_module(w, 2, 2, 16, -1, 1);
   w.element(kPixelData, "OW", le16({1, 0xFFFF, 300, 7}));
   DBytes file = head;
   const DBytes z = vptest::deflate_raw(w.bytes());
@@ -364,14 +352,7 @@ TEST(DicomPixels, DeflatedDatasetPixels) {
 TEST(DicomPixels, DeflatedImageFrames) {
   DBytes file = vptest::part10_head("1.2.840.10008.1.2.8.1");
   DicomWriter w(false, false, file.size());
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.text(kFrames, "IS", "2 ");
-  w.us(kRows, 1);
-  w.us(kColumns, 2);
-  w.us(kBitsAllocated, 16);
-  w.us(kBitsStored, 16);
-  w.us(kRepresentation, 0);
+  mono_module(w, 1, 2, 16, 2);
   w.header(kPixelData, "OB", 0xFFFFFFFF);
   w.item(0);
   for (const DBytes& frame : {le16({1, 2}), le16({300, 65535})}) {
@@ -455,13 +436,7 @@ TEST(DicomPixels, MissingRowsIsAFormatErrorNamingIt) {
 TEST(DicomPixels, HugeFramesFromFewEncodedBytesAreALimit) {
   DBytes file = vptest::part10_head("1.2.840.10008.1.2.5");
   DicomWriter w(false, false, file.size());
-  w.us(kSamples, 1);
-  w.text(kPhotometric, "CS", "MONOCHROME2 ");
-  w.us(kRows, 65535);
-  w.us(kColumns, 65535);
-  w.us(kBitsAllocated, 16);
-  w.us(kBitsStored, 16);
-  w.us(kRepresentation, 0);
+  mono_module(w, 65535, 65535, 16);
   w.header(kPixelData, "OB", 0xFFFFFFFF);
   w.item(0);
   w.item(64);
