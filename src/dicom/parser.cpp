@@ -121,7 +121,6 @@ class Parser {
   void parse_sequence(Reader& r, Encoding enc, const Header& h, std::uint64_t end,
                       DicomElement& e, unsigned depth);
   void walk_items(Reader& r, Encoding enc, const Header& h, DicomPixelData* px);
-  bool looks_like_sequence(Reader& r, Encoding enc, const Header& h);
 
   const std::string& name_;
   const DicomReadOptions& options_;
@@ -279,19 +278,6 @@ void Parser::parse_sequence(Reader& r, Encoding enc, const Header& h, std::uint6
   }
 }
 
-// A defined-length value of a public tag outside the compact dictionary, implicit VR or explicit
-// UN, whose value starts with an item that fits in it: a sequence (pydicom knows these tags from
-// its full dictionary; the compact one does not). Private tags stay UN, as in pydicom.
-bool Parser::looks_like_sequence(Reader& r, Encoding enc, const Header& h) {
-  if (h.vr != DicomVR::UN || (!h.explicit_vr && h.known) || dicom_group(h.tag) % 2 == 1 ||
-      h.length < 8)
-    return false;
-  std::uint8_t b[8];
-  if (r.peek(b, 8) != 8 || load_tag(b, enc.big_endian) != kItem) return false;
-  const std::uint32_t item_length = load32(b + 4, enc.big_endian);
-  return item_length == kUndefined || item_length <= h.length - 8;
-}
-
 // The items of an undefined-length value that is not a sequence: encapsulated pixel data
 // (fragments recorded in `px`), or any other value (only walked over).
 void Parser::walk_items(Reader& r, Encoding enc, const Header& h, DicomPixelData* px) {
@@ -408,7 +394,7 @@ DicomDataset Parser::parse_dataset(Reader& r, Encoding enc, std::uint64_t end, K
              "expected the value to end with its item at byte " + std::to_string(end) +
                  ", but it ends at byte " + std::to_string(r.position()),
              e.value_offset);
-    } else if (h.vr == DicomVR::SQ || looks_like_sequence(r, enc, h)) {
+    } else if (h.vr == DicomVR::SQ) {
       check_fits(r, h, h.length, end, "sequence");
       e.vr = DicomVR::SQ;
       parse_sequence(r, enc, h, end, e, depth);
