@@ -8,9 +8,9 @@ item by item), the value offsets of top-level elements (pydicom's ``value_tell``
 offset, and access by keyword and by tag.
 
 Allowed differences, each counted and checked to be what it claims:
- - VR UN where pydicom has another VR: tags outside voxpipe's compact dictionary in implicit VR
-   files (and explicit UN of such tags), whose value then stays bytes (docs/dicom.md);
- - ambiguous dictionary VRs ("US or SS") resolved the other way;
+ - VR UN where pydicom has another VR: private tags that pydicom finds in its private
+   dictionaries (voxpipe has none), whose value then stays bytes (docs/dicom.md). Public tags
+   get the VR of the full PS3.6 dictionary, as in pydicom, in implicit VR files too;
  - DS: pydicom keeps the float of the stored text, as voxpipe does; no tolerance is needed now,
    but a value that parses in one and not the other would show as a difference.
 Files pydicom reads and voxpipe refuses are listed in EXPECTED_REFUSALS.
@@ -31,7 +31,6 @@ import pytest
 pydicom = pytest.importorskip('pydicom')
 from pydicom.data import DATA_ROOT  # noqa: E402
 from pydicom.dataelem import RawDataElement  # noqa: E402
-from pydicom.datadict import dictionary_VR  # noqa: E402
 from pydicom.errors import InvalidDicomError  # noqa: E402
 from pydicom.multival import MultiValue  # noqa: E402
 from pydicom.valuerep import PersonName  # noqa: E402
@@ -122,15 +121,21 @@ class Report:
         self.problems: list[str] = []
         self.compared = 0
         self.deferred = 0
-        self.un_tolerated = 0
 
 
-def tolerated_vr(tag: int, mine: str, theirs: str) -> bool:
-    try:
-        dict_vr = dictionary_VR(tag)
-    except KeyError:
-        dict_vr = None
-    return mine == 'UN' or (dict_vr is not None and ' or ' in dict_vr and mine in dict_vr)
+# The one kind of VR difference voxpipe knows of: private tags (odd group) that stay UN where
+# pydicom finds them in its private dictionaries (their Private Creator is in the dataset;
+# docs/dicom.md). Counted over all files and checked by test_tolerated_vrs_are_counted, so that
+# a new one, or one that went away, shows: 27, the nine (0019,10xx) elements of chrJapMulti.dcm,
+# chrJapMultiExplicitIR6.dcm and chrKoreanMulti.dcm. (There were 545 with the compact
+# dictionary: 518 more were public tags outside it.)
+TOLERATED = {'private UN': 0}
+COMPARED: set[str] = set()  # the files test_dataset_matches_pydicom ran on
+EXPECTED_TOLERATED = {'private UN': 27}
+
+
+def tolerated_vr(tag: int, mine: str) -> bool:
+    return mine == 'UN' and (tag >> 16) % 2 == 1
 
 
 def compare(ours, theirs, where: str, report: Report, top: bool):
@@ -158,8 +163,8 @@ def compare(ours, theirs, where: str, report: Report, top: bool):
         report.compared += 1
         report.deferred += mine.is_deferred
         if mine.VR != elem.VR:
-            if tolerated_vr(tag, mine.VR, elem.VR):
-                report.un_tolerated += 1
+            if tolerated_vr(tag, mine.VR):
+                TOLERATED['private UN'] += 1
                 continue
             report.problems.append(f'{name}: VR {mine.VR} != pydicom {elem.VR}')
             continue
@@ -191,6 +196,7 @@ def pixel_tell(ds):
 @pytest.mark.parametrize('path', FILES + CHARSET_FILES,
                          ids=[Path(p).name for p in FILES] + ['charset/' + Path(p).name for p in CHARSET_FILES])
 def test_dataset_matches_pydicom(path):
+    COMPARED.add(path)
     name = Path(path).name
     theirs = pydicom_read(path)
     ours = voxpipe_read(path)
@@ -213,6 +219,14 @@ def test_dataset_matches_pydicom(path):
     assert ours.filename == path
     if 'TransferSyntaxUID' in theirs.file_meta:
         assert ours.transfer_syntax == theirs.file_meta.TransferSyntaxUID
+
+
+def test_tolerated_vrs_are_counted():
+    """Runs after test_dataset_matches_pydicom on every file (pytest keeps the file's order);
+    skipped when only some of those ran."""
+    if len(COMPARED) != len(FILES) + len(CHARSET_FILES):
+        pytest.skip('test_dataset_matches_pydicom did not run on every file')
+    assert TOLERATED == EXPECTED_TOLERATED
 
 
 def test_every_file_is_compared():
