@@ -48,10 +48,13 @@ std::optional<DicomVR> dicom_vr_from_name(std::string_view name) noexcept;
 
 // "(GGGG,EEEE)", used in error messages.
 std::string dicom_tag_name(DicomTag tag);
-// The tag of one of the common keywords (Rows, PixelSpacing, ...; docs/dicom.md lists them), or
-// nullopt. Keywords as in the DICOM standard's data dictionary (and pydicom).
+// The tag of a keyword of the DICOM data dictionary (PS3.6 as pydicom 3 has it, retired keywords
+// included; exact, case-sensitive spelling: "PatientBirthDate"), or nullopt. A repeating-group
+// keyword gives the group's first tag ("OverlayRows": 0x60000010). Thread-safe, no allocation.
 std::optional<DicomTag> dicom_keyword_tag(std::string_view keyword) noexcept;
-// The keyword of a tag of that set ("Rows" for 0x00280010; 60xx overlays included), or nullptr.
+// The keyword of a public tag ("Rows" for 0x00280010; every tag of a repeating group, so
+// "OverlayRows" for 0x60020010 too), or nullptr for private tags, tags the standard does not
+// define and the six retired tags it gives no keyword. A static string; thread-safe.
 const char* dicom_tag_keyword(DicomTag tag) noexcept;
 
 inline constexpr std::uint64_t kDicomUndefinedLength = 0xFFFFFFFF;
