@@ -37,10 +37,16 @@ constexpr const DictEntry& entry_at(std::uint16_t i) {
   return i < std::size(kEntries) ? kEntries[i] : kRepeaters[i - std::size(kEntries)].entry;
 }
 
+// strcmp(a, b) < 0, in few constexpr steps (clang's default limit is a million in all; two
+// string_views per pair would measure both keywords each time and exceed it).
+constexpr bool keyword_less(const char* a, const char* b) {
+  while (*a && *a == *b) ++a, ++b;
+  return static_cast<unsigned char>(*a) < static_cast<unsigned char>(*b);
+}
+
 constexpr bool sorted_by_keyword() {
   for (std::size_t i = 1; i < std::size(kByKeyword); ++i)
-    if (std::string_view(entry_at(kByKeyword[i - 1]).keyword) >=
-        std::string_view(entry_at(kByKeyword[i]).keyword))
+    if (!keyword_less(entry_at(kByKeyword[i - 1]).keyword, entry_at(kByKeyword[i]).keyword))
       return false;
   return std::size(kEntries) + std::size(kRepeaters) <= 0xFFFF;
 }
