@@ -115,10 +115,10 @@ void bind_dicom(nb::module_& m) {
   m.def("dicom_keyword_tag", [](const std::string& keyword) -> nb::object {
     auto t = dicom_keyword_tag(keyword);
     return t ? nb::cast(*t) : nb::none();
-  }, nb::arg("keyword"), "The tag of a keyword of voxpipe's compact dictionary, or None.");
+  }, nb::arg("keyword"), "The tag of a keyword of the DICOM data dictionary, or None.");
 
   m.def("dicom_tag_keyword", [](DicomTag tag) -> nb::object {
     const char* k = dicom_tag_keyword(tag);
     return k ? nb::cast(std::string(k)) : nb::none();
-  }, nb::arg("tag"), "The keyword of a tag of voxpipe's compact dictionary, or None.");
+  }, nb::arg("tag"), "The keyword of a tag of the DICOM data dictionary, or None.");
 }

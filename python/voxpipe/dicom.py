@@ -11,8 +11,8 @@
 
 Parsing is voxpipe's C++ parser (docs/dicom.md); this module converts values (number VRs, IS/DS,
 text decoded with Specific Character Set, sequences) the first time they are asked for, and reads
-values larger than ``defer_size`` from the file on first access. Keywords are those of voxpipe's
-compact dictionary (about 180 tags, docs/dicom.md); any tag can be reached by number.
+values larger than ``defer_size`` from the file on first access. Keywords are those of the DICOM
+data dictionary (PS3.6, docs/dicom.md); any tag can be reached by number.
 """
 
 from __future__ import annotations
