@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import cpu_snapshot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(HERE, "data")
@@ -404,22 +406,6 @@ def verdict(value, ok):
     if value is None:
         return "not measured"
     return "**met**" if ok else "**not met**"
-
-
-def cpu_snapshot():
-    """(machine busy CPU s, steal s, CPU s used by this benchmark and its children, wall s).
-
-    Other work on the machine (builds, tests) skews every number, multi-threaded voxpipe most;
-    busy time not spent by this benchmark tells how much of it there was during the run."""
-    import resource
-    hz = os.sysconf("SC_CLK_TCK")
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / hz  # user nice system irq softirq
-    steal = v[7] / hz if len(v) > 7 else 0.0
-    ours = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
-    return busy, steal, ours, time.time()
 
 
 def overhead_target(what, v):

@@ -2,8 +2,10 @@
 memory, describing the machine, and writing one section of BENCHMARKS.md."""
 import os
 import platform
+import resource
 import subprocess
 import sys
+import time
 
 MIB = 1024 * 1024
 
@@ -73,3 +75,18 @@ def write_section(path, text, begin, end):
         new = old.rstrip("\n") + "\n\n" + text
     with open(path, "w") as f:
         f.write(new)
+
+
+def cpu_snapshot():
+    """(machine busy CPU s, steal s, CPU s used by this benchmark and its children, wall s).
+
+    Other work on the machine (builds, tests) skews every number, multi-threaded voxpipe most;
+    busy time not spent by this benchmark tells how much of it there was during the run."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy = (v[0] + v[1] + v[2] + v[5] + v[6]) / hz  # user nice system irq softirq
+    steal = v[7] / hz if len(v) > 7 else 0.0
+    ours = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return busy, steal, ours, time.time()
