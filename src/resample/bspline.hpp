@@ -1,0 +1,87 @@
+// B-splines of orders 0 to 5: the interpolation weights and the prefilter that turns samples into
+// spline coefficients, both as scipy.ndimage computes them (ni_splines.c), so that the
+// coefficients and weights, not only the final values, agree with scipy's.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "voxpipe/resample.hpp"
+
+namespace voxpipe::resample {
+
+// Weights of the order + 1 taps around coordinate x (order 1 to 5). The first tap is at
+// floor(x) - order / 2 for odd orders and floor(x + 0.5) - order / 2 for even ones. As in scipy,
+// the last weight is 1 minus the others, so that the weights sum to 1 up to one rounding.
+inline void spline_weights(double x, int order, double* w) {
+  x -= std::floor((order & 1) ? x : x + 0.5);  // offset from the central knot
+  double y = x, z = 1.0 - x, t;
+  switch (order) {
+    case 1:
+      w[0] = 1.0 - x;
+      break;
+    case 2:
+      w[1] = 0.75 - x * x;
+      y = 0.5 - x;
+      w[0] = 0.5 * y * y;
+      break;
+    case 3:
+      w[1] = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
+      w[2] = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
+      w[0] = z * z * z / 6.0;
+      break;
+    case 4:
+      t = x * x;
+      w[2] = t * (t * 0.25 - 0.625) + 115.0 / 192.0;
+      y = 1.0 + x;
+      w[1] = y * (y * (y * (5.0 - y) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0;
+      w[3] = z * (z * (z * (5.0 - z) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0;
+      t = 0.5 - x;
+      t *= t;
+      w[0] = t * t / 24.0;
+      break;
+    case 5:
+      t = y * y;
+      w[2] = t * (t * (0.25 - y / 12.0) - 0.5) + 0.55;
+      t = z * z;
+      w[3] = t * (t * (0.25 - z / 12.0) - 0.5) + 0.55;
+      y += 1.0;
+      w[1] = y * (y * (y * (y * (y / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
+      z += 1.0;
+      w[4] = z * (z * (z * (z * (z / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
+      t = 1.0 - x;
+      w[0] = t * t * t * t * t / 120.0;
+      break;
+    default:
+      return;
+  }
+  w[order] = 1.0;
+  for (int i = 0; i < order; ++i) w[order] -= w[i];
+}
+
+// Poles of the order's prefilter (1 for orders 2 and 3, 2 for orders 4 and 5); returns their
+// number, 0 for orders 0 and 1 (no prefilter).
+int spline_poles(int order, double poles[2]);
+
+// Prefilters `lanes` lines of `len` samples in place, in lockstep: sample i of lane j is
+// line[i * stride + j] (lanes = 1, stride = 1: one contiguous line). The boundary initialisation
+// is scipy's for `mode`: mirror for constant, grid-constant, mirror and wrap; reflect for reflect
+// and nearest; periodic for grid-wrap. Lines of one sample are left as they are.
+void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                         int order, InterpMode mode);
+
+// The float64 spline coefficients of `input` (C order), as scipy's map_coordinates computes them
+// before interpolating: for nearest and grid-constant the input is first padded by `npad` = 12
+// samples on each side of every axis (edge values, or cval), as _prepad_for_spline_filter does;
+// then every axis is prefiltered in turn. Lines are filtered in parallel on `threads` threads.
+struct Coefficients {
+  std::vector<double> data;
+  std::vector<std::int64_t> shape;    // input.shape + 2 * npad
+  std::vector<std::int64_t> strides;  // C order, elements
+  std::int64_t npad = 0;
+};
+Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
+                                 unsigned threads);
+
+}  // namespace voxpipe::resample
