@@ -460,10 +460,29 @@ class Dataset:
         self._raw = raw
         self._source = source
         self._parent = parent
+        self._hidden = hidden
         self._elements: dict[int, DataElement] = {}
-        self._tags = [Tag(t) for t in raw.tags if t != hidden]
-        self._tag_set = frozenset(self._tags)
         self._encodings: list[str] | None = None
+
+    # The tags are listed on first use: opening a file to read two values (or only to locate the
+    # pixel data) creates no per-element objects.
+    @property
+    def _tag_set(self) -> frozenset:
+        tags = self.__dict__.get("_tag_set_cache")
+        if tags is None:
+            tags = frozenset(self._raw.tags)
+            if self._hidden is not None:
+                tags = tags - {self._hidden}
+            self.__dict__["_tag_set_cache"] = tags
+        return tags
+
+    @property
+    def _tags(self) -> list:
+        tags = self.__dict__.get("_tags_cache")
+        if tags is None:
+            tags = self.__dict__["_tags_cache"] = [Tag(t) for t in self._raw.tags
+                                                   if t != self._hidden]
+        return tags
 
     # -- element access
 
@@ -484,7 +503,7 @@ class Dataset:
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("_"):
             tag = _core.dicom_keyword_tag(name)
-            if tag is not None and tag in self.__dict__.get("_tag_set", ()):
+            if tag is not None and "_raw" in self.__dict__ and tag in self._tag_set:
                 return self._element(tag).value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
@@ -518,7 +537,7 @@ class Dataset:
             yield self._element(t)
 
     def __len__(self) -> int:
-        return len(self._tags)
+        return len(self._tag_set)
 
     def __bool__(self) -> bool:
         return True

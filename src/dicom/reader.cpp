@@ -9,11 +9,15 @@ namespace voxpipe::dicom {
 namespace {
 // Reads of element headers are 4 to 12 bytes; 64 KiB keeps the syscalls per file few.
 constexpr std::size_t kBufferSize = 64 * 1024;
+constexpr std::size_t kFirstChunk = 8 * 1024;
 constexpr std::size_t kMaxPeek = 256;
 }  // namespace
 
 Reader::Reader(Backend& backend, std::uint64_t position)
-    : backend_(backend), buffer_(kBufferSize), position_(position) {}
+    : backend_(backend),
+      buffer_(new std::uint8_t[kBufferSize]),
+      chunk_(kFirstChunk),
+      position_(position) {}
 
 std::optional<std::uint64_t> Reader::left() const {
   const auto rest = backend_.left();
@@ -24,12 +28,14 @@ std::optional<std::uint64_t> Reader::left() const {
 void Reader::fill(std::size_t want) {
   if (tail_ - head_ >= want) return;
   if (head_ > 0) {
-    std::memmove(buffer_.data(), buffer_.data() + head_, tail_ - head_);
+    std::memmove(buffer_.get(), buffer_.get() + head_, tail_ - head_);
     tail_ -= head_;
     head_ = 0;
   }
   while (tail_ < want) {
-    const std::size_t got = backend_.pull(buffer_.data() + tail_, buffer_.size() - tail_);
+    const std::size_t ask = std::min(kBufferSize - tail_, std::max(chunk_, want - tail_));
+    const std::size_t got = backend_.pull(buffer_.get() + tail_, ask);
+    chunk_ = std::min(kBufferSize, chunk_ * 2);
     if (got == 0) return;
     tail_ += got;
   }
@@ -44,7 +50,7 @@ std::size_t Reader::peek(std::uint8_t* dst, std::size_t n) {
   n = std::min(n, kMaxPeek);
   fill(n);
   const std::size_t have = std::min(n, tail_ - head_);
-  std::memcpy(dst, buffer_.data() + head_, have);
+  std::memcpy(dst, buffer_.get() + head_, have);
   return have;
 }
 
@@ -53,7 +59,7 @@ std::size_t Reader::read(std::uint8_t* dst, std::size_t n) {
   while (done < n) {
     if (head_ == tail_) {
       // Large reads go straight to the destination.
-      if (n - done >= buffer_.size()) {
+      if (n - done >= kBufferSize) {
         const std::size_t got = backend_.pull(dst + done, n - done);
         if (got == 0) break;
         done += got;
@@ -64,7 +70,7 @@ std::size_t Reader::read(std::uint8_t* dst, std::size_t n) {
       if (head_ == tail_) break;
     }
     const std::size_t take = std::min(n - done, tail_ - head_);
-    std::memcpy(dst + done, buffer_.data() + head_, take);
+    std::memcpy(dst + done, buffer_.get() + head_, take);
     head_ += take;
     done += take;
     position_ += take;

@@ -49,8 +49,12 @@ class Reader {
   void fill(std::size_t want);
 
   Backend& backend_;
-  std::vector<std::uint8_t> buffer_;
+  // Not zeroed: only bytes in [head_, tail_) are ever read.
+  std::unique_ptr<std::uint8_t[]> buffer_;
   std::size_t head_ = 0, tail_ = 0;
+  // Bytes asked of the backend by the next fill: small first (a dataset's metadata is usually a
+  // few KiB, and the pixel data that follows need not be copied), doubling up to the buffer.
+  std::size_t chunk_;
   std::uint64_t position_;
 };
 
