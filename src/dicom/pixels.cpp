@@ -353,11 +353,16 @@ void emit_frame(const std::uint8_t* values, std::uint8_t* dst, const DicomPixelI
   } else if (*options.modality == DType::f64) {
     apply_modality(values, info.dtype, reinterpret_cast<double*>(dst), n, modality);
   } else {
-    // float32: the float64 result rounded, as pydicom's array .astype(float32).
-    std::vector<double> wide(n);
-    apply_modality(values, info.dtype, wide.data(), n, modality);
+    // float32: the float64 result rounded, as pydicom's array .astype(float32), in pieces that
+    // stay in cache.
+    double wide[2048];
+    const std::size_t in_size = dtype_size(info.dtype);
     float* o = reinterpret_cast<float*>(dst);
-    for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(wide[i]);
+    for (std::size_t at = 0; at < n; at += 2048) {
+      const std::size_t m = std::min<std::size_t>(2048, n - at);
+      apply_modality(values + at * in_size, info.dtype, wide, m, modality);
+      for (std::size_t i = 0; i < m; ++i) o[at + i] = static_cast<float>(wide[i]);
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/file.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 
@@ -181,14 +182,23 @@ Csa read_csa(const std::vector<std::uint8_t>& b) {
 
 // The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
 // when the file is not a mosaic.
-std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(const DicomDataset& ds) {
+std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
+    const DicomDataset& ds, const std::string& path, bool offsets_in_inflated_stream) {
   bool mosaic = false;
   for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
   if (!mosaic) return std::nullopt;
   Csa csa;
-  if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10);
-      e && e->value_read)
-    csa = read_csa(e->value);
+  if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10)) {
+    if (e->value_read) {
+      csa = read_csa(e->value);
+    } else if (!offsets_in_inflated_stream && e->length <= (std::uint64_t{1} << 20)) {
+      // The scan keeps small values only: the CSA header (usually 10-20 KiB) is read here.
+      std::vector<std::uint8_t> value(e->length);
+      core::InputFile file(path);
+      if (file.read_at(e->value_offset, std::as_writable_bytes(std::span(value))) == value.size())
+        csa = read_csa(value);
+    }
+  }
   if (!csa.images_in_mosaic) {
     if (const DicomElement* e = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0A);
         e && e->value_read && e->value.size() >= 2)
@@ -234,7 +244,7 @@ std::vector<Image> images_of(DicomFile&& parsed) {
   const auto& shared = ds.items(kSharedGroups);
   std::vector<Image> out;
   if (pixel->number_of_frames == 1 && per_frame.empty()) {
-    if (const auto mosaic = mosaic_of(ds)) {
+    if (const auto mosaic = mosaic_of(ds, parsed.path, parsed.offsets_in_inflated_stream)) {
       // Siemens mosaic: n slices tiled on a ceil(sqrt(n)) grid. The file's position is the
       // mosaic's corner: the first tile's is shifted by half the difference in size along the
       // column and row directions (nibabel.nicom's MosaicWrapper.image_position), and tile k
@@ -556,8 +566,10 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
 
   std::vector<std::vector<Image>> parsed(files.size());
   std::vector<std::string> why(files.size());
+  // Only small values are kept (the geometry, the pixel module, identifiers): the parsed
+  // metadata of thousands of files must not rival the volume in memory.
   DicomReadOptions read_options;
-  read_options.max_value_size = 64 * 1024;
+  read_options.max_value_size = 1024;
   core::parallel_for(files.size(), options.threads, [&](std::size_t i) {
     try {
       DicomFile f = read_dicom(files[i], read_options);
@@ -684,12 +696,16 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
     } else if (out_type == DType::f64) {
       rescale_from(in, values, reinterpret_cast<double*>(dst), count, im.slope, im.intercept);
     } else {
-      // float32: each value computed in float64 and rounded once (as get_fdata(float32)).
-      thread_local std::vector<double> wide;
-      wide.resize(count);
-      rescale_from(in, values, wide.data(), count, im.slope, im.intercept);
+      // float32: each value computed in float64 and rounded once (as get_fdata(float32)), in
+      // pieces that stay in cache.
+      double wide[2048];
+      const std::size_t in_size = dtype_size(in);
       float* o = reinterpret_cast<float*>(dst);
-      for (std::size_t i = 0; i < count; ++i) o[i] = static_cast<float>(wide[i]);
+      for (std::size_t at = 0; at < count; at += 2048) {
+        const std::size_t n = std::min<std::size_t>(2048, count - at);
+        rescale_from(in, values + at * in_size, wide, n, im.slope, im.intercept);
+        for (std::size_t i = 0; i < n; ++i) o[at + i] = static_cast<float>(wide[i]);
+      }
     }
   };
   core::parallel_for(jobs.size(), threads, [&](std::size_t j) {
