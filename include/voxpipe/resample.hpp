@@ -58,6 +58,12 @@ struct InterpOptions {
   double cval = 0.0;               // value outside the input for constant and grid-constant
   bool prefilter = true;           // B-spline prefilter of the input when order > 1
   unsigned threads = 0;            // 0: all cores
+  // The value of grid-constant's 12-sample prefilter padding (order > 1 with prefilter). scipy
+  // pads with np.pad on the input's dtype, so cval arrives there cast to that dtype (7.5 is 7 in
+  // an integer input) while taps beyond the padding read cval itself. Unset: cval cast to the
+  // input's dtype (integers: truncated toward zero, wrapped to the type's width as NumPy's cast
+  // does on x86-64; NaN and values beyond 64 bits give 0).
+  std::optional<double> pad_value;
 };
 
 // output[p] = input interpolated at coordinates[:, p], for every index p of output.shape.

@@ -20,6 +20,7 @@ using namespace voxpipe;
 // dicom_bindings.cpp: read_dicom and the parsed DICOM structures.
 void bind_dicom(nb::module_& m);
 void bind_dicom_pixels(nb::module_& m);
+void bind_resample(nb::module_& m);  // resample_bindings.cpp
 
 namespace {
 
@@ -222,4 +223,5 @@ NB_MODULE(_core, m) {
 
   bind_dicom(m);
   bind_dicom_pixels(m);
+  bind_resample(m);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/checked.hpp"
 #include "core/convert.hpp"
@@ -154,6 +155,19 @@ void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, st
       for (std::int64_t j = 0; j < lanes; ++j) r[j] = z * (q[j] - r[j]);
     }
   }
+}
+
+double cast_to_dtype(double v, DType t) {
+  if (t == DType::f64) return v;
+  if (t == DType::f32) return static_cast<double>(static_cast<float>(v));
+  // Through int64 (cvttsd2si): NaN and out-of-range values become INT64_MIN, whose low bits are 0.
+  const std::int64_t i = std::fabs(v) < 9.2e18 ? static_cast<std::int64_t>(v) : INT64_MIN;
+  double r = 0;
+  with_real_type(t, [&](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_integral_v<T>) r = static_cast<double>(static_cast<T>(i));
+  });
+  return r;
 }
 
 namespace {

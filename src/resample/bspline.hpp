@@ -50,8 +50,9 @@ inline void spline_weights(double x, int order, double* w) {
       w[1] = y * (y * (y * (y * (y / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
       z += 1.0;
       w[4] = z * (z * (z * (z * (z / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
-      t = 1.0 - x;
-      w[0] = t * t * t * t * t / 120.0;
+      y = 1.0 - x;
+      t = y * y;
+      w[0] = y * t * t / 120.0;
       break;
     default:
       return;
@@ -81,7 +82,11 @@ struct Coefficients {
   std::vector<std::int64_t> strides;  // C order, elements
   std::int64_t npad = 0;
 };
+// `cval` is the padding value of grid-constant (InterpOptions::pad_value, resolved).
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
                                  unsigned threads);
+
+// cval cast to the element type `t` as NumPy's unsafe cast does (see InterpOptions::pad_value).
+double cast_to_dtype(double cval, DType t);
 
 }  // namespace voxpipe::resample

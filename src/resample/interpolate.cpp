@@ -115,18 +115,10 @@ inline bool setup_axis(double c, std::int64_t len, std::int64_t stride, InterpMo
   return true;
 }
 
-// Separable sum of the taps over axes d..nd-1 (all taps read data).
-template <typename T, int ORDER>
-inline double gather_rec(const T* p, const Taps* t, int d, int nd) {
-  double acc = 0.0;
-  if (d == nd - 1) {
-    for (int l = 0; l <= ORDER; ++l) acc += t[d].w[l] * static_cast<double>(p[t[d].off[l]]);
-  } else {
-    for (int l = 0; l <= ORDER; ++l) acc += t[d].w[l] * gather_rec<T, ORDER>(p + t[d].off[l], t, d + 1, nd);
-  }
-  return acc;
-}
-
+// Sum over the taps in scipy's order and with scipy's roundings: tap by tap in C order, each
+// value times the weights of axes 0, 1, ... in turn, added to the total. Summing separably
+// would be a little faster but rounds differently, and integer outputs then differ by one
+// wherever a value lands on .5 (integer data at half-sample points does).
 template <typename T, int ORDER>
 inline double gather(const T* p, const Taps* t, int nd) {
   if constexpr (ORDER == 0) {
@@ -134,32 +126,43 @@ inline double gather(const T* p, const Taps* t, int nd) {
     for (int d = 0; d < nd; ++d) o += t[d].off[0];
     return static_cast<double>(p[o]);
   } else {
+    double sum = 0.0;
     if (nd == 3) {
-      double acc0 = 0.0;
       for (int a = 0; a <= ORDER; ++a) {
         const T* pa = p + t[0].off[a];
-        double acc1 = 0.0;
         for (int b = 0; b <= ORDER; ++b) {
           const T* pb = pa + t[1].off[b];
-          double acc2 = 0.0;
-          for (int c = 0; c <= ORDER; ++c) acc2 += t[2].w[c] * static_cast<double>(pb[t[2].off[c]]);
-          acc1 += t[1].w[b] * acc2;
+          for (int c = 0; c <= ORDER; ++c)
+            sum += static_cast<double>(pb[t[2].off[c]]) * t[0].w[a] * t[1].w[b] * t[2].w[c];
         }
-        acc0 += t[0].w[a] * acc1;
       }
-      return acc0;
+      return sum;
     }
     if (nd == 2) {
-      double acc0 = 0.0;
       for (int a = 0; a <= ORDER; ++a) {
         const T* pa = p + t[0].off[a];
-        double acc1 = 0.0;
-        for (int b = 0; b <= ORDER; ++b) acc1 += t[1].w[b] * static_cast<double>(pa[t[1].off[b]]);
-        acc0 += t[0].w[a] * acc1;
+        for (int b = 0; b <= ORDER; ++b)
+          sum += static_cast<double>(pa[t[1].off[b]]) * t[0].w[a] * t[1].w[b];
       }
-      return acc0;
+      return sum;
     }
-    return gather_rec<T, ORDER>(p, t, 0, nd);
+    if (nd == 1) {
+      for (int a = 0; a <= ORDER; ++a) sum += static_cast<double>(p[t[0].off[a]]) * t[0].w[a];
+      return sum;
+    }
+    int f[64] = {};
+    for (;;) {
+      std::int64_t o = 0;
+      for (int d = 0; d < nd; ++d) o += t[d].off[f[d]];
+      double coeff = static_cast<double>(p[o]);
+      for (int d = 0; d < nd; ++d) coeff *= t[d].w[f[d]];
+      sum += coeff;
+      int d = nd - 1;
+      while (d >= 0 && f[d] == ORDER) f[d--] = 0;
+      if (d < 0) break;
+      ++f[d];
+    }
+    return sum;
   }
 }
 
@@ -306,7 +309,8 @@ Plan make_plan(const ArrayRef& input, const InterpOptions& o, Coefficients& coef
   p.tmode = tap_mode(o.mode);
   p.cval = o.cval;
   if (o.prefilter && o.order > 1) {
-    coeff = spline_coefficients(input, o.order, o.mode, o.cval, o.threads);
+    const double pad = o.pad_value ? *o.pad_value : cast_to_dtype(o.cval, input.dtype);
+    coeff = spline_coefficients(input, o.order, o.mode, pad, o.threads);
     p.data = coeff.data.data();
     p.dtype = DType::f64;
     p.shape = coeff.shape;

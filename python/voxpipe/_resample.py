@@ -1,0 +1,193 @@
+"""Spline interpolation with scipy.ndimage's values and signatures, on every core.
+
+``vp.map_coordinates`` and ``vp.affine_transform`` take the arguments of
+``scipy.ndimage.map_coordinates`` and ``scipy.ndimage.affine_transform`` (plus ``threads``) and
+return the same values: B-spline orders 0 to 5, the prefilter, every boundary mode, integer
+outputs rounded and clipped as scipy does. The work runs in C++ with the GIL released, over the
+input's own memory (any layout, no copy), in parallel over the output; ``affine_transform`` makes
+its coordinates row by row and never holds them all. See docs/resample.md.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from collections.abc import Iterable
+
+import numpy as np
+
+from . import _core
+from .errors import InvalidArgumentError
+
+__all__ = ["affine_transform", "map_coordinates"]
+
+
+def _threads(threads) -> int:
+    if threads is None:
+        return 0
+    n = operator.index(threads)
+    if n < 0:
+        raise InvalidArgumentError(f"threads: expected None or a count >= 0, but received {n}",
+                                   field="threads")
+    return n
+
+
+def _real_array(a, name: str) -> np.ndarray:
+    """`a` as an array the core reads in place: integer, float32 or float64, native byte order."""
+    a = np.asarray(a)
+    if a.dtype == np.bool_:
+        return a.view(np.uint8)
+    if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and a.dtype.itemsize not in (4, 8)):
+        raise InvalidArgumentError(
+            f"{name}: expected an integer, float32 or float64 array, but received {a.dtype}",
+            field=name)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def _pad_value(input, mode, cval, order, prefilter):
+    """grid-constant's prefilter padding: scipy pads with np.pad on the input's dtype, so cval
+    is cast to it there (7.5 becomes 7 in an integer input; NumPy's own errors included)."""
+    if mode != "grid-constant" or not prefilter or operator.index(order) <= 1:
+        return None
+    dtype = np.asarray(input).dtype
+    return float(np.pad(np.zeros(1, dtype), 1, mode="constant", constant_values=cval)[0])
+
+
+def _allocate(shape: tuple, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iufb" or (dtype.kind == "f" and dtype.itemsize not in (4, 8)):
+        raise InvalidArgumentError(
+            f"output: expected an integer, float32 or float64 dtype, but received {dtype}",
+            field="output")
+    nbytes = dtype.itemsize
+    for n in shape:
+        if n < 0:
+            raise InvalidArgumentError(
+                f"output_shape: expected non-negative dimensions, but received {shape}",
+                field="output_shape")
+        nbytes *= n
+    if nbytes > sys.maxsize:
+        raise InvalidArgumentError(
+            f"output_shape: {shape} of {dtype} needs {nbytes} bytes, more than any array can hold",
+            field="output_shape")
+    # Empty, not zeros: every element is written, and the threads that write them are then the
+    # first to touch the pages (docs: fresh memory is expensive).
+    return np.empty(shape, dtype=dtype)
+
+
+def _output(output, input: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(array returned to the caller, array the core writes): scipy's _get_output rules."""
+    if output is None:
+        out = _allocate(shape, input.dtype)
+    elif isinstance(output, np.ndarray):
+        if output.shape != tuple(shape):
+            raise InvalidArgumentError(
+                f"output: expected shape {tuple(shape)}, but received {output.shape}",
+                field="output")
+        out = output
+    else:
+        out = _allocate(shape, output)
+    target = out
+    if out.dtype == np.bool_:
+        raise InvalidArgumentError("output: bool outputs are not supported", field="output")
+    if not out.dtype.isnative:
+        target = np.empty(out.shape, dtype=out.dtype.newbyteorder("="))
+    return out, target
+
+
+def _finish(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+    if target is not out:
+        out[...] = target
+    return out
+
+
+def map_coordinates(input, coordinates, output=None, order=3, mode="constant", cval=0.0,
+                    prefilter=True, *, threads=None):
+    """Map the input array to new coordinates by spline interpolation (scipy's semantics).
+
+    ``coordinates[k]`` are array indices along axis k; the result has shape
+    ``coordinates.shape[1:]``. ``output`` is None (the input's dtype), a dtype, or an array to
+    fill. ``order`` 0 to 5, ``mode`` one of constant, grid-constant, nearest, reflect,
+    grid-mirror, mirror, wrap, grid-wrap. ``threads``: None for all cores.
+    """
+    pad = _pad_value(input, mode, cval, order, prefilter)
+    input = _real_array(input, "input")
+    coordinates = np.asarray(coordinates)
+    if coordinates.dtype.kind == "c":
+        raise InvalidArgumentError("coordinates: complex coordinates are not supported",
+                                   field="coordinates")
+    if coordinates.dtype not in (np.float32, np.float64) or not coordinates.dtype.isnative:
+        coordinates = coordinates.astype(np.float64)
+    if input.ndim < 1 or coordinates.ndim < 2:
+        raise InvalidArgumentError(
+            f"expected an input of at least 1 dimension and coordinates of at least 2, but "
+            f"received {input.ndim} and {coordinates.ndim}", field="coordinates")
+    if coordinates.shape[0] != input.ndim:
+        raise InvalidArgumentError(
+            f"coordinates: expected {input.ndim} rows (one per input axis), but received "
+            f"{coordinates.shape[0]}", field="coordinates")
+    out, target = _output(output, input, coordinates.shape[1:])
+    _core.resample_map_coordinates(input, coordinates, target, operator.index(order), mode,
+                                   float(cval), bool(prefilter), _threads(threads), pad)
+    return _finish(out, target)
+
+
+def _offsets(offset, rank: int) -> list[float]:
+    if isinstance(offset, str):
+        raise InvalidArgumentError("offset: expected a number or a sequence", field="offset")
+    if isinstance(offset, Iterable):
+        values = [float(v) for v in offset]
+        if len(values) != rank:
+            raise InvalidArgumentError(
+                f"offset: expected {rank} entries (the input's rank), but received "
+                f"{len(values)}", field="offset")
+        return values
+    return [float(offset)] * rank
+
+
+def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, order=3,
+                     mode="constant", cval=0.0, prefilter=True, *, threads=None):
+    """Apply an affine transformation (scipy's semantics): output[o] = input[matrix @ o + offset].
+
+    ``matrix``: (ndim, output ndim), a homogeneous (ndim + 1, ndim + 1) or (ndim, ndim + 1)
+    matrix whose last column is the offset, or a 1-D diagonal. Coordinates are generated per
+    output row on the fly, never held for the whole output.
+    """
+    pad = _pad_value(input, mode, cval, order, prefilter)
+    input = _real_array(input, "input")
+    if output_shape is None:
+        output_shape = output.shape if isinstance(output, np.ndarray) else input.shape
+    output_shape = tuple(operator.index(n) for n in output_shape)
+    if input.ndim < 1 or len(output_shape) < 1:
+        raise InvalidArgumentError("input and output rank must be > 0", field="output_shape")
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim not in (1, 2) or matrix.shape[0] < 1:
+        raise InvalidArgumentError(
+            f"matrix: expected a 1-D or 2-D matrix, but received shape {matrix.shape}",
+            field="matrix")
+    nd = input.ndim
+    if matrix.ndim == 2 and matrix.shape[1] == nd + 1 and matrix.shape[0] in (nd, nd + 1):
+        if matrix.shape[0] == nd + 1:
+            expected = [0] * nd + [1]
+            if not np.all(matrix[nd] == expected):
+                raise InvalidArgumentError(
+                    f"matrix: expected a homogeneous matrix whose bottom row is {expected}, but "
+                    f"received {matrix[nd].tolist()}", field="matrix")
+        offset = matrix[:nd, nd]
+        matrix = matrix[:nd, :nd]
+    if matrix.shape[0] != nd:
+        raise InvalidArgumentError(
+            f"matrix: expected {nd} rows (the input's rank), but received {matrix.shape[0]}",
+            field="matrix")
+    if matrix.ndim == 2 and matrix.shape[1] != len(output_shape):
+        raise InvalidArgumentError(
+            f"matrix: expected {len(output_shape)} columns (the output's rank), but received "
+            f"{matrix.shape[1]}", field="matrix")
+    offsets = _offsets(offset, nd)
+    out, target = _output(output, input, output_shape)
+    _core.resample_affine_transform(input, matrix.ravel().tolist(), matrix.ndim == 1, offsets,
+                                    target, operator.index(order), mode, float(cval),
+                                    bool(prefilter), _threads(threads), pad)
+    return _finish(out, target)
