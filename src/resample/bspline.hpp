@@ -14,8 +14,17 @@ namespace voxpipe::resample {
 // Weights of the order + 1 taps around coordinate x (order 1 to 5). The first tap is at
 // floor(x) - order / 2 for odd orders and floor(x + 0.5) - order / 2 for even ones. As in scipy,
 // the last weight is 1 minus the others, so that the weights sum to 1 up to one rounding.
+// floor(x) without the libm call (x86-64's baseline has no rounding instruction): the same
+// value, signed zeros included, by truncation for |x| < 2^62.
+inline double fast_floor(double x) {
+  if (!(std::fabs(x) < 4611686018427387904.0)) return std::floor(x);
+  const double d = static_cast<double>(static_cast<std::int64_t>(x));
+  if (d == x) return x;
+  return d > x ? d - 1.0 : d;
+}
+
 inline void spline_weights(double x, int order, double* w) {
-  x -= std::floor((order & 1) ? x : x + 0.5);  // offset from the central knot
+  x -= fast_floor((order & 1) ? x : x + 0.5);  // offset from the central knot
   double y = x, z = 1.0 - x, t;
   switch (order) {
     case 1:

@@ -81,14 +81,16 @@ template <int ORDER>
 inline bool setup_axis(double c, std::int64_t len, std::int64_t stride, InterpMode mode,
                        InterpMode tmode, Taps& t) {
   double cc = c;
-  if (mode != InterpMode::grid_constant && mode != InterpMode::nearest) {
+  // Inside the samples every mode leaves the coordinate as it is.
+  if (mode != InterpMode::grid_constant && mode != InterpMode::nearest &&
+      !(c >= 0 && c <= static_cast<double>(len - 1))) {
     cc = map_coordinate(c, len, mode);
     if (!(cc > -1.0)) return false;
   }
   t.any_cval = false;
   if (std::fabs(cc) < kMaxCoordinate) {
     const std::int64_t start =
-        static_cast<std::int64_t>(std::floor((ORDER & 1) ? cc : cc + 0.5)) - ORDER / 2;
+        static_cast<std::int64_t>(fast_floor((ORDER & 1) ? cc : cc + 0.5)) - ORDER / 2;
     for (int l = 0; l <= ORDER; ++l) {
       std::int64_t idx = start + l;
       t.cval[l] = false;
@@ -119,43 +121,25 @@ inline bool setup_axis(double c, std::int64_t len, std::int64_t stride, InterpMo
 // value times the weights of axes 0, 1, ... in turn, added to the total. Summing separably
 // would be a little faster but rounds differently, and integer outputs then differ by one
 // wherever a value lands on .5 (integer data at half-sample points does).
+// Points evaluated together: their sums are independent chains of additions, which the core
+// overlaps; one point's 64 dependent additions (cubic, 3-D) otherwise wait on each other.
+constexpr int kGroup = 4;
+
+// The taps of axis d for a point are t[d * ts] (ts = kGroup: the group layout below).
 template <typename T, int ORDER>
-inline double gather(const T* p, const Taps* t, int nd) {
+inline double gather(const T* p, const Taps* t, int ts, int nd) {
   if constexpr (ORDER == 0) {
     std::int64_t o = 0;
-    for (int d = 0; d < nd; ++d) o += t[d].off[0];
+    for (int d = 0; d < nd; ++d) o += t[d * ts].off[0];
     return static_cast<double>(p[o]);
   } else {
     double sum = 0.0;
-    if (nd == 3) {
-      for (int a = 0; a <= ORDER; ++a) {
-        const T* pa = p + t[0].off[a];
-        for (int b = 0; b <= ORDER; ++b) {
-          const T* pb = pa + t[1].off[b];
-          for (int c = 0; c <= ORDER; ++c)
-            sum += static_cast<double>(pb[t[2].off[c]]) * t[0].w[a] * t[1].w[b] * t[2].w[c];
-        }
-      }
-      return sum;
-    }
-    if (nd == 2) {
-      for (int a = 0; a <= ORDER; ++a) {
-        const T* pa = p + t[0].off[a];
-        for (int b = 0; b <= ORDER; ++b)
-          sum += static_cast<double>(pa[t[1].off[b]]) * t[0].w[a] * t[1].w[b];
-      }
-      return sum;
-    }
-    if (nd == 1) {
-      for (int a = 0; a <= ORDER; ++a) sum += static_cast<double>(p[t[0].off[a]]) * t[0].w[a];
-      return sum;
-    }
     int f[64] = {};
     for (;;) {
       std::int64_t o = 0;
-      for (int d = 0; d < nd; ++d) o += t[d].off[f[d]];
+      for (int d = 0; d < nd; ++d) o += t[d * ts].off[f[d]];
       double coeff = static_cast<double>(p[o]);
-      for (int d = 0; d < nd; ++d) coeff *= t[d].w[f[d]];
+      for (int d = 0; d < nd; ++d) coeff *= t[d * ts].w[f[d]];
       sum += coeff;
       int d = nd - 1;
       while (d >= 0 && f[d] == ORDER) f[d--] = 0;
@@ -166,21 +150,49 @@ inline double gather(const T* p, const Taps* t, int nd) {
   }
 }
 
+// kGroup points at once, 2-D or 3-D, each summed exactly as gather() sums it.
+template <typename T, int ORDER, int ND>
+inline void gather_group(const T* p, const Taps* t, double* res) {
+  constexpr int G = kGroup;
+  double sum[G] = {};
+  if constexpr (ND == 3) {
+    for (int a = 0; a <= ORDER; ++a)
+      for (int b = 0; b <= ORDER; ++b)
+        for (int c = 0; c <= ORDER; ++c)
+          for (int g = 0; g < G; ++g) {
+            const Taps& t0 = t[g];
+            const Taps& t1 = t[G + g];
+            const Taps& t2 = t[2 * G + g];
+            sum[g] += static_cast<double>(p[t0.off[a] + t1.off[b] + t2.off[c]]) * t0.w[a] *
+                      t1.w[b] * t2.w[c];
+          }
+  } else {
+    for (int a = 0; a <= ORDER; ++a)
+      for (int b = 0; b <= ORDER; ++b)
+        for (int g = 0; g < G; ++g) {
+          const Taps& t0 = t[g];
+          const Taps& t1 = t[G + g];
+          sum[g] += static_cast<double>(p[t0.off[a] + t1.off[b]]) * t0.w[a] * t1.w[b];
+        }
+  }
+  for (int g = 0; g < G; ++g) res[g] = sum[g];
+}
+
 // Tap by tap, in scipy's order, with cval for the taps beyond a grid-constant edge.
 template <typename T, int ORDER>
-double gather_with_cval(const T* p, const Taps* t, int nd, double cval) {
+double gather_with_cval(const T* p, const Taps* t, int ts, int nd, double cval) {
   int f[64] = {};
   double sum = 0.0;
   for (;;) {
     bool is_cval = false;
     std::int64_t o = 0;
     for (int d = 0; d < nd; ++d) {
-      is_cval |= t[d].cval[f[d]];
-      o += t[d].off[f[d]];
+      is_cval |= t[d * ts].cval[f[d]];
+      o += t[d * ts].off[f[d]];
     }
     double coeff = is_cval ? cval : static_cast<double>(p[o]);
     if constexpr (ORDER > 0)
-      for (int d = 0; d < nd; ++d) coeff *= t[d].w[f[d]];
+      for (int d = 0; d < nd; ++d) coeff *= t[d * ts].w[f[d]];
     sum += coeff;
     int d = nd - 1;
     while (d >= 0 && f[d] == ORDER) f[d--] = 0;
@@ -193,24 +205,42 @@ double gather_with_cval(const T* p, const Taps* t, int nd, double cval) {
 // Values at n points; coordinate of point k along axis d at coords[d * n + k].
 using EvalFn = void (*)(const Plan&, const double* coords, std::int64_t n, Taps* taps, double* out);
 
+// taps: room for nd * kGroup entries (axis d of group slot g at taps[d * kGroup + g]).
 template <typename T, int ORDER>
 void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* taps, double* out) {
   const T* base = static_cast<const T*>(plan.data);
   const int nd = plan.nd;
+  std::int64_t pending[kGroup];
+  int np = 0;
   for (std::int64_t k = 0; k < n; ++k) {
+    Taps* slot = taps + np;
     bool inside = true, any_cval = false;
     for (int d = 0; d < nd; ++d) {
       if (!setup_axis<ORDER>(coords[d * n + k] + plan.npad, plan.shape[d], plan.strides[d],
-                             plan.mode, plan.tmode, taps[d])) {
+                             plan.mode, plan.tmode, slot[d * kGroup])) {
         inside = false;
         break;
       }
-      any_cval |= taps[d].any_cval;
+      any_cval |= slot[d * kGroup].any_cval;
     }
-    if (!inside) out[k] = plan.cval;
-    else if (any_cval) out[k] = gather_with_cval<T, ORDER>(base, taps, nd, plan.cval);
-    else out[k] = gather<T, ORDER>(base, taps, nd);
+    if (!inside) {
+      out[k] = plan.cval;
+    } else if (any_cval) {
+      out[k] = gather_with_cval<T, ORDER>(base, slot, kGroup, nd, plan.cval);
+    } else if (ORDER == 0 || (nd != 2 && nd != 3)) {
+      out[k] = gather<T, ORDER>(base, slot, kGroup, nd);
+    } else {
+      pending[np++] = k;
+      if (np == kGroup) {
+        double r[kGroup];
+        if (nd == 3) gather_group<T, ORDER, 3>(base, taps, r);
+        else gather_group<T, ORDER, 2>(base, taps, r);
+        for (int g = 0; g < kGroup; ++g) out[pending[g]] = r[g];
+        np = 0;
+      }
+    }
   }
+  for (int g = 0; g < np; ++g) out[pending[g]] = gather<T, ORDER>(base, taps + g, kGroup, nd);
 }
 
 template <typename T>
@@ -358,7 +388,7 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
   core::parallel_for(tasks, threads, [&](std::size_t task) {
     std::vector<double> buf(static_cast<std::size_t>(plan.nd * kSegment));
     std::vector<double> vals(static_cast<std::size_t>(kSegment));
-    std::vector<Taps> taps(static_cast<std::size_t>(plan.nd));
+    std::vector<Taps> taps(static_cast<std::size_t>(plan.nd * kGroup));
     std::vector<std::int64_t> row_index(static_cast<std::size_t>(std::max(ond - 1, 1)));
     const std::int64_t s0 = static_cast<std::int64_t>(task) * per_task;
     const std::int64_t s1 = std::min(segments, s0 + per_task);
