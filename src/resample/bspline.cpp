@@ -1,7 +1,11 @@
 #include "resample/bspline.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <type_traits>
 
@@ -170,6 +174,8 @@ double cast_to_dtype(double v, DType t) {
   return r;
 }
 
+void Coefficients::Free::operator()(double* p) const noexcept { std::free(p); }
+
 namespace {
 
 // Lanes filtered together along an axis that is not the last: 64 lanes of 8 bytes are 512
@@ -202,7 +208,20 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
   const std::int64_t row_len = nd ? out.shape[nd - 1] : 1;
   const std::int64_t rows = row_len ? total / row_len : 0;
   if (total == 0) return out;
-  out.data.resize(static_cast<std::size_t>(total));
+  {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    std::size_t bytes = static_cast<std::size_t>(total) * sizeof(double);
+    void* p = nullptr;
+    if (bytes >= kHuge) {
+      bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+      p = std::aligned_alloc(kHuge, bytes);
+      if (p) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+    } else {
+      p = std::malloc(bytes);
+    }
+    if (!p) throw std::bad_alloc();
+    out.data.reset(static_cast<double*>(p));
+  }
 
   // 1. Copy (and pad) the input into float64, one output row per index, converted by the
   //    library's one cast kernel.
@@ -222,7 +241,7 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     const std::int64_t r0 = static_cast<std::int64_t>(task) * chunk_rows;
     const std::int64_t r1 = std::min(rows, r0 + chunk_rows);
     for (std::int64_t r = r0; r < r1; ++r) {
-      double* dst = out.data.data() + r * row_len;
+      double* dst = out.data.get() + r * row_len;
       // Source index of this row along every axis but the last; outside: cval or clamp.
       std::int64_t rest = r, src = 0;
       bool outside = false;
@@ -266,7 +285,7 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
         const std::int64_t l0 = static_cast<std::int64_t>(t) * per_task;
         const std::int64_t l1 = std::min(outer, l0 + per_task);
         for (std::int64_t l = l0; l < l1; ++l)
-          spline_filter_lines(out.data.data() + l * len, len, 1, 1, order, mode);
+          spline_filter_lines(out.data.get() + l * len, len, 1, 1, order, mode);
       });
     } else {
       const std::int64_t blocks = (inner + kLaneBlock - 1) / kLaneBlock;
@@ -275,7 +294,7 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
         const std::int64_t b = static_cast<std::int64_t>(t) % blocks;
         const std::int64_t j0 = b * kLaneBlock;
         const std::int64_t lanes = std::min(kLaneBlock, inner - j0);
-        spline_filter_lines(out.data.data() + o * len * inner + j0, len, inner, lanes, order,
+        spline_filter_lines(out.data.get() + o * len * inner + j0, len, inner, lanes, order,
                             mode);
       });
     }

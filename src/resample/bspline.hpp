@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "voxpipe/resample.hpp"
@@ -86,7 +87,13 @@ void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, st
 // samples on each side of every axis (edge values, or cval), as _prepad_for_spline_filter does;
 // then every axis is prefiltered in turn. Lines are filtered in parallel on `threads` threads.
 struct Coefficients {
-  std::vector<double> data;
+  struct Free {
+    void operator()(double* p) const noexcept;
+  };
+  // Uninitialised until filled (the tasks that fill a region touch it first), 2 MiB-aligned
+  // with transparent huge pages when large: fresh 4 KiB pages cost ~13 us each on first touch
+  // here (DESIGN.md), more than the filter itself.
+  std::unique_ptr<double[], Free> data;
   std::vector<std::int64_t> shape;    // input.shape + 2 * npad
   std::vector<std::int64_t> strides;  // C order, elements
   std::int64_t npad = 0;

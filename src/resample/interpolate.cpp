@@ -341,7 +341,7 @@ Plan make_plan(const ArrayRef& input, const InterpOptions& o, Coefficients& coef
   if (o.prefilter && o.order > 1) {
     const double pad = o.pad_value ? *o.pad_value : cast_to_dtype(o.cval, input.dtype);
     coeff = spline_coefficients(input, o.order, o.mode, pad, o.threads);
-    p.data = coeff.data.data();
+    p.data = coeff.data.get();
     p.dtype = DType::f64;
     p.shape = coeff.shape;
     p.strides = coeff.strides;
