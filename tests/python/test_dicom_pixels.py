@@ -34,10 +34,7 @@ FILES = sorted(os.fspath(p) for p in (Path(DATA_ROOT) / 'test_files').glob('**/*
                if p.is_file() and p.suffix not in ('.py', '.gz', '.bz2', '.txt', '.json', '.xml'))
 
 # pydicom decodes these; voxpipe refuses them, for the reason given.
-EXPECTED_REFUSALS = {
-    # 12-bit lossy JPEG (process 4): Debian 12's libjpeg-turbo 2.1 decodes 8-bit samples only.
-    'JPGExtended.dcm': 'UnsupportedError',
-}
+EXPECTED_REFUSALS: dict[str, str] = {}
 LOSSY_TOLERANCE: dict[str, int] = {}
 
 

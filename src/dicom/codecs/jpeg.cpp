@@ -7,7 +7,8 @@
 //   with its own matrix, so those frames are written as YCbCr and reported as YBR_FULL(_422);
 // - otherwise GDCM takes the samples as RGB as stored, whatever libjpeg would guess from the
 //   component ids or an Adobe marker: no conversion either; reported as RGB.
-// 12-bit samples need libjpeg-turbo 3's 12-bit API: Error(unsupported) here (Debian 12 has 2.1).
+// 12-bit samples need libjpeg-turbo 3's 12-bit API (Debian 12 has 2.1): those frames go to our own
+// decoder, decode_jpeg12_frame (jpeg12.cpp).
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 
 #include "dicom/codecs/codec.hpp"
 #include "dicom/codecs/codec_support.hpp"
+#include "dicom/codecs/jpeg12.hpp"
 
 namespace voxpipe::dicom {
 
@@ -134,11 +136,11 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
                                std::span<std::uint8_t> out) {
   const std::uint64_t count = codec_support::checked_sample_count(spec, out);
   const codec_support::JpegMarkerInfo info = codec_support::read_jpeg_markers(src);
+  if (info.parsed && info.precision == 12) return decode_jpeg12_frame(src, spec, out);
   if (info.parsed && info.precision != 8) {
     fail(spec, ErrorCode::unsupported,
-         "expected 8-bit JPEG samples, but the codestream has " +
-             std::to_string(info.precision) + "-bit samples" +
-             (info.precision == 12 ? " (12-bit lossy JPEG needs libjpeg-turbo 3)" : ""));
+         "expected 8 or 12-bit JPEG samples, but the codestream has " +
+             std::to_string(info.precision) + "-bit samples");
   }
   // pydicom's YBR_FULL_422 for a JFIF marker is for the Baseline syntax; the codestream's SOF0
   // is what says Baseline here (the contract does not pass the transfer syntax).

@@ -2,8 +2,8 @@
 // (grey; RGB without colour transform and component ids 0, 1, 2; YCbCr with an Adobe marker but
 // labelled RGB; JFIF YCbCr labelled RGB) and one of pydicom's test files (SC_rgb_small_odd_jpeg,
 // YBR_FULL), with the values pydicom 3's pixel_array (GDCM plugin) gives: raw YCbCr (raw=True)
-// where the outcome says YBR, the default array otherwise. Also 12-bit streams, which this
-// libjpeg-turbo does not decode, and broken or contradicting frames.
+// where the outcome says YBR, the default array otherwise, and broken or contradicting frames.
+// 12-bit streams go to the 12-bit decoder: codec_jpeg12_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -329,24 +329,6 @@ TEST(CodecJpeg, EightBitSamplesInSixteenBitWordsAreCastByValue) {
                     std::span(reinterpret_cast<std::uint8_t*>(values.data()), values.size() * 2));
   EXPECT_EQ(values, std::vector<std::uint16_t>(std::begin(kJpegGreyExpected),
                                                std::end(kJpegGreyExpected)));
-}
-
-TEST(CodecJpeg, TwelveBitSamplesAreUnsupportedWithTheReason) {
-  std::vector<std::uint8_t> twelve(std::begin(kJpegGrey), std::end(kJpegGrey));
-  bool patched = false;
-  for (std::size_t i = 2; i + 4 < twelve.size() && !patched; ++i) {
-    if (twelve[i] == 0xFF && twelve[i + 1] == 0xC0) {
-      twelve[i + 1] = 0xC1;  // Extended
-      twelve[i + 4] = 12;    // P
-      patched = true;
-    }
-  }
-  ASSERT_TRUE(patched);
-  const Error e = error_of(twelve, spec(6, 8, 1, "MONOCHROME2"));
-  EXPECT_EQ(e.code(), ErrorCode::unsupported);
-  EXPECT_NE(std::string(e.what()).find("12-bit lossy JPEG needs libjpeg-turbo 3"),
-            std::string::npos)
-      << e.what();
 }
 
 TEST(CodecJpeg, SizeOrComponentsDisagreeingWithTheDatasetIsFormat) {
