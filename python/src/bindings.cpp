@@ -21,6 +21,8 @@ using namespace voxpipe;
 void bind_dicom(nb::module_& m);
 void bind_dicom_pixels(nb::module_& m);
 void bind_resample(nb::module_& m);  // resample_bindings.cpp
+void bind_transforms(nb::module_& m);  // transform_bindings.cpp
+void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 
 namespace {
 
@@ -224,4 +226,6 @@ NB_MODULE(_core, m) {
   bind_dicom(m);
   bind_dicom_pixels(m);
   bind_resample(m);
+  bind_transforms(m);
+  bind_resample_series(m);
 }
