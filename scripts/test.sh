@@ -88,11 +88,12 @@ stage_fuzz() {
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
   local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_gzidx fuzz_dicom fuzz_dicom_rle fuzz_dicom_jpeg_lossless fuzz_dicom_jpeg fuzz_dicom_jpegls fuzz_dicom_j2k) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
-  # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each.
+  # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each, each within
+  # 5 s (some failed by taking seconds).
   for t in "${targets[@]}"; do
     inputs=(tests/fuzz/regressions/"$t"/*)
     [ -e "${inputs[0]}" ] || continue
-    if "build/fuzz/tests/$t" "${inputs[@]}" >"build/fuzz/logs/$t.regressions.log" 2>&1; then
+    if "build/fuzz/tests/$t" -timeout=5 "${inputs[@]}" >"build/fuzz/logs/$t.regressions.log" 2>&1; then
       echo "$t: ${#inputs[@]} regression inputs ok"
     else
       failed=1

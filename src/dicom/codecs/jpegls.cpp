@@ -24,6 +24,21 @@ struct DecoderDeleter {
   void operator()(charls_jpegls_decoder* d) const noexcept { charls_jpegls_decoder_destroy(d); }
 };
 
+// CharLS 2.4 stops at once when a scan's data runs into a marker too early, but not when it runs
+// into the end of the buffer: there its count of valid bits goes negative and it reads zero bits
+// about 2^32 times (seconds per frame) before failing (upstream issue 334, not in Debian's
+// 2.4.1). So a stream whose last marker is not EOI is decoded from a copy that ends with one;
+// streams from any encoder end with EOI and are passed as they are. A stream that decodes only
+// with the added EOI is still refused, as CharLS refuses it.
+bool last_marker_is_eoi(std::span<const std::uint8_t> src) {
+  for (std::size_t i = src.size(); i-- > 0;) {
+    if (src[i] != 0xFF) continue;
+    if (i + 1 == src.size()) return true;  // a trailing 0xFF is a marker to CharLS
+    if (src[i + 1] & 0x80) return src[i + 1] == 0xD9;
+  }
+  return false;
+}
+
 void check(const FrameSpec& spec, charls_jpegls_errc errc, const char* step) {
   if (errc == charls_jpegls_errc{}) return;
   fail(spec, ErrorCode::corrupt,
@@ -36,6 +51,15 @@ FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameS
                                  std::span<std::uint8_t> out) {
   const std::uint64_t count = codec_support::checked_sample_count(spec, out);
   const codec_support::JpegMarkerInfo info = codec_support::read_jpeg_markers(src);
+
+  std::vector<std::uint8_t> terminated;
+  if (!last_marker_is_eoi(src)) {
+    terminated.reserve(src.size() + 2);
+    terminated.assign(src.begin(), src.end());
+    terminated.push_back(0xFF);
+    terminated.push_back(0xD9);
+    src = terminated;
+  }
 
   std::unique_ptr<charls_jpegls_decoder, DecoderDeleter> decoder(charls_jpegls_decoder_create());
   if (!decoder) fail(spec, ErrorCode::limit, "JPEG-LS: cannot create a decoder (out of memory)");
@@ -85,6 +109,7 @@ FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameS
     dest = buffer.data();
   }
   check(spec, charls_jpegls_decoder_decode_to_buffer(decoder.get(), dest, size, 0), "decode");
+  if (!terminated.empty()) fail(spec, ErrorCode::corrupt, "JPEG-LS: the frame has no EOI marker");
 
   FrameOutcome outcome;
   outcome.photometric = codec_support::conform_jpeg_photometric(info, spec, false);

@@ -188,6 +188,25 @@ TEST(CodecJpegLs, GarbageIsCorrupt) {
   EXPECT_EQ(error_of(noisy, spec(5, 7, 1, 8, 8, false)), ErrorCode::corrupt);
 }
 
+TEST(CodecJpegLs, ScanDataEndingWithoutAMarkerIsCorrupt) {
+  // Found by fuzz_dicom_jpegls: the scan data runs out at the end of the buffer, where CharLS
+  // 2.4.1 alone spins for seconds (tests/fuzz/regressions/fuzz_dicom_jpegls holds it too, run
+  // with a timeout); the decoder gives it an EOI marker to stop at.
+  constexpr std::uint8_t kRunsOut[] = {
+      0xff, 0xd8, 0xff, 0xf7, 0x00, 0x0b, 0x08, 0x00, 0x06, 0x00, 0x08, 0x01, 0x01, 0x11, 0x00,
+      0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+      0xed, 0x2f, 0xef, 0xfe, 0x80, 0x00, 0x04, 0x32, 0x39, 0x36, 0x31, 0x76, 0xda, 0x00, 0x08,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x49, 0x05, 0x92, 0xbc,
+      0x00, 0x00, 0x09, 0x55, 0x5c, 0x55, 0x55, 0xa0, 0xff, 0x1f, 0x8b, 0x08, 0xd9, 0x00,
+  };
+  EXPECT_EQ(error_of(kRunsOut, spec(6, 8, 1, 16, 16, false)), ErrorCode::corrupt);
+  // A whole frame but for its EOI decodes only with one, and is refused as CharLS refuses it.
+  const std::span<const std::uint8_t> all(kJlsNear8);
+  ASSERT_EQ(all[all.size() - 3], 0xff);  // FF D9, then a pad byte
+  ASSERT_EQ(all[all.size() - 2], 0xd9);
+  EXPECT_EQ(error_of(all.first(all.size() - 3), spec(5, 7, 1, 8, 8, false)), ErrorCode::corrupt);
+}
+
 TEST(CodecJpegLs, AnOutputOfTheWrongSizeIsRefused) {
   std::vector<std::uint8_t> out(34);
   EXPECT_THROW(decode_jpegls_frame(kJlsNear8, spec(5, 7, 1, 8, 8, false), out), Error);
