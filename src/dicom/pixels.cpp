@@ -17,6 +17,7 @@
 #include "core/file.hpp"
 #include "core/thread_pool.hpp"
 #include "dicom/codecs/codec.hpp"
+#include "dicom/modality.hpp"
 #include "dicom/reader.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/error.hpp"
@@ -26,6 +27,9 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace voxpipe {
 namespace {
+
+using dicom::apply_modality;
+using dicom::Modality;
 
 constexpr DicomTag kSamplesPerPixel = 0x00280002, kPhotometric = 0x00280004,
                    kPlanarConfiguration = 0x00280006, kNumberOfFrames = 0x00280008,
@@ -239,13 +243,6 @@ void native_to_values(const std::uint8_t* stored, std::size_t stored_length,
 
 // ---- the modality transform (pydicom's apply_modality_lut) ----------------------------------
 
-struct Modality {
-  enum class Kind { none, rescale, lut } kind = Kind::none;
-  double slope = 1, intercept = 0;
-  std::int64_t first_map = 0;
-  std::vector<std::uint16_t> lut;
-};
-
 Modality read_modality(const DicomFile& file, const Source& source) {
   Modality m;
   const DicomDataset& ds = file.dataset;
@@ -297,72 +294,14 @@ Modality read_modality(const DicomFile& file, const Source& source) {
   return m;
 }
 
-template <typename In, typename Out>
-void apply_modality_typed(const In* in, Out* out, std::size_t n, const Modality& m) {
-  switch (m.kind) {
-    case Modality::Kind::none:
-      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Out>(in[i]);
-      break;
-    case Modality::Kind::rescale:
-      // float64 as pydicom (arr.astype(float64) * slope, then + intercept), two roundings:
-      // the baseline x86-64 build has no FMA to contract them.
-      for (std::size_t i = 0; i < n; ++i) {
-        const double scaled = static_cast<double>(in[i]) * m.slope;
-        out[i] = static_cast<Out>(scaled + m.intercept);
-      }
-      break;
-    case Modality::Kind::lut: {
-      const std::int64_t last = static_cast<std::int64_t>(m.lut.size()) - 1;
-      for (std::size_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(in[i]);
-        std::int64_t idx = 0;
-        if (v >= static_cast<double>(m.first_map))
-          idx = static_cast<std::int64_t>(in[i]) - m.first_map;
-        idx = std::clamp<std::int64_t>(idx, 0, last);
-        out[i] = static_cast<Out>(m.lut[static_cast<std::size_t>(idx)]);
-      }
-      break;
-    }
-  }
-}
-
-template <typename Out>
-void apply_modality(const std::uint8_t* in, DType in_type, Out* out, std::size_t n,
-                    const Modality& m) {
-  switch (in_type) {
-    case DType::u8: apply_modality_typed(in, out, n, m); break;
-    case DType::i8: apply_modality_typed(reinterpret_cast<const std::int8_t*>(in), out, n, m); break;
-    case DType::u16: apply_modality_typed(reinterpret_cast<const std::uint16_t*>(in), out, n, m); break;
-    case DType::i16: apply_modality_typed(reinterpret_cast<const std::int16_t*>(in), out, n, m); break;
-    case DType::u32: apply_modality_typed(reinterpret_cast<const std::uint32_t*>(in), out, n, m); break;
-    case DType::i32: apply_modality_typed(reinterpret_cast<const std::int32_t*>(in), out, n, m); break;
-    case DType::u64: apply_modality_typed(reinterpret_cast<const std::uint64_t*>(in), out, n, m); break;
-    case DType::i64: apply_modality_typed(reinterpret_cast<const std::int64_t*>(in), out, n, m); break;
-    case DType::f32: apply_modality_typed(reinterpret_cast<const float*>(in), out, n, m); break;
-    case DType::f64: apply_modality_typed(reinterpret_cast<const double*>(in), out, n, m); break;
-    default: break;
-  }
-}
-
 // Writes one decoded frame (`values`, in info.dtype) to its place in the output.
 void emit_frame(const std::uint8_t* values, std::uint8_t* dst, const DicomPixelInfo& info,
                 const DicomDecodeOptions& options, const Modality& modality) {
   const std::size_t n = std::size_t(info.rows) * info.columns * info.samples_per_pixel;
   if (!options.modality) {
     if (values != dst) std::memcpy(dst, values, info.frame_bytes);
-  } else if (*options.modality == DType::f64) {
-    apply_modality(values, info.dtype, reinterpret_cast<double*>(dst), n, modality);
   } else {
-    // float32: the float64 result rounded, as pydicom's array .astype(float32), in pieces that
-    // stay in cache.
-    double wide[2048];
-    const std::size_t in_size = dtype_size(info.dtype);
-    float* o = reinterpret_cast<float*>(dst);
-    for (std::size_t at = 0; at < n; at += 2048) {
-      const std::size_t m = std::min<std::size_t>(2048, n - at);
-      apply_modality(values + at * in_size, info.dtype, wide, m, modality);
-      for (std::size_t i = 0; i < m; ++i) o[at + i] = static_cast<float>(wide[i]);
-    }
+    apply_modality(values, info.dtype, dst, *options.modality, n, modality);
   }
 }
 

@@ -15,12 +15,16 @@
 #include <sstream>
 #include <tuple>
 
+#include "dicom/modality.hpp"
 #include "core/file.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe {
 namespace {
+
+using dicom::apply_modality;
+using dicom::Modality;
 
 namespace fs = std::filesystem;
 
@@ -525,32 +529,6 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
   return s;
 }
 
-template <typename T, typename Out>
-void rescale(const T* in, Out* out, std::size_t n, double slope, double intercept) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const double scaled = static_cast<double>(in[i]) * slope;
-    out[i] = static_cast<Out>(scaled + intercept);
-  }
-}
-
-template <typename Out>
-void rescale_from(DType t, const std::uint8_t* in, Out* out, std::size_t n, double slope,
-                  double intercept) {
-  switch (t) {
-    case DType::u8: rescale(in, out, n, slope, intercept); break;
-    case DType::i8: rescale(reinterpret_cast<const std::int8_t*>(in), out, n, slope, intercept); break;
-    case DType::u16: rescale(reinterpret_cast<const std::uint16_t*>(in), out, n, slope, intercept); break;
-    case DType::i16: rescale(reinterpret_cast<const std::int16_t*>(in), out, n, slope, intercept); break;
-    case DType::u32: rescale(reinterpret_cast<const std::uint32_t*>(in), out, n, slope, intercept); break;
-    case DType::i32: rescale(reinterpret_cast<const std::int32_t*>(in), out, n, slope, intercept); break;
-    case DType::u64: rescale(reinterpret_cast<const std::uint64_t*>(in), out, n, slope, intercept); break;
-    case DType::i64: rescale(reinterpret_cast<const std::int64_t*>(in), out, n, slope, intercept); break;
-    case DType::f32: rescale(reinterpret_cast<const float*>(in), out, n, slope, intercept); break;
-    case DType::f64: rescale(reinterpret_cast<const double*>(in), out, n, slope, intercept); break;
-    default: break;
-  }
-}
-
 }  // namespace
 
 std::vector<std::uint64_t> DicomSeries::shape() const {
@@ -693,19 +671,12 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
     const DType in = im.pixel->dtype;
     if (out_type == in) {
       std::memcpy(dst, values, count * dtype_size(in));
-    } else if (out_type == DType::f64) {
-      rescale_from(in, values, reinterpret_cast<double*>(dst), count, im.slope, im.intercept);
     } else {
-      // float32: each value computed in float64 and rounded once (as get_fdata(float32)), in
-      // pieces that stay in cache.
-      double wide[2048];
-      const std::size_t in_size = dtype_size(in);
-      float* o = reinterpret_cast<float*>(dst);
-      for (std::size_t at = 0; at < count; at += 2048) {
-        const std::size_t n = std::min<std::size_t>(2048, count - at);
-        rescale_from(in, values + at * in_size, wide, n, im.slope, im.intercept);
-        for (std::size_t i = 0; i < n; ++i) o[at + i] = static_cast<float>(wide[i]);
-      }
+      Modality rescale;
+      rescale.kind = Modality::Kind::rescale;
+      rescale.slope = im.slope;
+      rescale.intercept = im.intercept;
+      apply_modality(values, in, dst, out_type, count, rescale);
     }
   };
   core::parallel_for(jobs.size(), threads, [&](std::size_t j) {
