@@ -1,0 +1,734 @@
+// Readers of transform files: ITK text, FSL FLIRT/MCFLIRT matrices, plain RAS matrices, lists and
+// folders of those, and ITK/RAS displacement-field NIfTI files. Every matrix is converted to
+// nitransforms' convention (reference-space RAS mm -> moving-space RAS mm) with nitransforms'
+// arithmetic, so that it equals nitransforms' `.matrix` of the same file.
+#include "resample/transform_io.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "core/file.hpp"
+#include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe::resample {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Lines, tokens, numbers
+
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Calls fn(line, number) for every line (numbered from 1), trimmed; stops when fn returns false.
+template <typename Fn>
+void for_each_line(std::string_view text, Fn&& fn) {
+  std::size_t number = 0;
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    ++number;
+    if (!fn(trim(line), number)) return;
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+}
+
+// A piece of the file for an error message: at most 40 characters, control and non-ASCII bytes
+// shown as '?', so that a binary file makes a readable one-line message.
+std::string quote(std::string_view s) {
+  constexpr std::size_t kMax = 40;
+  std::string out = "'";
+  for (std::size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    out += (c < 0x20 || c >= 0x7f) ? '?' : static_cast<char>(c);
+  }
+  if (s.size() > kMax) out += "...";
+  return out + "'";
+}
+
+std::string line_field(std::size_t line, std::string_view what = {}) {
+  std::string f = "line " + std::to_string(line);
+  if (!what.empty()) f += ": " + std::string(what);
+  return f;
+}
+
+[[noreturn]] void fail(const std::string& path, std::size_t line, std::string_view what,
+                       std::string detail, ErrorCode code = ErrorCode::format) {
+  throw Error(code, path, line_field(line, what), std::move(detail));
+}
+
+// A finite double, exactly as written (std::from_chars: correctly rounded, locale independent).
+// A leading '+' is accepted, as Python's float() (nitransforms' parser) accepts it.
+bool parse_double(std::string_view token, double& out) {
+  if (!token.empty() && token.front() == '+') {
+    token.remove_prefix(1);
+    if (token.empty() || token.front() == '+' || token.front() == '-') return false;
+  }
+  const char* end = token.data() + token.size();
+  const auto [ptr, ec] = std::from_chars(token.data(), end, out, std::chars_format::general);
+  return ec == std::errc() && ptr == end && std::isfinite(out);
+}
+
+// The numbers of one line. At most `keep` values are stored: every transform this file reads
+// has at most 12 parameters, so a hostile line of millions of numbers costs no memory.
+struct Numbers {
+  static constexpr std::size_t keep = 16;
+  std::array<double, keep> values{};
+  std::size_t count = 0;
+};
+
+// Splits `s` at blanks (and, with commas, at commas: "1, 0, 0, 0"), parsing each token.
+Numbers parse_numbers(std::string_view s, bool commas, const std::string& path,
+                      std::size_t line, std::string_view what) {
+  Numbers n;
+  std::size_t i = 0;
+  bool after_comma = false;
+  while (true) {
+    while (i < s.size() && is_blank(s[i])) ++i;
+    if (i == s.size()) break;
+    if (commas && s[i] == ',') {
+      if (n.count == 0 || after_comma)
+        fail(path, line, what, "expected a number before ',', but found none");
+      after_comma = true;
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < s.size() && !is_blank(s[j]) && !(commas && s[j] == ',')) ++j;
+    const std::string_view token = s.substr(i, j - i);
+    double v = 0;
+    if (!parse_double(token, v))
+      fail(path, line, what,
+           "expected a finite number, but found " + quote(token) + " (value " +
+               std::to_string(n.count + 1) + ")");
+    if (n.count < Numbers::keep) n.values[n.count] = v;
+    ++n.count;
+    after_comma = false;
+    i = j;
+  }
+  if (after_comma) fail(path, line, what, "expected a number after ',', but found none");
+  return n;
+}
+
+bool starts_with_number(std::string_view s) {
+  if (s.empty()) return false;
+  const char c = s.front();
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.';
+}
+
+constexpr std::string_view kItkHeader = "#Insight Transform File V1.0";
+
+// ---------------------------------------------------------------------------------------------
+// 4x4 arithmetic
+
+Matrix4 diag4(double a, double b, double c, double d) {
+  return {a, 0, 0, 0, 0, b, 0, 0, 0, 0, c, 0, 0, 0, 0, d};
+}
+
+// LU factorisation with partial pivoting (the row with the largest magnitude, first on ties, as
+// LAPACK's getrf); returns false when a pivot is exactly zero. `perm_sign` gets the permutation's
+// sign.
+bool lu4(Matrix4& a, std::array<int, 4>& piv, double& perm_sign) {
+  perm_sign = 1;
+  for (int k = 0; k < 4; ++k) {
+    int p = k;
+    for (int i = k + 1; i < 4; ++i)
+      if (std::fabs(a[i * 4 + k]) > std::fabs(a[p * 4 + k])) p = i;
+    piv[k] = p;
+    if (a[p * 4 + k] == 0.0) return false;
+    if (p != k) {
+      for (int j = 0; j < 4; ++j) std::swap(a[k * 4 + j], a[p * 4 + j]);
+      perm_sign = -perm_sign;
+    }
+    for (int i = k + 1; i < 4; ++i) {
+      const double l = a[i * 4 + k] / a[k * 4 + k];
+      a[i * 4 + k] = l;
+      for (int j = k + 1; j < 4; ++j) a[i * 4 + j] -= l * a[k * 4 + j];
+    }
+  }
+  return true;
+}
+
+double det4(const Matrix4& m) {
+  Matrix4 a = m;
+  std::array<int, 4> piv{};
+  double sign = 1;
+  if (!lu4(a, piv, sign)) return 0.0;
+  double d = sign;
+  for (int k = 0; k < 4; ++k) d *= a[k * 4 + k];
+  return d;
+}
+
+// nitransforms' _fsl_aff_adapt: FSL's scaled-voxel space of a grid. `swp` flips x (about the
+// grid's far edge) when the affine's determinant is positive (neurological storage order), `spc`
+// scales voxels to millimetres.
+void fsl_adapt(const Grid& g, Matrix4& swp, Matrix4& spc) {
+  std::array<double, 3> zooms{};
+  for (int j = 0; j < 3; ++j) {
+    const double a = g.affine[0 * 4 + j], b = g.affine[1 * 4 + j], c = g.affine[2 * 4 + j];
+    zooms[j] = std::sqrt(a * a + b * b + c * c);  // nibabel's voxel_sizes, summed in this order
+  }
+  swp = kIdentity4;
+  if (det4(g.affine) > 0) {
+    swp[0] = -1.0;
+    swp[3] = static_cast<double>(g.shape[0] - 1) * zooms[0];
+  }
+  spc = diag4(zooms[0], zooms[1], zooms[2], 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// ITK text
+
+struct ItkRecord {
+  std::string_view type;
+  std::size_t type_line = 0;
+  bool has_parameters = false, has_fixed = false;
+  Numbers parameters, fixed;
+  std::size_t parameters_line = 0, fixed_line = 0;
+};
+
+// What a transform type reads: how many parameters and fixed parameters.
+struct ItkType {
+  std::string_view name;
+  std::size_t parameters;
+  std::size_t fixed_min, fixed_max;
+};
+
+// CompositeTransform is a container: its block has no parameters and the transforms it holds
+// follow as their own blocks.
+constexpr std::array<ItkType, 7> kItkTypes{{
+    {"AffineTransform", 12, 3, 3},
+    {"MatrixOffsetTransformBase", 12, 3, 3},
+    {"Euler3DTransform", 6, 3, 4},  // ITK 5 writes a 4th fixed value: ComputeZYX
+    {"VersorRigid3DTransform", 6, 3, 3},
+    {"TranslationTransform", 3, 0, 0},
+    {"IdentityTransform", 0, 0, 0},
+    {"CompositeTransform", 0, 0, 0},
+}};
+
+// ITK's 3x3 rotation of Euler3DTransform::ComputeMatrix: Rz Rx Ry, or Rz Ry Rx with ComputeZYX.
+std::array<double, 9> euler_matrix(double ax, double ay, double az, bool zyx) {
+  const double cx = std::cos(ax), sx = std::sin(ax), cy = std::cos(ay), sy = std::sin(ay),
+               cz = std::cos(az), sz = std::sin(az);
+  const std::array<double, 9> rx{1, 0, 0, 0, cx, -sx, 0, sx, cx};
+  const std::array<double, 9> ry{cy, 0, sy, 0, 1, 0, -sy, 0, cy};
+  const std::array<double, 9> rz{cz, -sz, 0, sz, cz, 0, 0, 0, 1};
+  const auto mul = [](const std::array<double, 9>& a, const std::array<double, 9>& b) {
+    std::array<double, 9> r{};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        r[i * 3 + j] = a[i * 3] * b[j] + a[i * 3 + 1] * b[3 + j] + a[i * 3 + 2] * b[6 + j];
+    return r;
+  };
+  return zyx ? mul(mul(rz, ry), rx) : mul(mul(rz, rx), ry);
+}
+
+// ITK's VersorRigid3DTransform::SetParameters and Versor::GetMatrix: the vector part of a unit
+// quaternion (renormalised when its norm reaches 1, as ITK does), w = sqrt(1 - |v|^2).
+std::array<double, 9> versor_matrix(double x, double y, double z) {
+  double norm = std::sqrt(x * x + y * y + z * z);
+  constexpr double kEpsilon = 1e-10;
+  if (norm >= 1.0 - kEpsilon) {
+    const double d = norm + kEpsilon * norm;
+    x /= d, y /= d, z /= d;
+    norm = std::sqrt(x * x + y * y + z * z);
+  }
+  const double w = std::sqrt(1.0 - norm * norm);
+  const double xx = x * x, yy = y * y, zz = z * z, xy = x * y, xz = x * z, xw = x * w,
+               yz = y * z, yw = y * w, zw = z * w;
+  return {1.0 - 2.0 * (yy + zz), 2.0 * (xy - zw),       2.0 * (xz + yw),
+          2.0 * (xy + zw),       1.0 - 2.0 * (xx + zz), 2.0 * (yz - xw),
+          2.0 * (xz - yw),       2.0 * (yz + xw),       1.0 - 2.0 * (xx + yy)};
+}
+
+// One block to RAS; false for a CompositeTransform header block (nothing to return).
+bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4& out) {
+  std::string_view base = r.type;
+  bool single = false;
+  if (base.ends_with("_double_3_3")) {
+    base.remove_suffix(11);
+  } else if (base.ends_with("_float_3_3")) {
+    base.remove_suffix(10);
+    single = true;
+  } else {
+    fail(path, r.type_line, "Transform",
+         "expected a 3-D transform type (NAME_double_3_3 or NAME_float_3_3), but found " +
+             quote(r.type),
+         ErrorCode::unsupported);
+  }
+  const ItkType* type = nullptr;
+  for (const auto& t : kItkTypes)
+    if (t.name == base) type = &t;
+  if (!type)
+    fail(path, r.type_line, "Transform",
+         "expected AffineTransform, MatrixOffsetTransformBase, Euler3DTransform, "
+         "VersorRigid3DTransform, TranslationTransform, IdentityTransform or CompositeTransform, "
+         "but found " + quote(r.type),
+         ErrorCode::unsupported);
+
+  const std::size_t np = r.has_parameters ? r.parameters.count : 0;
+  const std::size_t nf = r.has_fixed ? r.fixed.count : 0;
+  if (!r.has_parameters && type->parameters > 0)
+    fail(path, r.type_line, "Parameters",
+         "expected a Parameters line for " + std::string(r.type) + ", but found none");
+  if (np != type->parameters)
+    fail(path, r.parameters_line, "Parameters",
+         "expected " + std::to_string(type->parameters) + " values for " + std::string(r.type) +
+             ", but found " + std::to_string(np));
+  if (!r.has_fixed && type->fixed_min > 0)
+    fail(path, r.type_line, "FixedParameters",
+         "expected a FixedParameters line for " + std::string(r.type) + ", but found none");
+  if (nf < type->fixed_min || nf > type->fixed_max)
+    fail(path, r.fixed_line, "FixedParameters",
+         "expected " + std::to_string(type->fixed_min) +
+             (type->fixed_max > type->fixed_min ? " or " + std::to_string(type->fixed_max) : "") +
+             " values for " + std::string(r.type) + ", but found " + std::to_string(nf));
+  if (type->name == "CompositeTransform") {
+    if (!first)
+      fail(path, r.type_line, "Transform",
+           "expected a CompositeTransform only as the first transform, but found it later",
+           ErrorCode::unsupported);
+    return false;
+  }
+
+  // A _float_ transform holds float32 values: ITK stores them so, and nitransforms reads every
+  // ITK file into float32 (io/itk.py), so rounding here makes the files nitransforms writes
+  // (AffineTransform_float_3_3) read equal to its matrices. _double_ files keep every digit.
+  std::array<double, Numbers::keep> p = r.parameters.values, c{};
+  for (std::size_t i = 0; i < std::min<std::size_t>(nf, 3); ++i) c[i] = r.fixed.values[i];
+  if (single) {
+    for (auto& v : p) v = static_cast<double>(static_cast<float>(v));
+    for (auto& v : c) v = static_cast<double>(static_cast<float>(v));
+  }
+
+  std::array<double, 9> m{1, 0, 0, 0, 1, 0, 0, 0, 1};
+  std::array<double, 3> t{};
+  if (type->parameters == 12) {
+    std::copy_n(p.begin(), 9, m.begin());
+    std::copy_n(p.begin() + 9, 3, t.begin());
+  } else if (type->name == "Euler3DTransform") {
+    m = euler_matrix(p[0], p[1], p[2], nf == 4 && r.fixed.values[3] != 0.0);
+    std::copy_n(p.begin() + 3, 3, t.begin());
+  } else if (type->name == "VersorRigid3DTransform") {
+    m = versor_matrix(p[0], p[1], p[2]);
+    std::copy_n(p.begin() + 3, 3, t.begin());
+  } else if (type->name == "TranslationTransform") {
+    std::copy_n(p.begin(), 3, t.begin());
+  }
+
+  // nitransforms' ITKLinearTransform.to_ras, product for product:
+  // LPS @ (C+ @ (P @ (C- @ LPS))), which is the offset t + c - M c (ITK's
+  // MatrixOffsetTransformBase::ComputeOffset) flipped from LPS to RAS.
+  const Matrix4 params{m[0], m[1], m[2], t[0], m[3], m[4], m[5], t[1],
+                       m[6], m[7], m[8], t[2], 0,    0,    0,    1};
+  const Matrix4 c_pos{1, 0, 0, c[0], 0, 1, 0, c[1], 0, 0, 1, c[2], 0, 0, 0, 1};
+  const Matrix4 c_neg{1, 0, 0, -c[0], 0, 1, 0, -c[1], 0, 0, 1, -c[2], 0, 0, 0, 1};
+  const Matrix4 lps = diag4(-1, -1, 1, 1);
+  out = matmul4(lps, matmul4(c_pos, matmul4(params, matmul4(c_neg, lps))));
+  return true;
+}
+
+// "Parameters: ..." -> ("Parameters", "..."); false when the line has no ':'.
+bool split_key(std::string_view line, std::string_view& key, std::string_view& value) {
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return false;
+  key = trim(line.substr(0, colon));
+  value = trim(line.substr(colon + 1));
+  return true;
+}
+
+bool is_fsl_name(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return lower.ends_with(".mat") || name.starts_with("MAT_");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Matrix4 matmul4(const Matrix4& a, const Matrix4& b) {
+  Matrix4 r{};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      double s = 0;
+      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
+      r[i * 4 + j] = s;
+    }
+  return r;
+}
+
+Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& field) {
+  Matrix4 a = m;
+  std::array<int, 4> piv{};
+  double sign = 1;
+  if (!lu4(a, piv, sign))
+    throw Error(ErrorCode::format, path, field, "expected an invertible matrix, but it is singular");
+  // Solve A X = I column by column with the factors (getrs), which is what NumPy's inv does.
+  Matrix4 x{};
+  for (int col = 0; col < 4; ++col) {
+    std::array<double, 4> b{};
+    b[col] = 1.0;
+    for (int k = 0; k < 4; ++k) std::swap(b[k], b[piv[k]]);
+    for (int i = 1; i < 4; ++i)
+      for (int k = 0; k < i; ++k) b[i] -= a[i * 4 + k] * b[k];
+    for (int i = 3; i >= 0; --i) {
+      for (int k = i + 1; k < 4; ++k) b[i] -= a[i * 4 + k] * b[k];
+      b[i] /= a[i * 4 + i];
+    }
+    for (int i = 0; i < 4; ++i) x[i * 4 + col] = b[i];
+  }
+  for (double v : x)
+    if (!std::isfinite(v))
+      throw Error(ErrorCode::format, path, field,
+                  "expected an invertible matrix, but its inverse overflows");
+  return x;
+}
+
+TransformText classify_transform_text(std::string_view text) {
+  TransformText kind = TransformText::list;
+  bool decided = false;
+  for_each_line(text, [&](std::string_view line, std::size_t) {
+    if (line.empty()) return true;
+    if (line.starts_with("#Insight Transform File")) {
+      kind = TransformText::itk;
+      decided = true;
+      return false;
+    }
+    if (line.front() == '#') return true;
+    kind = starts_with_number(line) ? TransformText::numbers : TransformText::list;
+    decided = true;
+    return false;
+  });
+  // Nothing but comments: "numbers", so that the matrix parser says no rows were found.
+  return decided ? kind : TransformText::numbers;
+}
+
+std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& path) {
+  std::vector<Matrix4> out;
+  ItkRecord current;
+  bool header = false, have = false, first = true;
+  std::size_t last_line = 0;
+  const auto finish = [&] {
+    Matrix4 m;
+    if (finish_itk(current, path, first, m)) out.push_back(m);
+    first = false;
+    current = ItkRecord{};
+    have = false;
+  };
+  for_each_line(text, [&](std::string_view line, std::size_t number) {
+    last_line = number;
+    if (line.empty()) return true;
+    if (!header) {
+      // ITK's reader and nitransforms both demand the banner on the first line.
+      if (line != kItkHeader && !line.starts_with(std::string(kItkHeader) + " "))
+        fail(path, number, "header",
+             "expected '" + std::string(kItkHeader) + "', but found " + quote(line));
+      header = true;
+      return true;
+    }
+    if (line.front() == '#') return true;  // "#Transform N" and comments: blocks start at keys
+    std::string_view key, value;
+    if (!split_key(line, key, value))
+      fail(path, number, "", "expected 'Key: values', but found " + quote(line));
+    if (key == "Transform") {
+      if (have) finish();
+      if (value.empty()) fail(path, number, "Transform", "expected a transform type, but found none");
+      current.type = value;
+      current.type_line = number;
+      have = true;
+    } else if (key == "Parameters" || key == "FixedParameters") {
+      const bool fixed = key == "FixedParameters";
+      if (!have)
+        fail(path, number, key,
+             "expected a 'Transform:' line before " + std::string(key) + ", but found none");
+      if (fixed ? current.has_fixed : current.has_parameters)
+        fail(path, number, key, "expected one " + std::string(key) + " line, but found another");
+      (fixed ? current.fixed : current.parameters) =
+          parse_numbers(value, false, path, number, key);
+      (fixed ? current.has_fixed : current.has_parameters) = true;
+      (fixed ? current.fixed_line : current.parameters_line) = number;
+    } else {
+      fail(path, number, "",
+           "expected Transform, Parameters or FixedParameters, but found " + quote(key));
+    }
+    return true;
+  });
+  if (!header) fail(path, 1, "header", "expected '" + std::string(kItkHeader) + "', but found none");
+  if (have) finish();
+  if (out.empty())
+    fail(path, std::max<std::size_t>(last_line, 1), "",
+         "expected at least one linear transform, but found none");
+  return out;
+}
+
+Matrix4 parse_matrix_text(std::string_view text, const std::string& path, bool allow_3x4) {
+  Matrix4 m = kIdentity4;
+  std::size_t rows = 0, last_line = 0, last_row_line = 0;
+  for_each_line(text, [&](std::string_view line, std::size_t number) {
+    last_line = number;
+    const std::size_t hash = line.find('#');
+    if (hash != std::string_view::npos) line = trim(line.substr(0, hash));
+    if (line.empty()) return true;
+    const std::string row_name = "row " + std::to_string(rows + 1);
+    if (rows == 4)
+      fail(path, number, row_name, "expected 4 rows of 4 numbers, but found more rows");
+    const Numbers n = parse_numbers(line, true, path, number, row_name);
+    if (n.count != 4)
+      fail(path, number, row_name,
+           "expected 4 numbers, but found " + std::to_string(n.count));
+    std::copy_n(n.values.begin(), 4, m.begin() + static_cast<std::ptrdiff_t>(rows * 4));
+    ++rows;
+    last_row_line = number;
+    return true;
+  });
+  if (rows == 3 && allow_3x4) return m;  // the implicit 0 0 0 1 is kIdentity4's last row
+  if (rows != 4)
+    fail(path, std::max<std::size_t>(last_line, 1), "",
+         std::string("expected 4 rows of 4 numbers") + (allow_3x4 ? " (or 3)" : "") +
+             ", but found " + std::to_string(rows));
+  // An affine's last row; anything else is not a transform this reader can apply.
+  constexpr double kTolerance = 1e-12;
+  if (std::fabs(m[12]) > kTolerance || std::fabs(m[13]) > kTolerance ||
+      std::fabs(m[14]) > kTolerance || std::fabs(m[15] - 1.0) > kTolerance)
+    fail(path, last_row_line, "row 4", "expected 0 0 0 1 (within 1e-12), but found other values");
+  return m;
+}
+
+Matrix4 fsl_to_ras(const Matrix4& fsl, const Grid& reference, const Grid& moving,
+                   const std::string& path) {
+  Matrix4 ref_swp, ref_spc, mov_swp, mov_spc;
+  fsl_adapt(reference, ref_swp, ref_spc);
+  fsl_adapt(moving, mov_swp, mov_spc);
+  // io/fsl.py, in its order of operations:
+  //   pre  = refswp @ refspc @ inv(reference.affine)
+  //   post = moving.affine @ inv(movswp @ movspc)
+  //   ras  = post @ swapaxes(inv(mat.T)) @ pre       (swapaxes(inv(P.T)) == inv(P))
+  const Matrix4 pre = matmul4(matmul4(ref_swp, ref_spc),
+                              inverse4(reference.affine, path, "reference affine"));
+  const Matrix4 post =
+      matmul4(moving.affine, inverse4(matmul4(mov_swp, mov_spc), path, "moving voxel sizes"));
+  return matmul4(matmul4(post, inverse4(fsl, path, "FSL matrix")), pre);
+}
+
+std::vector<ListEntry> parse_transform_list(std::string_view text, const std::string& path) {
+  std::vector<ListEntry> out;
+  for_each_line(text, [&](std::string_view line, std::size_t number) {
+    if (line.empty() || line.front() == '#') return true;
+    if (line.find('\0') != std::string_view::npos)
+      fail(path, number, "", "expected a file name, but found a NUL byte");
+    out.push_back({std::string(line), number});
+    return true;
+  });
+  if (out.empty()) fail(path, 1, "", "expected a list of transform files, but found none");
+  return out;
+}
+
+std::vector<Matrix4> parse_affines_text(std::string_view text, const std::string& path,
+                                        const AffineReadOptions& options) {
+  const TransformText kind = classify_transform_text(text);
+  AffineFormat format = options.format;
+  if (kind == TransformText::list) {
+    // Report the line that is neither a number nor the ITK banner.
+    std::size_t at = 1;
+    std::string_view found;
+    for_each_line(text, [&](std::string_view line, std::size_t number) {
+      if (line.empty() || line.front() == '#') return true;
+      at = number;
+      found = line;
+      return false;
+    });
+    fail(path, at, "",
+         "expected numbers or '" + std::string(kItkHeader) + "', but found " + quote(found));
+  }
+  if (format == AffineFormat::automatic) {
+    if (kind == TransformText::itk)
+      format = AffineFormat::itk;
+    else
+      format = options.reference && is_fsl_name(path) ? AffineFormat::fsl : AffineFormat::matrix;
+  }
+  if (format == AffineFormat::itk) {
+    if (kind != TransformText::itk)
+      fail(path, 1, "header", "expected '" + std::string(kItkHeader) + "', but found numbers");
+    return parse_itk_text(text, path);
+  }
+  if (kind == TransformText::itk)
+    fail(path, 1, "header",
+         std::string("expected ") + (format == AffineFormat::fsl ? "an FSL" : "a plain") +
+             " matrix, but found an ITK transform file");
+  if (format == AffineFormat::matrix) return {parse_matrix_text(text, path, true)};
+  if (!options.reference)
+    throw Error(ErrorCode::invalid_argument, path, "reference",
+                "an FSL matrix maps scaled voxel coordinates: expected the reference grid "
+                "(FLIRT's -ref image), but none was given");
+  const Matrix4 fsl = parse_matrix_text(text, path, false);
+  return {fsl_to_ras(fsl, *options.reference,
+                     options.moving ? *options.moving : *options.reference, path)};
+}
+
+}  // namespace voxpipe::resample
+
+// ---------------------------------------------------------------------------------------------
+// Files (the public entry points of transform.hpp)
+
+namespace voxpipe {
+
+namespace {
+
+using namespace resample;
+namespace fs = std::filesystem;
+
+std::string read_text_file(const std::string& path) {
+  core::InputFile file(path);
+  if (file.size() > kMaxTransformTextBytes)
+    throw Error(ErrorCode::limit, path, "",
+                "expected a transform file of at most " +
+                    std::to_string(kMaxTransformTextBytes >> 20) + " MiB, but found " +
+                    std::to_string(file.size()) + " bytes");
+  std::string text(static_cast<std::size_t>(file.size()), '\0');
+  const std::size_t got = file.read_at(0, std::as_writable_bytes(std::span(text)));
+  text.resize(got);
+  return text;
+}
+
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+// One file that is a transform file, not a list or a folder.
+std::vector<Matrix4> read_transform_file(const std::string& path, const std::string& text,
+                                         const AffineReadOptions& options) {
+  return parse_affines_text(text, path, options);
+}
+
+std::vector<Matrix4> read_folder(const std::string& path, const AffineReadOptions& options) {
+  // MCFLIRT's -mats folder: MAT_0000, MAT_0001 ...: one transform per file, in name order.
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code ec2;
+    if (name.starts_with(".") || !it->is_regular_file(ec2)) continue;
+    names.push_back(name);
+  }
+  if (ec) throw Error(ErrorCode::io, path, "", "cannot list the folder: " + ec.message());
+  if (names.empty())
+    throw Error(ErrorCode::format, path, "", "expected transform files in the folder, but found none");
+  std::sort(names.begin(), names.end());
+  std::vector<Matrix4> out;
+  for (const auto& name : names) {
+    const std::string file = (fs::path(path) / name).string();
+    const std::string text = read_text_file(file);
+    if (classify_transform_text(text) == TransformText::list)
+      throw Error(ErrorCode::format, file, "",
+                  "expected a transform file in the folder, but found a list of files");
+    auto m = read_transform_file(file, text, options);
+    out.insert(out.end(), m.begin(), m.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Matrix4> read_affines(const std::string& path, const AffineReadOptions& options) {
+  if (is_directory(path)) return read_folder(path, options);
+  const std::string text = read_text_file(path);
+  if (classify_transform_text(text) != TransformText::list)
+    return read_transform_file(path, text, options);
+
+  // A list of transform files, relative to the list's folder. Its entries must be transform
+  // files themselves (no lists of lists, no folders): a list names volumes, one file each.
+  const fs::path folder = fs::path(path).parent_path();
+  std::vector<Matrix4> out;
+  for (const auto& entry : parse_transform_list(text, path)) {
+    const fs::path p(entry.path);
+    const std::string file = p.is_absolute() ? p.string() : (folder / p).string();
+    std::error_code ec;
+    const auto status = fs::status(file, ec);
+    if (!fs::exists(status))
+      fail(path, entry.line, "",
+           "expected numbers, '" + std::string(kItkHeader) + "' or the name of a transform "
+           "file, but found " + quote(entry.path) + " (no such file: " + file + ")",
+           ErrorCode::not_found);
+    if (fs::is_directory(status))
+      fail(path, entry.line, "", "expected a transform file, but " + quote(entry.path) +
+                                     " is a folder");
+    const std::string entry_text = read_text_file(file);
+    if (classify_transform_text(entry_text) == TransformText::list)
+      fail(path, entry.line, "",
+           "expected a transform file, but " + quote(entry.path) + " is a list of files");
+    auto m = read_transform_file(file, entry_text, options);
+    out.insert(out.end(), m.begin(), m.end());
+  }
+  return out;
+}
+
+Matrix4 read_affine(const std::string& path, const AffineReadOptions& options) {
+  const auto all = read_affines(path, options);
+  if (all.size() != 1)
+    throw Error(ErrorCode::format, path, "",
+                "expected one transform, but found " + std::to_string(all.size()));
+  return all.front();
+}
+
+DisplacementField read_displacement_field(const std::string& path, FieldFormat format) {
+  const NiftiImage image = open_nifti(path);
+  const auto& s = image.shape;
+  // nitransforms: ITKDisplacementsField wants (X, Y, Z, 1, 3); DenseFieldTransform squeezes its
+  // array, so a RAS field may carry the singleton 4th axis as well.
+  const bool five = s.size() == 5 && s[3] == 1 && s[4] == 3;
+  const bool four = s.size() == 4 && s[3] == 3;
+  if (format == FieldFormat::itk ? !five : !(five || four)) {
+    std::string found = "(";
+    for (std::size_t i = 0; i < s.size(); ++i) found += (i ? ", " : "") + std::to_string(s[i]);
+    found += ")";
+    throw Error(ErrorCode::format, path, "dim",
+                format == FieldFormat::itk
+                    ? "expected an ITK displacement field of shape (X, Y, Z, 1, 3), but found " +
+                          found
+                    : "expected a displacement field of shape (X, Y, Z, 3), but found " + found);
+  }
+  OutputSpec spec;
+  spec.type = DType::f64;
+  spec.apply_scaling = true;
+  if (!conversion_supported(image.dtype, spec))
+    throw Error(ErrorCode::unsupported, path, "datatype",
+                std::string("expected real-valued displacements, but found ") +
+                    std::string(dtype_name(image.dtype)));
+  check_data_size(image);  // before allocating what the header claims
+
+  DisplacementField field;
+  field.grid.shape = {s[0], s[1], s[2]};
+  field.grid.affine = image.affine;
+  field.data.resize(static_cast<std::size_t>(image.voxel_count()));
+  read_nifti_data(image, {}, spec, std::as_writable_bytes(std::span(field.data)));
+  if (format == FieldFormat::itk) {
+    // LPS -> RAS: the first two components change sign (io/itk.py, field[..., (0, 1)] *= -1).
+    const std::size_t volume = static_cast<std::size_t>(s[0] * s[1] * s[2]);
+    for (std::size_t i = 0; i < 2 * volume; ++i) field.data[i] = -field.data[i];
+  }
+  return field;
+}
+
+}  // namespace voxpipe
