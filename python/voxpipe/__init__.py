@@ -9,6 +9,7 @@ The API follows nibabel's, so that switching is a one-line change::
 """
 
 from . import dicom, errors, gz
+from . import transforms
 from ._header import Nifti1Header, Nifti2Header
 from ._image import (
     ArrayProxy,
