@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -20,6 +21,7 @@
 #include "resample/boundary.hpp"
 #include "resample/bspline.hpp"
 #include "resample/dispatch.hpp"
+#include "resample/interpolator.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample.hpp"
 
@@ -410,6 +412,55 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
 }
 
 }  // namespace
+
+struct Interpolator::State {
+  Coefficients coeff;
+  Plan plan;
+  EvalFn eval = nullptr;
+};
+
+Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options)
+    : state_(std::make_unique<State>()) {
+  if (options.order < 0 || options.order > 5)
+    invalid("order", "expected a spline order from 0 to 5, but received " + std::to_string(options.order));
+  if (input.shape.empty()) invalid("input", "expected an array of at least one dimension, but received a 0-d one");
+  if (input.shape.size() > 64) invalid("input", "expected at most 64 dimensions");
+  if (!is_real(input.dtype))
+    invalid("input", "expected an integer or float array, but received " + std::string(dtype_name(input.dtype)));
+  if (checked_size(input, "input") == 0)
+    invalid("input", "cannot interpolate from an empty array of shape " + shape_str(input.shape));
+  state_->plan = make_plan(input, options, state_->coeff);
+  with_real_type(state_->plan.dtype, [&](auto v) { state_->eval = pick_order<decltype(v)>(state_->plan.order); });
+}
+
+Interpolator::~Interpolator() = default;
+
+void Interpolator::fill(const ArrayRef& output, unsigned threads, const RowCoordinates& coords) const {
+  if (output.shape.empty()) invalid("output", "expected an array of at least one dimension, but received a 0-d one");
+  if (!is_real(output.dtype))
+    invalid("output", "expected an integer or float dtype, but received " + std::string(dtype_name(output.dtype)));
+  checked_size(output, "output");
+  run(state_->plan, output, threads, coords);
+}
+
+void Interpolator::evaluate(const double* coords, std::int64_t n, double* out) const {
+  std::vector<Taps> taps(static_cast<std::size_t>(state_->plan.nd * kGroup));
+  std::vector<double> buf;
+  for (std::int64_t k0 = 0; k0 < n; k0 += kSegment) {
+    // eval_points reads coordinate d of point k at coords[d * n + k]: one segment at a time
+    // needs its own contiguous block.
+    const std::int64_t m = std::min(kSegment, n - k0);
+    if (m == n) {
+      state_->eval(state_->plan, coords, n, taps.data(), out);
+      return;
+    }
+    buf.resize(static_cast<std::size_t>(state_->plan.nd * kSegment));
+    for (int d = 0; d < state_->plan.nd; ++d)
+      std::copy(coords + d * n + k0, coords + d * n + k0 + m, buf.data() + d * m);
+    state_->eval(state_->plan, buf.data(), m, taps.data(), out + k0);
+  }
+}
+
 }  // namespace resample
 
 void map_coordinates(const ArrayRef& input, const ArrayRef& coordinates, const ArrayRef& output,
