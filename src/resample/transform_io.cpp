@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -197,13 +199,19 @@ void fsl_adapt(const Grid& g, Matrix4& swp, Matrix4& spc) {
 // ---------------------------------------------------------------------------------------------
 // ITK text
 
+// One transform as ITK's text or MATLAB files hold it; the *_at strings say where each part is
+// for error messages ("line 3: Parameters", "variable 'fixed'").
 struct ItkRecord {
-  std::string_view type;
-  std::size_t type_line = 0;
+  std::string type;
   bool has_parameters = false, has_fixed = false;
   Numbers parameters, fixed;
-  std::size_t parameters_line = 0, fixed_line = 0;
+  std::string type_at, parameters_at, fixed_at;
 };
+
+[[noreturn]] void fail_at(const std::string& path, const std::string& at, std::string detail,
+                          ErrorCode code = ErrorCode::format) {
+  throw Error(code, path, at, std::move(detail));
+}
 
 // What a transform type reads: how many parameters and fixed parameters.
 struct ItkType {
@@ -269,7 +277,7 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
     base.remove_suffix(10);
     single = true;
   } else {
-    fail(path, r.type_line, "Transform",
+    fail_at(path, r.type_at,
          "expected a 3-D transform type (NAME_double_3_3 or NAME_float_3_3), but found " +
              quote(r.type),
          ErrorCode::unsupported);
@@ -278,7 +286,7 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
   for (const auto& t : kItkTypes)
     if (t.name == base) type = &t;
   if (!type)
-    fail(path, r.type_line, "Transform",
+    fail_at(path, r.type_at,
          "expected AffineTransform, MatrixOffsetTransformBase, Euler3DTransform, "
          "VersorRigid3DTransform, TranslationTransform, IdentityTransform or CompositeTransform, "
          "but found " + quote(r.type),
@@ -287,37 +295,36 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
   const std::size_t np = r.has_parameters ? r.parameters.count : 0;
   const std::size_t nf = r.has_fixed ? r.fixed.count : 0;
   if (!r.has_parameters && type->parameters > 0)
-    fail(path, r.type_line, "Parameters",
-         "expected a Parameters line for " + std::string(r.type) + ", but found none");
+    fail_at(path, r.parameters_at,
+         "expected Parameters for " + std::string(r.type) + ", but found none");
   if (np != type->parameters)
-    fail(path, r.parameters_line, "Parameters",
+    fail_at(path, r.parameters_at,
          "expected " + std::to_string(type->parameters) + " values for " + std::string(r.type) +
              ", but found " + std::to_string(np));
   if (!r.has_fixed && type->fixed_min > 0)
-    fail(path, r.type_line, "FixedParameters",
-         "expected a FixedParameters line for " + std::string(r.type) + ", but found none");
+    fail_at(path, r.fixed_at,
+         "expected FixedParameters for " + std::string(r.type) + ", but found none");
   if (nf < type->fixed_min || nf > type->fixed_max)
-    fail(path, r.fixed_line, "FixedParameters",
+    fail_at(path, r.fixed_at,
          "expected " + std::to_string(type->fixed_min) +
              (type->fixed_max > type->fixed_min ? " or " + std::to_string(type->fixed_max) : "") +
              " values for " + std::string(r.type) + ", but found " + std::to_string(nf));
   if (type->name == "CompositeTransform") {
     if (!first)
-      fail(path, r.type_line, "Transform",
+      fail_at(path, r.type_at,
            "expected a CompositeTransform only as the first transform, but found it later",
            ErrorCode::unsupported);
     return false;
   }
 
-  // A _float_ transform holds float32 values: ITK stores them so, and nitransforms reads every
-  // ITK file into float32 (io/itk.py), so rounding here makes the files nitransforms writes
-  // (AffineTransform_float_3_3) read equal to its matrices. _double_ files keep every digit.
+  // What ITK itself holds: a _float_ transform's parameters are float32 (this also makes the
+  // files nitransforms writes, AffineTransform_float_3_3 in "%g", equal to its matrices: it reads
+  // every ITK text file into float32), fixed parameters are double for every transform (ITK 5).
+  // _double_ files keep every digit, where nitransforms rounds them to float32 (io/itk.py).
   std::array<double, Numbers::keep> p = r.parameters.values, c{};
   for (std::size_t i = 0; i < std::min<std::size_t>(nf, 3); ++i) c[i] = r.fixed.values[i];
-  if (single) {
+  if (single)
     for (auto& v : p) v = static_cast<double>(static_cast<float>(v));
-    for (auto& v : c) v = static_cast<double>(static_cast<float>(v));
-  }
 
   std::array<double, 9> m{1, 0, 0, 0, 1, 0, 0, 0, 1};
   std::array<double, 3> t{};
@@ -343,6 +350,10 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
   const Matrix4 c_neg{1, 0, 0, -c[0], 0, 1, 0, -c[1], 0, 0, 1, -c[2], 0, 0, 0, 1};
   const Matrix4 lps = diag4(-1, -1, 1, 1);
   out = matmul4(lps, matmul4(c_pos, matmul4(params, matmul4(c_neg, lps))));
+  for (double v : out)
+    if (!std::isfinite(v))
+      fail_at(path, r.type_at,
+           "expected finite values, but converting " + std::string(r.type) + " to RAS overflows");
   return true;
 }
 
@@ -405,7 +416,133 @@ Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& f
   return x;
 }
 
+namespace {
+
+// MATLAB v4's type code MOPT of a real, full, numeric double (P = 0) or float (P = 1) matrix:
+// 0 / 10 little-endian (M = 0), 1000 / 1010 big-endian (M = 1). Returns the element size, 0
+// when `p` starts no such header; `big` gets the byte order.
+std::size_t matlab_type(const char* p, bool& big) {
+  const auto b = [&](int i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])); };
+  const std::uint32_t le = b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24;
+  const std::uint32_t be = b(3) | b(2) << 8 | b(1) << 16 | b(0) << 24;
+  big = false;
+  if (le == 0 || le == 10) return le == 0 ? 8 : 4;
+  big = true;
+  if (be == 1000 || be == 1010) return be == 1000 ? 8 : 4;
+  return 0;
+}
+
+std::uint32_t matlab_u32(const char* p, bool big) {
+  const auto b = [&](int i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])); };
+  return big ? (b(3) | b(2) << 8 | b(1) << 16 | b(0) << 24) : (b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24);
+}
+
+double matlab_value(const char* p, std::size_t size, bool big) {
+  unsigned char bytes[8];
+  for (std::size_t i = 0; i < size; ++i)
+    bytes[i] = static_cast<unsigned char>(p[big != (std::endian::native == std::endian::big)
+                                              ? size - 1 - i
+                                              : i]);
+  if (size == 8) return std::bit_cast<double>(bytes);
+  float f;
+  std::memcpy(&f, bytes, 4);
+  return f;
+}
+
+}  // namespace
+
+Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path) {
+  ItkRecord record;
+  bool have_transform = false;
+  std::size_t pos = 0;
+  while (pos < bytes.size()) {
+    const std::string at = "variable at byte " + std::to_string(pos);
+    if (bytes.size() - pos < 20)
+      throw Error(ErrorCode::truncated, path, at,
+                  "expected a 20-byte MATLAB v4 header, but the file ends", pos);
+    bool big = false;
+    const std::size_t element = matlab_type(bytes.data() + pos, big);
+    if (element == 0)
+      throw Error(ErrorCode::unsupported, path, at,
+                  "expected a real double or float matrix (MATLAB v4 type 0, 10, 1000 or 1010), "
+                  "but found type " + std::to_string(matlab_u32(bytes.data() + pos, false)),
+                  pos);
+    const std::uint64_t rows = matlab_u32(bytes.data() + pos + 4, big);
+    const std::uint64_t cols = matlab_u32(bytes.data() + pos + 8, big);
+    const std::uint32_t imag = matlab_u32(bytes.data() + pos + 12, big);
+    const std::uint32_t name_len = matlab_u32(bytes.data() + pos + 16, big);
+    if (imag != 0)
+      throw Error(ErrorCode::unsupported, path, at, "expected a real matrix, but found a complex one", pos);
+    if (name_len == 0 || name_len > 256)
+      throw Error(ErrorCode::format, path, at,
+                  "expected a name of 1 to 256 bytes, but found length " +
+                      std::to_string(name_len), pos);
+    if (name_len > bytes.size() - pos - 20)
+      throw Error(ErrorCode::truncated, path, at,
+                  "expected a name of " + std::to_string(name_len) + " bytes, but the file ends",
+                  pos);
+    const std::string_view raw_name = bytes.substr(pos + 20, name_len);
+    if (raw_name.back() != '\0')
+      throw Error(ErrorCode::format, path, at, "expected a NUL-terminated name, but found none", pos);
+    const std::string name(raw_name.substr(0, raw_name.find('\0')));
+    // rows and cols are below 2^32 each: their product and its bytes fit in 64 bits only when
+    // checked against what is left of the file first.
+    const std::uint64_t data_at = pos + 20 + name_len, left = bytes.size() - data_at;
+    if (rows != 0 && cols > left / rows / element)
+      throw Error(ErrorCode::truncated, path, "variable '" + name + "'",
+                  "expected " + std::to_string(rows) + " x " + std::to_string(cols) +
+                      " values, but the file ends first", pos);
+    const std::uint64_t count = rows * cols;
+    const bool fixed = name == "fixed";
+    const bool transform = !fixed && name.ends_with("_3_3");
+    if (fixed || transform) {
+      const std::string where = "variable '" + name + "'";
+      if (count != 0 && rows != 1 && cols != 1)
+        throw Error(ErrorCode::format, path, where,
+                    "expected a vector, but found a " + std::to_string(rows) + " x " +
+                        std::to_string(cols) + " matrix", pos);
+      if (transform && have_transform)
+        throw Error(ErrorCode::unsupported, path, where,
+                    "expected one transform, but found a second ('" + record.type + "' before)", pos);
+      Numbers n;
+      n.count = static_cast<std::size_t>(count);
+      for (std::size_t i = 0; i < std::min<std::uint64_t>(count, Numbers::keep); ++i) {
+        n.values[i] = matlab_value(bytes.data() + data_at + i * element, element, big);
+        if (!std::isfinite(n.values[i]))
+          throw Error(ErrorCode::format, path, where,
+                      "expected finite values, but value " + std::to_string(i + 1) + " is not",
+                      data_at + i * element);
+      }
+      if (fixed) {
+        if (record.has_fixed)
+          throw Error(ErrorCode::format, path, where, "expected one 'fixed', but found another", pos);
+        record.fixed = n;
+        record.has_fixed = true;
+        record.fixed_at = where;
+      } else {
+        record.type = name;
+        record.parameters = n;
+        record.has_parameters = true;
+        record.type_at = record.parameters_at = where;
+        have_transform = true;
+      }
+    }
+    pos = static_cast<std::size_t>(data_at + count * element);
+  }
+  if (!have_transform)
+    throw Error(ErrorCode::format, path, "",
+                "expected a transform variable (AffineTransform_double_3_3, ...), but found none");
+  if (!record.has_fixed) record.fixed_at = "variable 'fixed'";
+  Matrix4 out;
+  if (!finish_itk(record, path, true, out))
+    throw Error(ErrorCode::unsupported, path, record.type_at,
+                "expected a linear transform, but found a CompositeTransform");
+  return out;
+}
+
 TransformText classify_transform_text(std::string_view text) {
+  bool big = false;
+  if (text.size() >= 4 && matlab_type(text.data(), big) != 0) return TransformText::itk_matlab;
   TransformText kind = TransformText::list;
   bool decided = false;
   for_each_line(text, [&](std::string_view line, std::size_t) {
@@ -454,8 +591,11 @@ std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& pa
     if (key == "Transform") {
       if (have) finish();
       if (value.empty()) fail(path, number, "Transform", "expected a transform type, but found none");
-      current.type = value;
-      current.type_line = number;
+      current.type = std::string(value);
+      current.type_at = line_field(number, "Transform");
+      // Until their lines are seen, a missing part is reported at the Transform line.
+      current.parameters_at = line_field(number, "Parameters");
+      current.fixed_at = line_field(number, "FixedParameters");
       have = true;
     } else if (key == "Parameters" || key == "FixedParameters") {
       const bool fixed = key == "FixedParameters";
@@ -467,7 +607,7 @@ std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& pa
       (fixed ? current.fixed : current.parameters) =
           parse_numbers(value, false, path, number, key);
       (fixed ? current.has_fixed : current.has_parameters) = true;
-      (fixed ? current.fixed_line : current.parameters_line) = number;
+      (fixed ? current.fixed_at : current.parameters_at) = line_field(number, key);
     } else {
       fail(path, number, "",
            "expected Transform, Parameters or FixedParameters, but found " + quote(key));
@@ -562,30 +702,47 @@ std::vector<Matrix4> parse_affines_text(std::string_view text, const std::string
          "expected numbers or '" + std::string(kItkHeader) + "', but found " + quote(found));
   }
   if (format == AffineFormat::automatic) {
-    if (kind == TransformText::itk)
+    if (kind == TransformText::itk || kind == TransformText::itk_matlab)
       format = AffineFormat::itk;
     else
       format = options.reference && is_fsl_name(path) ? AffineFormat::fsl : AffineFormat::matrix;
   }
-  if (format == AffineFormat::itk) {
+  std::vector<Matrix4> out;
+  if (kind == TransformText::itk_matlab) {
+    if (format != AffineFormat::itk)
+      fail(path, 1, "",
+           std::string("expected ") + (format == AffineFormat::fsl ? "an FSL" : "a plain") +
+               " matrix, but found an ITK MATLAB (binary) transform file");
+    out.push_back(parse_itk_matlab(text, path));
+  } else if (format == AffineFormat::itk) {
     if (kind != TransformText::itk)
       fail(path, 1, "header", "expected '" + std::string(kItkHeader) + "', but found numbers");
-    return parse_itk_text(text, path);
+    out = parse_itk_text(text, path);
+  } else {
+    if (kind == TransformText::itk)
+      fail(path, 1, "header",
+           std::string("expected ") + (format == AffineFormat::fsl ? "an FSL" : "a plain") +
+               " matrix, but found an ITK transform file");
+    if (format == AffineFormat::matrix) {
+      out.push_back(parse_matrix_text(text, path, true));
+    } else {
+      if (!options.reference)
+        throw Error(ErrorCode::invalid_argument, path, "reference",
+                    "an FSL matrix maps scaled voxel coordinates: expected the reference grid "
+                    "(FLIRT's -ref image), but none was given");
+      const Matrix4 fsl = parse_matrix_text(text, path, false);
+      out.push_back(fsl_to_ras(fsl, *options.reference,
+                               options.moving ? *options.moving : *options.reference, path));
+    }
   }
-  if (kind == TransformText::itk)
-    fail(path, 1, "header",
-         std::string("expected ") + (format == AffineFormat::fsl ? "an FSL" : "a plain") +
-             " matrix, but found an ITK transform file");
-  if (format == AffineFormat::matrix) return {parse_matrix_text(text, path, true)};
-  if (!options.reference)
-    throw Error(ErrorCode::invalid_argument, path, "reference",
-                "an FSL matrix maps scaled voxel coordinates: expected the reference grid "
-                "(FLIRT's -ref image), but none was given");
-  const Matrix4 fsl = parse_matrix_text(text, path, false);
-  return {fsl_to_ras(fsl, *options.reference,
-                     options.moving ? *options.moving : *options.reference, path)};
+  // Finite inputs can still overflow on the way (a centre of 1e300 times a matrix entry of 1e10).
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (double v : out[i])
+      if (!std::isfinite(v))
+        throw Error(ErrorCode::format, path, "transform " + std::to_string(i),
+                    "expected finite values, but converting it to RAS overflows");
+  return out;
 }
-
 }  // namespace voxpipe::resample
 
 // ---------------------------------------------------------------------------------------------

@@ -16,14 +16,21 @@ namespace voxpipe::resample {
 // ITK file of 10,000 head-motion transforms is about 1.5 MiB).
 inline constexpr std::uint64_t kMaxTransformTextBytes = std::uint64_t{64} << 20;
 
-// What a text file holds, from its first line that is neither blank nor a '#' comment (ITK's
-// header line is recognised before that): numbers, or else a list of transform files.
-enum class TransformText : std::uint8_t { itk, numbers, list };
+// What a file holds. ITK's binary MATLAB v4 files by their first 4 bytes (a double or float
+// numeric-matrix type code, either byte order: no text file starts so); text files from their
+// first line that is neither blank nor a '#' comment (ITK's header line is recognised before
+// that): numbers, or else a list of transform files.
+enum class TransformText : std::uint8_t { itk, itk_matlab, numbers, list };
 TransformText classify_transform_text(std::string_view text);
 
 // An ITK text transform file ("#Insight Transform File V1.0"): every transform, in file order,
 // converted to RAS (a CompositeTransform's own header block holds no parameters and is skipped).
 std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& path);
+
+// An ITK binary MATLAB v4 file (.mat, as antsRegistration and nitransforms write): its one
+// transform variable (AffineTransform_{double,float}_3_3 or MatrixOffsetTransformBase_..., 12
+// values) and `fixed` (the centre), converted to RAS as ITK text.
+Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path);
 
 // Rows of numbers separated by blanks or commas, '#' starting a comment: exactly 4 rows of 4
 // (or, with allow_3x4, 3 rows and the implicit 0 0 0 1). The last row must be 0 0 0 1.

@@ -256,3 +256,37 @@ def test_missing_and_unsupported(tmp_path):
         vp.transforms.load_affines(q, format="lta")
     with pytest.raises(errors.InvalidArgumentError):
         vp.transforms.load_affines(q, reference=object())
+
+
+# ---------------------------------------------------------------------------------------- ITK .mat
+
+def test_itk_matlab_written_by_nitransforms(tmp_path):
+    for i in range(4):
+        p = tmp_path / f"a{i}.mat"
+        nt_linear.Affine(random_affine()).to_filename(p, fmt="itk")
+        theirs = nt_linear.load(p, fmt="itk").matrix
+        assert_same_matrix(vp.transforms.load_affine(p), theirs)
+        assert_same_matrix(vp.transforms.load_affine(p, format="itk"), theirs)
+        # A reference grid does not make a binary .mat an FSL matrix.
+        assert_same_matrix(vp.transforms.load_affine(p, reference=grid_image((8, 8, 8), (1, 1, 1),
+                                                                               False, 1)), theirs)
+
+
+def test_itk_matlab_as_ants_writes_it(tmp_path):
+    # antsRegistration: AffineTransform_float_3_3 with the values stored as doubles, a centre.
+    import scipy.io
+
+    params = np.array([0.95, 0.1, -0.05, -0.08, 1.02, 0.12, 0.03, -0.1, 0.99, 3.3, -2.1, 5.7])
+    centre = np.array([1.23456789, -20.5, 33.3])
+    p = tmp_path / "0GenericAffine.mat"
+    scipy.io.savemat(p, {"AffineTransform_float_3_3": params[:, None], "fixed": centre[:, None]},
+                     format="4")
+    ours = vp.transforms.load_affine(p)
+    # ITK's value: float32 parameters, double centre.
+    m = params[:9].astype(np.float32).astype(np.float64).reshape(3, 3)
+    t = params[9:].astype(np.float32).astype(np.float64)
+    flip = np.diag([-1.0, -1.0, 1.0, 1.0])
+    np.testing.assert_allclose(ours, flip @ from_matvec(m, t + centre - m @ centre) @ flip,
+                               rtol=0, atol=1e-13)
+    # nitransforms keeps double parameters but rounds the centre to float32: 1e-6 apart.
+    np.testing.assert_allclose(ours, nt_linear.load(p, fmt="itk").matrix, rtol=0, atol=1e-5)

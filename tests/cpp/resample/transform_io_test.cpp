@@ -33,6 +33,21 @@ void expect_matrix_near(const Matrix4& got, const Matrix4& want, double rel = 1e
 
 std::string error_text(const std::optional<Error>& e) { return e ? e->what() : "(no error)"; }
 
+// An oblique reference with a positive determinant (FSL flips its x) and an oblique moving
+// image of another shape with a negative one; values from nitransforms 25.1.0:
+//   load('flirt.mat', fmt='fsl', reference=ref, moving=mov).matrix
+constexpr const char* kFlirt =
+    "1.02 0.05 -0.03 2.5\n-0.04 0.98 0.07 -3.25\n0.02 -0.06 1.01 4.125\n0 0 0 1\n";
+const Grid kRef{{20, 24, 18},
+                {1.9875213383310086, -0.24927162718034696, -0.149937507812035, -20.5,
+                 0.1759273443534165, 2.440404014880785, -0.5952631375921833, 30.25,
+                 0.1371440818543444, 0.481966700132496, 2.936525249470031, -12.0, 0, 0, 0, 1}};
+const Grid kMov{{30, 16, 22},
+                {-1.4535922299317587, 0.24554811045383101, 0.29887626494719843, 40.0,
+                 0.28665169614581165, 1.2254069625915285, -0.09883591414823306, -35.5,
+                 0.23430841679023387, 0.024164053566347737, 1.9750707431192673, 10.75, 0, 0, 0,
+                 1}};
+
 constexpr const char* kCentred =
     "#Insight Transform File V1.0\n"
     "#Transform 0\n"
@@ -143,6 +158,9 @@ TEST(ItkText, MalformedFilesNameTheLine) {
       {head + "Transform: AffineTransform_double_3_3\nParameters: 1 0 0 0 1 0 0 0 1 0 0 0\n"
               "FixedParameters: 0 0 0\nScales: 1\n",
        ErrorCode::format, "line 6: expected Transform, Parameters or FixedParameters"},
+      {head + "Transform: AffineTransform_double_3_3\nParameters: 1e10 0 0 0 1 0 0 0 1 0 0 0\n"
+              "FixedParameters: 1e300 0 0\n",
+       ErrorCode::format, "line 3: Transform: expected finite values"},
       {head, ErrorCode::format, "line 2: expected at least one linear transform"},
       {"", ErrorCode::format, "line 1: header"},
   };
@@ -153,6 +171,73 @@ TEST(ItkText, MalformedFilesNameTheLine) {
     EXPECT_NE(std::string(e->what()).find("bad.tfm: " + c.needle), std::string::npos)
         << e->what() << "\n  expected: " << c.needle;
   }
+}
+
+// A MATLAB v4 variable as ITK's vnl_matlab_write and scipy's savemat(format='4') write it: a
+// column vector of doubles or floats, in either byte order.
+void append_matlab(std::string& out, const std::string& name, const std::vector<double>& v,
+                   bool single, bool big) {
+  const auto put = [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const char*>(p);
+    for (std::size_t i = 0; i < n; ++i) out += b[big != vptest::kNativeBig ? n - 1 - i : i];
+  };
+  const std::int32_t header[5] = {(big ? 1000 : 0) + (single ? 10 : 0),
+                                  static_cast<std::int32_t>(v.size()), 1, 0,
+                                  static_cast<std::int32_t>(name.size() + 1)};
+  for (auto h : header) put(&h, 4);
+  out += name;
+  out += '\0';
+  for (double x : v) {
+    const float f = static_cast<float>(x);
+    single ? put(&f, 4) : put(&x, 8);
+  }
+}
+
+TEST(ItkMatlab, BinaryFileEqualsItsTextForm) {
+  const std::vector<double> params{1, 0.5, 0, 0, 2, 0, 0.25, 0, 1, 10, 20, 30};
+  const Matrix4 want{1, 0.5, 0, -9, 0, 2, 0, -18, -0.25, 0, 1, 29.75, 0, 0, 0, 1};
+  for (bool big : {false, true}) {
+    std::string mat;
+    append_matlab(mat, "AffineTransform_double_3_3", params, false, big);
+    append_matlab(mat, "fixed", {1, 2, 4}, true, !big);
+    EXPECT_EQ(resample::classify_transform_text(mat), resample::TransformText::itk_matlab);
+    EXPECT_EQ(resample::parse_itk_matlab(mat, "a.mat"), want);
+    EXPECT_EQ(resample::parse_affines_text(mat, "a.mat", {}), std::vector<Matrix4>{want});
+  }
+  // antsRegistration's 0GenericAffine.mat: a float transform whose values are stored as
+  // doubles: ITK holds the parameters as float32, the centre as double.
+  std::string ants;
+  append_matlab(ants, "AffineTransform_float_3_3", {0.1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0}, false,
+                false);
+  append_matlab(ants, "fixed", {0.1, 0, 0}, false, false);
+  const Matrix4 m = resample::parse_itk_matlab(ants, "ants.mat");
+  EXPECT_EQ(m[0], static_cast<double>(0.1f));
+  EXPECT_EQ(m[3], -(0.1 - static_cast<double>(0.1f) * 0.1));  // -(c - M c), x flipped
+}
+
+TEST(ItkMatlab, MalformedFilesAreErrors) {
+  std::string good;
+  append_matlab(good, "AffineTransform_double_3_3", std::vector<double>(12, 1.0), false, false);
+  append_matlab(good, "fixed", {0, 0, 0}, false, false);
+  for (std::size_t cut = 4; cut < good.size(); cut += 7)
+    EXPECT_VP_ERROR(resample::parse_itk_matlab(good.substr(0, cut), "cut.mat"),
+                    ErrorCode::truncated);
+  std::string only_fixed;
+  append_matlab(only_fixed, "fixed", {0, 0, 0}, false, false);
+  EXPECT_VP_ERROR(resample::parse_itk_matlab(only_fixed, "f.mat"), ErrorCode::format);
+  std::string complex = good;
+  complex[12] = 1;  // imagf of the first variable
+  EXPECT_VP_ERROR(resample::parse_itk_matlab(complex, "c.mat"), ErrorCode::unsupported);
+  std::string huge = good;
+  huge[4] = huge[5] = huge[6] = huge[7] = '\xff';  // 2^32 - 1 rows: more than the file holds
+  EXPECT_VP_ERROR(resample::parse_itk_matlab(huge, "h.mat"), ErrorCode::truncated);
+  std::string two = good;
+  append_matlab(two, "AffineTransform_double_3_3", std::vector<double>(12, 1.0), false, false);
+  EXPECT_VP_ERROR(resample::parse_itk_matlab(two, "two.mat"), ErrorCode::unsupported);
+  AffineReadOptions fsl;
+  fsl.format = AffineFormat::fsl;
+  fsl.reference = &kRef;
+  EXPECT_VP_ERROR(resample::parse_affines_text(good, "a.mat", fsl), ErrorCode::format);
 }
 
 TEST(MatrixText, FourByFourThreeByFourCommasAndComments) {
@@ -198,21 +283,6 @@ TEST(MatrixText, MalformedMatricesNameTheLineAndRow) {
   EXPECT_VP_ERROR(resample::parse_matrix_text("1 0 0 0\n0 1 0 0\n0 0 1 0\n", "f.mat", false),
                   ErrorCode::format);
 }
-
-// An oblique reference with a positive determinant (FSL flips its x) and an oblique moving
-// image of another shape with a negative one; values from nitransforms 25.1.0:
-//   load('flirt.mat', fmt='fsl', reference=ref, moving=mov).matrix
-constexpr const char* kFlirt =
-    "1.02 0.05 -0.03 2.5\n-0.04 0.98 0.07 -3.25\n0.02 -0.06 1.01 4.125\n0 0 0 1\n";
-const Grid kRef{{20, 24, 18},
-                {1.9875213383310086, -0.24927162718034696, -0.149937507812035, -20.5,
-                 0.1759273443534165, 2.440404014880785, -0.5952631375921833, 30.25,
-                 0.1371440818543444, 0.481966700132496, 2.936525249470031, -12.0, 0, 0, 0, 1}};
-const Grid kMov{{30, 16, 22},
-                {-1.4535922299317587, 0.24554811045383101, 0.29887626494719843, 40.0,
-                 0.28665169614581165, 1.2254069625915285, -0.09883591414823306, -35.5,
-                 0.23430841679023387, 0.024164053566347737, 1.9750707431192673, 10.75, 0, 0, 0,
-                 1}};
 
 TEST(FslMatrix, EqualsNitransformsWithObliqueGridsOfBothHandedness) {
   AffineReadOptions o;
