@@ -52,9 +52,18 @@ struct TransformStep {
 using TransformChain = std::vector<TransformStep>;
 
 // Formats of linear transform files.
+//
+// The automatic rule: a file starting with a MATLAB v4 double/float matrix header is ITK's
+// binary .mat. Otherwise the first line that is neither blank nor a '#' comment decides: the
+// "#Insight Transform File" line means ITK text; a line starting with a digit, sign or '.' means
+// numbers, which are FSL's when a reference grid is given and the file name ends in .mat (any
+// case) or starts with MAT_ (MCFLIRT), else a plain matrix; anything else is a list of files.
+// An explicit format that the content contradicts is Error(format).
 enum class AffineFormat : std::uint8_t {
-  automatic,  // from the content (ITK's "#Insight Transform File" header) and the extension
-  itk,        // ITK text (.tfm/.txt): AffineTransform / MatrixOffsetTransformBase / Euler3D ...
+  automatic,  // from the content and the name, as above
+  itk,        // ITK text (.tfm/.txt; AffineTransform, MatrixOffsetTransformBase, Euler3D,
+              // VersorRigid3D, Translation, Identity, _double_3_3 or _float_3_3) or ITK's binary
+              // MATLAB .mat (AffineTransform / MatrixOffsetTransformBase)
   fsl,        // FSL FLIRT / MCFLIRT .mat: needs the reference and moving grids
   matrix,     // plain text 4x4 (or 3x4) RAS matrix, reference -> moving, as given
 };
@@ -66,9 +75,16 @@ struct AffineReadOptions {
 };
 
 // Reads every linear transform a file holds, in file order: one for most files, one per volume
-// for an ITK file with several transforms (MCFLIRT/fMRIPrep head-motion files), or for a text
-// file listing one transform file per line (relative paths from the list's folder). Throws
-// Error(format) naming the file, line and field for anything it cannot read exactly.
+// for an ITK file with several transforms (MCFLIRT/fMRIPrep head-motion files), for a text
+// file listing one transform file per line (relative paths from the list's folder; blank and
+// '#' lines skipped; no lists of lists), or for a folder (MCFLIRT's MAT_0000, MAT_0001 ...: one
+// per file, in name order). The format applies to every file read. A CompositeTransform's
+// transforms come back in file order, not composed (ITK applies the last one first). Throws
+// Error(format) naming the file, line and field for anything it cannot read exactly;
+// Error(unsupported) for an ITK transform type not read; Error(invalid_argument) for an FSL
+// matrix without a reference grid; Error(not_found) for a missing file, naming the list and
+// line for a listed one; Error(limit) for a text file over 64 MiB. Thread-safe (no shared
+// state).
 std::vector<Matrix4> read_affines(const std::string& path, const AffineReadOptions& options = {});
 
 // Reads one linear transform; Error(format) when the file holds more or fewer than one.
@@ -79,7 +95,10 @@ enum class FieldFormat : std::uint8_t {
   ras,  // nitransforms' own: (X, Y, Z, 3) vectors in RAS mm
 };
 
-// Reads a displacement field NIfTI (.nii / .nii.gz) into RAS mm.
+// Reads a displacement field NIfTI (.nii / .nii.gz) into RAS mm, float64 with the file's
+// scaling applied; the grid is the image's first three axes and its affine. ITK: (X, Y, Z, 1, 3)
+// only, the first two components negated (LPS -> RAS); RAS: (X, Y, Z, 3) or (X, Y, Z, 1, 3).
+// Error(format) for another shape, the NIfTI reader's errors otherwise.
 DisplacementField read_displacement_field(const std::string& path,
                                           FieldFormat format = FieldFormat::itk);
 
