@@ -1,7 +1,9 @@
-// Readers of transform files: ITK text, FSL FLIRT/MCFLIRT matrices, plain RAS matrices, lists and
-// folders of those, and ITK/RAS displacement-field NIfTI files. Every matrix is converted to
-// nitransforms' convention (reference-space RAS mm -> moving-space RAS mm) with nitransforms'
-// arithmetic, so that it equals nitransforms' `.matrix` of the same file.
+// Readers of transform files: ITK text and binary MATLAB, FSL FLIRT/MCFLIRT matrices, plain RAS
+// matrices, lists and folders of those, and ITK/RAS displacement-field NIfTI files. Every matrix
+// is converted to nitransforms' convention (reference-space RAS mm -> moving-space RAS mm) with
+// nitransforms' arithmetic, so that it equals nitransforms' `.matrix` of the same file (where
+// nitransforms rounds ITK values to float32 and ITK does not, ITK's values are kept: see
+// docs/resample.md, "Transforms").
 #include "resample/transform_io.hpp"
 
 #include <algorithm>
@@ -278,42 +280,43 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
     single = true;
   } else {
     fail_at(path, r.type_at,
-         "expected a 3-D transform type (NAME_double_3_3 or NAME_float_3_3), but found " +
-             quote(r.type),
-         ErrorCode::unsupported);
+            "expected a 3-D transform type (NAME_double_3_3 or NAME_float_3_3), but found " +
+                quote(r.type),
+            ErrorCode::unsupported);
   }
   const ItkType* type = nullptr;
   for (const auto& t : kItkTypes)
     if (t.name == base) type = &t;
   if (!type)
     fail_at(path, r.type_at,
-         "expected AffineTransform, MatrixOffsetTransformBase, Euler3DTransform, "
-         "VersorRigid3DTransform, TranslationTransform, IdentityTransform or CompositeTransform, "
-         "but found " + quote(r.type),
-         ErrorCode::unsupported);
+            "expected AffineTransform, MatrixOffsetTransformBase, Euler3DTransform, "
+            "VersorRigid3DTransform, TranslationTransform, IdentityTransform or "
+            "CompositeTransform, but found " + quote(r.type),
+            ErrorCode::unsupported);
 
   const std::size_t np = r.has_parameters ? r.parameters.count : 0;
   const std::size_t nf = r.has_fixed ? r.fixed.count : 0;
   if (!r.has_parameters && type->parameters > 0)
     fail_at(path, r.parameters_at,
-         "expected Parameters for " + std::string(r.type) + ", but found none");
+            "expected Parameters for " + std::string(r.type) + ", but found none");
   if (np != type->parameters)
     fail_at(path, r.parameters_at,
-         "expected " + std::to_string(type->parameters) + " values for " + std::string(r.type) +
-             ", but found " + std::to_string(np));
+            "expected " + std::to_string(type->parameters) + " values for " + std::string(r.type) +
+                ", but found " + std::to_string(np));
   if (!r.has_fixed && type->fixed_min > 0)
     fail_at(path, r.fixed_at,
-         "expected FixedParameters for " + std::string(r.type) + ", but found none");
-  if (nf < type->fixed_min || nf > type->fixed_max)
+            "expected FixedParameters for " + std::string(r.type) + ", but found none");
+  if (nf < type->fixed_min || nf > type->fixed_max) {
+    std::string counts = std::to_string(type->fixed_min);
+    if (type->fixed_max > type->fixed_min) counts += " or " + std::to_string(type->fixed_max);
     fail_at(path, r.fixed_at,
-         "expected " + std::to_string(type->fixed_min) +
-             (type->fixed_max > type->fixed_min ? " or " + std::to_string(type->fixed_max) : "") +
-             " values for " + std::string(r.type) + ", but found " + std::to_string(nf));
+            "expected " + counts + " values for " + r.type + ", but found " + std::to_string(nf));
+  }
   if (type->name == "CompositeTransform") {
     if (!first)
       fail_at(path, r.type_at,
-           "expected a CompositeTransform only as the first transform, but found it later",
-           ErrorCode::unsupported);
+              "expected a CompositeTransform only as the first transform, but found it later",
+              ErrorCode::unsupported);
     return false;
   }
 
@@ -353,7 +356,7 @@ bool finish_itk(const ItkRecord& r, const std::string& path, bool first, Matrix4
   for (double v : out)
     if (!std::isfinite(v))
       fail_at(path, r.type_at,
-           "expected finite values, but converting " + std::string(r.type) + " to RAS overflows");
+              "expected finite values, but converting " + r.type + " to RAS overflows");
   return true;
 }
 
@@ -394,8 +397,10 @@ Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& f
   std::array<int, 4> piv{};
   double sign = 1;
   if (!lu4(a, piv, sign))
-    throw Error(ErrorCode::format, path, field, "expected an invertible matrix, but it is singular");
-  // Solve A X = I column by column with the factors (getrs), which is what NumPy's inv does.
+    throw Error(ErrorCode::format, path, field,
+                "expected an invertible matrix, but it is singular");
+  // Solve A X = I column by column with the factors (getrs after getrf: LAPACK's gesv, which
+  // NumPy's inv calls).
   Matrix4 x{};
   for (int col = 0; col < 4; ++col) {
     std::array<double, 4> b{};
@@ -418,23 +423,24 @@ Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& f
 
 namespace {
 
+// A 4-byte integer of a MATLAB v4 header, in the variable's byte order.
+std::uint32_t matlab_u32(const char* p, bool big) {
+  const auto b = [&](int i) {
+    return static_cast<std::uint32_t>(static_cast<unsigned char>(p[big ? 3 - i : i]));
+  };
+  return b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24;
+}
+
 // MATLAB v4's type code MOPT of a real, full, numeric double (P = 0) or float (P = 1) matrix:
 // 0 / 10 little-endian (M = 0), 1000 / 1010 big-endian (M = 1). Returns the element size, 0
 // when `p` starts no such header; `big` gets the byte order.
 std::size_t matlab_type(const char* p, bool& big) {
-  const auto b = [&](int i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])); };
-  const std::uint32_t le = b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24;
-  const std::uint32_t be = b(3) | b(2) << 8 | b(1) << 16 | b(0) << 24;
+  const std::uint32_t le = matlab_u32(p, false), be = matlab_u32(p, true);
   big = false;
   if (le == 0 || le == 10) return le == 0 ? 8 : 4;
   big = true;
   if (be == 1000 || be == 1010) return be == 1000 ? 8 : 4;
   return 0;
-}
-
-std::uint32_t matlab_u32(const char* p, bool big) {
-  const auto b = [&](int i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])); };
-  return big ? (b(3) | b(2) << 8 | b(1) << 16 | b(0) << 24) : (b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24);
 }
 
 double matlab_value(const char* p, std::size_t size, bool big) {
@@ -472,7 +478,8 @@ Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path) {
     const std::uint32_t imag = matlab_u32(bytes.data() + pos + 12, big);
     const std::uint32_t name_len = matlab_u32(bytes.data() + pos + 16, big);
     if (imag != 0)
-      throw Error(ErrorCode::unsupported, path, at, "expected a real matrix, but found a complex one", pos);
+      throw Error(ErrorCode::unsupported, path, at,
+                  "expected a real matrix, but found a complex one", pos);
     if (name_len == 0 || name_len > 256)
       throw Error(ErrorCode::format, path, at,
                   "expected a name of 1 to 256 bytes, but found length " +
@@ -483,7 +490,8 @@ Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path) {
                   pos);
     const std::string_view raw_name = bytes.substr(pos + 20, name_len);
     if (raw_name.back() != '\0')
-      throw Error(ErrorCode::format, path, at, "expected a NUL-terminated name, but found none", pos);
+      throw Error(ErrorCode::format, path, at, "expected a NUL-terminated name, but found none",
+                  pos);
     const std::string name(raw_name.substr(0, raw_name.find('\0')));
     // rows and cols are below 2^32 each: their product and its bytes fit in 64 bits only when
     // checked against what is left of the file first.
@@ -503,7 +511,8 @@ Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path) {
                         std::to_string(cols) + " matrix", pos);
       if (transform && have_transform)
         throw Error(ErrorCode::unsupported, path, where,
-                    "expected one transform, but found a second ('" + record.type + "' before)", pos);
+                    "expected one transform, but found a second ('" + record.type + "' before)",
+                    pos);
       Numbers n;
       n.count = static_cast<std::size_t>(count);
       for (std::size_t i = 0; i < std::min<std::uint64_t>(count, Numbers::keep); ++i) {
@@ -515,7 +524,8 @@ Matrix4 parse_itk_matlab(std::string_view bytes, const std::string& path) {
       }
       if (fixed) {
         if (record.has_fixed)
-          throw Error(ErrorCode::format, path, where, "expected one 'fixed', but found another", pos);
+          throw Error(ErrorCode::format, path, where, "expected one 'fixed', but found another",
+                      pos);
         record.fixed = n;
         record.has_fixed = true;
         record.fixed_at = where;
@@ -590,7 +600,8 @@ std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& pa
       fail(path, number, "", "expected 'Key: values', but found " + quote(line));
     if (key == "Transform") {
       if (have) finish();
-      if (value.empty()) fail(path, number, "Transform", "expected a transform type, but found none");
+      if (value.empty())
+        fail(path, number, "Transform", "expected a transform type, but found none");
       current.type = std::string(value);
       current.type_at = line_field(number, "Transform");
       // Until their lines are seen, a missing part is reported at the Transform line.
@@ -614,7 +625,8 @@ std::vector<Matrix4> parse_itk_text(std::string_view text, const std::string& pa
     }
     return true;
   });
-  if (!header) fail(path, 1, "header", "expected '" + std::string(kItkHeader) + "', but found none");
+  if (!header)
+    fail(path, 1, "header", "expected '" + std::string(kItkHeader) + "', but found none");
   if (have) finish();
   if (out.empty())
     fail(path, std::max<std::size_t>(last_line, 1), "",
@@ -773,12 +785,6 @@ bool is_directory(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-// One file that is a transform file, not a list or a folder.
-std::vector<Matrix4> read_transform_file(const std::string& path, const std::string& text,
-                                         const AffineReadOptions& options) {
-  return parse_affines_text(text, path, options);
-}
-
 std::vector<Matrix4> read_folder(const std::string& path, const AffineReadOptions& options) {
   // MCFLIRT's -mats folder: MAT_0000, MAT_0001 ...: one transform per file, in name order.
   std::vector<std::string> names;
@@ -791,7 +797,8 @@ std::vector<Matrix4> read_folder(const std::string& path, const AffineReadOption
   }
   if (ec) throw Error(ErrorCode::io, path, "", "cannot list the folder: " + ec.message());
   if (names.empty())
-    throw Error(ErrorCode::format, path, "", "expected transform files in the folder, but found none");
+    throw Error(ErrorCode::format, path, "",
+                "expected transform files in the folder, but found none");
   std::sort(names.begin(), names.end());
   std::vector<Matrix4> out;
   for (const auto& name : names) {
@@ -800,7 +807,7 @@ std::vector<Matrix4> read_folder(const std::string& path, const AffineReadOption
     if (classify_transform_text(text) == TransformText::list)
       throw Error(ErrorCode::format, file, "",
                   "expected a transform file in the folder, but found a list of files");
-    auto m = read_transform_file(file, text, options);
+    auto m = parse_affines_text(text, file, options);
     out.insert(out.end(), m.begin(), m.end());
   }
   return out;
@@ -812,7 +819,7 @@ std::vector<Matrix4> read_affines(const std::string& path, const AffineReadOptio
   if (is_directory(path)) return read_folder(path, options);
   const std::string text = read_text_file(path);
   if (classify_transform_text(text) != TransformText::list)
-    return read_transform_file(path, text, options);
+    return parse_affines_text(text, path, options);
 
   // A list of transform files, relative to the list's folder. Its entries must be transform
   // files themselves (no lists of lists, no folders): a list names volumes, one file each.
@@ -835,7 +842,7 @@ std::vector<Matrix4> read_affines(const std::string& path, const AffineReadOptio
     if (classify_transform_text(entry_text) == TransformText::list)
       fail(path, entry.line, "",
            "expected a transform file, but " + quote(entry.path) + " is a list of files");
-    auto m = read_transform_file(file, entry_text, options);
+    auto m = parse_affines_text(entry_text, file, options);
     out.insert(out.end(), m.begin(), m.end());
   }
   return out;

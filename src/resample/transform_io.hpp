@@ -57,8 +57,9 @@ std::vector<Matrix4> parse_affines_text(std::string_view text, const std::string
 
 // 4x4 helpers, row-major.
 Matrix4 matmul4(const Matrix4& a, const Matrix4& b);
-// Gauss-Jordan elimination with partial pivoting (LAPACK's getrf/getri pivoting, as NumPy's
-// inv); Error(format) naming `field` when the matrix is singular.
+// LU with partial pivoting, then the identity solved for (LAPACK's gesv, as NumPy's inv does;
+// not its blocked code, so the last bits may differ); Error(format) naming `field` when the
+// matrix is singular or its inverse overflows.
 Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& field);
 
 }  // namespace voxpipe::resample
