@@ -90,10 +90,11 @@ def test_itk_hand_written_with_centre(tmp_path, kind):
 
 
 def test_itk_double_keeps_every_digit_float_rounds_like_nitransforms(tmp_path):
-    body = ("Parameters: 0.1 0 0 0 1 0 0 0 1 0.3 0 0\nFixedParameters: 0 0 0\n")
+    body = "Parameters: 0.1 0 0 0 1 0 0 0 1 0.3 0 0\nFixedParameters: 0 0 0\n"
     pd, pf = tmp_path / "d.tfm", tmp_path / "f.tfm"
-    pd.write_text("#Insight Transform File V1.0\n#Transform 0\nTransform: AffineTransform_double_3_3\n" + body)
-    pf.write_text("#Insight Transform File V1.0\n#Transform 0\nTransform: AffineTransform_float_3_3\n" + body)
+    head = "#Insight Transform File V1.0\n#Transform 0\nTransform: AffineTransform_{}_3_3\n"
+    pd.write_text(head.format("double") + body)
+    pf.write_text(head.format("float") + body)
     assert vp.transforms.load_affine(pd)[0, 0] == 0.1
     assert vp.transforms.load_affine(pd)[0, 3] == -0.3
     # nitransforms reads every ITK file as float32; for _float_ files so do we.
@@ -132,7 +133,8 @@ def test_fsl_matches_nitransforms_with_oblique_grids(tmp_path, case):
     assert_same_matrix(vp.transforms.load_affine(p, format="fsl", reference=ref, moving=mov),
                        theirs)
     # Stored affines are float32: compare files with nitransforms reading the same files.
-    theirs_files = nt_linear.load(p, fmt="fsl", reference=str(ref_path), moving=str(mov_path)).matrix
+    theirs_files = nt_linear.load(p, fmt="fsl", reference=str(ref_path),
+                                  moving=str(mov_path)).matrix
     assert_same_matrix(vp.transforms.load_affine(p, reference=ref_path, moving=mov_path),
                        theirs_files)
     assert_same_matrix(
