@@ -39,6 +39,55 @@ bool last_marker_is_eoi(std::span<const std::uint8_t> src) {
   return false;
 }
 
+// CharLS 2.4 sizes the destination from the first scan's interleave mode but takes each later
+// scan's mode as it comes: a 3-component frame whose first scan is one component (mode none)
+// and whose second scan holds all three (mode line or sample) makes it write three planes'
+// worth into one plane's place, past the end of the destination (GHSA-mqrg-gfc8-73ff and
+// relatives, fixed upstream after 2.4.1). So the scans are checked first: every scan CharLS
+// decodes must have the first scan's mode, with one component per scan in mode none and all of
+// them otherwise. The walk over the entropy-coded data only looks for markers (0xFF followed
+// by a byte with its high bit set, other than RSTn), as CharLS's reader does.
+void check_scan_structure(std::span<const std::uint8_t> src, const FrameSpec& spec,
+                          std::uint32_t components) {
+  const std::size_t n = src.size();
+  std::size_t at = 2;  // after SOI (CharLS has checked it in read_header)
+  int first_mode = -1;
+  std::uint32_t scans = 0, wanted = 1;
+  while (scans < wanted) {
+    while (at < n && src[at] != 0xFF) ++at;  // between segments: CharLS would refuse the bytes
+    while (at < n && src[at] == 0xFF) ++at;  // fill bytes
+    if (at >= n) return;                     // CharLS reports the missing scan itself
+    const std::uint8_t marker = src[at++];
+    if (marker == 0xD8 || marker == 0xD9) return;
+    if (at + 2 > n) return;
+    const std::size_t length = (std::size_t{src[at]} << 8) | src[at + 1];
+    if (length < 2 || at + length > n) return;
+    const std::uint8_t* body = src.data() + at + 2;
+    const std::size_t body_size = length - 2;
+    at += length;
+    if (marker != 0xDA) continue;
+    if (body_size < 1 || body_size < 1 + 2 * std::size_t{body[0]} + 3)
+      fail(spec, ErrorCode::corrupt, "JPEG-LS: a start-of-scan segment is too short");
+    const std::uint32_t in_scan = body[0];
+    const int mode = body[1 + 2 * in_scan + 1];
+    if (first_mode < 0) {
+      first_mode = mode;
+      wanted = mode == 0 ? components : 1;
+    }
+    if (mode != first_mode || in_scan != (mode == 0 ? 1u : components))
+      fail(spec, ErrorCode::unsupported,
+           "JPEG-LS: scan " + std::to_string(scans + 1) + " has " + std::to_string(in_scan) +
+               " component(s) in interleave mode " + std::to_string(mode) + ", but the first scan "
+               "has interleave mode " + std::to_string(first_mode) + " for a frame of " +
+               std::to_string(components) + " component(s)");
+    ++scans;
+    // Skip the scan's entropy-coded data, up to the next marker that is not a restart marker.
+    while (at + 1 < n && !(src[at] == 0xFF && (src[at + 1] & 0x80) &&
+                           !(src[at + 1] >= 0xD0 && src[at + 1] <= 0xD7)))
+      ++at;
+  }
+}
+
 void check(const FrameSpec& spec, charls_jpegls_errc errc, const char* step) {
   if (errc == charls_jpegls_errc{}) return;
   fail(spec, ErrorCode::corrupt,
@@ -99,6 +148,8 @@ FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameS
          "expected a decoded JPEG-LS frame of " + std::to_string(size) +
              " bytes, but CharLS needs " + std::to_string(library_size));
   }
+
+  check_scan_structure(src, spec, static_cast<std::uint32_t>(frame.component_count));
 
   const bool planar = spec.samples == 3 && mode == charls_interleave_mode{};  // mode none
   const bool direct = !planar && width_bits == spec.bits_allocated && !spec.is_signed;

@@ -207,6 +207,34 @@ TEST(CodecJpegLs, ScanDataEndingWithoutAMarkerIsCorrupt) {
   EXPECT_EQ(error_of(all.first(all.size() - 3), spec(5, 7, 1, 8, 8, false)), ErrorCode::corrupt);
 }
 
+TEST(CodecJpegLs, ScansDisagreeingOnTheInterleaveModeAreRefused) {
+  // 8 x 5 x 3 samples of 7, made with CharLS's encoder: the first two scans of an interleave
+  // mode none encoding, then the scan of a sample-interleaved encoding. CharLS 2.4.1 decodes the
+  // last scan, all three components, into the room of one plane and writes 16 bytes past the
+  // end of the output (valgrind shows the writes; here the guard bytes after it would change).
+  constexpr std::uint8_t kMixed[] = {
+      0xff, 0xd8, 0xff, 0xf7, 0x00, 0x11, 0x08, 0x00, 0x05, 0x00, 0x08, 0x03, 0x01, 0x11, 0x00,
+      0x02, 0x11, 0x00, 0x03, 0x11, 0x00, 0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x00,
+      0x00, 0x0b, 0x2b, 0xe7, 0xff, 0x70, 0xff, 0xda, 0x00, 0x08, 0x01, 0x02, 0x00, 0x00, 0x00,
+      0x00, 0x0b, 0x2b, 0xe7, 0xff, 0x70, 0xff, 0xda, 0x00, 0x0c, 0x03, 0x01, 0x00, 0x02, 0x00,
+      0x03, 0x00, 0x00, 0x02, 0x00, 0x0c, 0xe7, 0x4a, 0xff, 0x7f, 0xf2, 0xbf, 0xff, 0x00, 0xff,
+      0xd9,
+  };
+  constexpr std::size_t kFrame = 5 * 8 * 3;
+  std::vector<std::uint8_t> out(kFrame + 64, 0xAB);
+  try {
+    decode_jpegls_frame(kMixed, spec(5, 8, 3, 8, 8, false),
+                        std::span<std::uint8_t>(out).first(kFrame));
+    ADD_FAILURE() << "decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("scan 3 has 3 component(s) in interleave mode 2"),
+              std::string::npos)
+        << e.what();
+  }
+  for (std::size_t i = kFrame; i < out.size(); ++i) ASSERT_EQ(out[i], 0xAB) << i;
+}
+
 TEST(CodecJpegLs, AnOutputOfTheWrongSizeIsRefused) {
   std::vector<std::uint8_t> out(34);
   EXPECT_THROW(decode_jpegls_frame(kJlsNear8, spec(5, 7, 1, 8, 8, false), out), Error);
