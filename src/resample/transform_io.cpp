@@ -688,7 +688,9 @@ std::vector<ListEntry> parse_transform_list(std::string_view text, const std::st
   for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty() || line.front() == '#') return true;
     if (line.find('\0') != std::string_view::npos)
-      fail(path, number, "", "expected a file name, but found a NUL byte");
+      fail(path, number, "",
+           "expected a transform file or a list of transform files, but found binary data (a "
+           "NUL byte)");
     out.push_back({std::string(line), number});
     return true;
   });

@@ -292,3 +292,48 @@ def test_itk_matlab_as_ants_writes_it(tmp_path):
                                rtol=0, atol=1e-13)
     # nitransforms keeps double parameters but rounds the centre to float32: 1e-6 apart.
     np.testing.assert_allclose(ours, nt_linear.load(p, fmt="itk").matrix, rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------- ITK itself
+
+def test_itk_types_against_simpleitk(tmp_path):
+    """Files ITK writes (every type read; text and .mat; a composite), points mapped by ITK.
+    SimpleITK is not a dependency: this runs where it is installed."""
+    sitk = pytest.importorskip("SimpleITK")
+    flip = np.array([-1.0, -1.0, 1.0])
+    pts = RNG.uniform(-50, 50, (6, 3))
+
+    def check(t, name):
+        p = tmp_path / name
+        sitk.WriteTransform(t, str(p))
+        m = vp.transforms.load_affine(p)
+        want = np.array([t.TransformPoint(tuple(x)) for x in pts]) * flip
+        np.testing.assert_allclose((pts * flip) @ m[:3, :3].T + m[:3, 3], want, rtol=0, atol=1e-12)
+        return m
+
+    for i in range(5):
+        c = tuple(RNG.uniform(-30, 30, 3))
+        e = sitk.Euler3DTransform(c, *RNG.uniform(-1, 1, 3), tuple(RNG.uniform(-10, 10, 3)))
+        check(e, f"euler{i}.tfm")
+        e.SetComputeZYX(True)
+        check(e, f"euler_zyx{i}.tfm")
+        v = sitk.VersorRigid3DTransform()
+        v.SetCenter(c)
+        v.SetRotation(tuple(RNG.normal(size=3)), RNG.uniform(-3, 3))
+        v.SetTranslation(tuple(RNG.uniform(-10, 10, 3)))
+        check(v, f"versor{i}.tfm")
+        a = sitk.AffineTransform(3)
+        a.SetMatrix(tuple(RNG.uniform(-1.5, 1.5, 9)))
+        a.SetCenter(c)
+        a.SetTranslation(tuple(RNG.uniform(-10, 10, 3)))
+        check(a, f"affine{i}.tfm")
+        check(a, f"affine{i}.mat")
+        check(sitk.TranslationTransform(3, tuple(RNG.uniform(-10, 10, 3))), f"shift{i}.tfm")
+    # A composite's transforms come back in file order; ITK applies the last one first.
+    p = tmp_path / "composite.tfm"
+    sitk.WriteTransform(sitk.CompositeTransform([a, e]), str(p))
+    m = vp.transforms.load_affines(p)
+    assert m.shape == (2, 4, 4)
+    x = np.array([1.0, 2.0, 3.0])
+    want = np.array(sitk.CompositeTransform([a, e]).TransformPoint(tuple(x))) * flip
+    np.testing.assert_allclose((m[0] @ m[1] @ np.append(x * flip, 1))[:3], want, atol=1e-12)
