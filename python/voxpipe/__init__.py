@@ -25,6 +25,7 @@ from ._image import (
 from ._dicom_series import load_dicom
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._resample import affine_transform, map_coordinates
+from ._resample_series import resample
 from .errors import SkippedFileWarning, VoxpipeError
 
 __version__ = "0.1.0"
@@ -34,5 +35,5 @@ __all__ = [
     "Nifti2Image", "Nifti2Pair",
     "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
-    "affine_transform", "map_coordinates",
+    "affine_transform", "map_coordinates", "resample",
 ]

@@ -1,0 +1,242 @@
+"""Streaming resampling of 3-D and 4-D NIfTI series onto a reference grid (``vp.resample``).
+
+The moving image is read volume by volume from its file, each volume is interpolated on the
+thread pool with scipy.ndimage's values, and the results go straight into a Fortran-ordered
+array or into an output ``.nii``/``.nii.gz`` file that is never held whole. Transforms follow
+nitransforms' convention: they map reference points (RAS+ mm) to moving points, and a list is a
+chain applied in list order. See docs/resample.md, "Streaming resampling".
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+
+import numpy as np
+
+from . import _core
+from ._header import Nifti1Header, Nifti2Header
+from ._image import Nifti1Image, Nifti2Image, _convert_header, load
+from .errors import InvalidArgumentError
+
+__all__ = ["resample"]
+
+_NIFTI_NAME = re.compile(r"\.(nii|nii\.gz|hdr|hdr\.gz)$", re.IGNORECASE)
+
+
+def _invalid(field: str, message: str):
+    return InvalidArgumentError(f"{field}: {message}", field=field)
+
+
+def _moving_path(moving) -> str:
+    if isinstance(moving, (str, os.PathLike)):
+        return os.fspath(moving)
+    get = getattr(moving, "get_filename", None)
+    name = get() if callable(get) else None
+    if name:
+        return os.fspath(name)
+    raise _invalid(
+        "moving", "expected a path or an image loaded from a file (volumes are read from it one "
+        "at a time), but received " + type(moving).__name__ + " without a file; save it first "
+        "(vp.save) or use vp.affine_transform on the array")
+
+
+def _reference(reference):
+    """(shape, affine, header or None) of a path, an image, or anything with .shape/.affine."""
+    if isinstance(reference, (str, os.PathLike)):
+        reference = load(reference)
+    try:
+        shape = tuple(int(n) for n in reference.shape)
+        affine = np.array(reference.affine, dtype=np.float64)
+    except AttributeError:
+        raise _invalid("reference", "expected a path or an image (.shape and .affine), but "
+                       "received " + type(reference).__name__) from None
+    if len(shape) < 3 or affine.shape != (4, 4):
+        raise _invalid("reference", f"expected a grid of 3 (or more) axes and a 4x4 affine, but "
+                       f"received shape {shape} and affine shape {affine.shape}")
+    header = getattr(reference, "header", None)
+    kind = type(header).__name__ if header is not None else ""
+    if kind in ("Nifti1Header", "Nifti1PairHeader"):
+        header = _convert_header(header, Nifti1Header)
+    elif kind in ("Nifti2Header", "Nifti2PairHeader"):
+        header = _convert_header(header, Nifti2Header)
+    else:
+        header = None
+    return shape[:3], affine, header
+
+
+def _field(value):
+    """(F-ordered (X, Y, Z, 3) float64 field, affine) from a (field, affine) pair."""
+    field, affine = value
+    field = np.asarray(field, dtype=np.float64)
+    if field.ndim == 5 and field.shape[3] == 1:
+        field = field[:, :, :, 0, :]
+    if field.ndim != 4 or field.shape[3] != 3:
+        raise _invalid("transforms", f"expected a displacement field of shape (X, Y, Z, 3), but "
+                       f"received {field.shape}")
+    affine = np.asarray(affine, dtype=np.float64)
+    if affine.shape != (4, 4):
+        raise _invalid("transforms", f"expected a field affine of shape (4, 4), but received "
+                       f"{affine.shape}")
+    return np.asfortranarray(field), affine
+
+
+def _is_matrix_list(value) -> bool:
+    """A list of 4 rows of numbers is one matrix; any other list is a chain."""
+    return (len(value) == 4 and all(isinstance(r, (list, tuple)) for r in value)
+            and all(np.isscalar(v) for r in value for v in r))
+
+
+def _element(value, moving_path: str, reference):
+    """One transform: ("affine", (4,4)), ("affines", (N,4,4)) or ("field", (field, affine))."""
+    if isinstance(value, (str, os.PathLike)):
+        from . import transforms  # written beside this module; imported when a file is given
+
+        path = os.fspath(value)
+        if _NIFTI_NAME.search(path):
+            return ("field", _field(transforms.load_field(path)))
+        value = transforms.load_affines(path, reference=reference, moving=moving_path)
+    if isinstance(value, tuple) and len(value) == 2 and np.ndim(value[0]) >= 4:
+        return ("field", _field(value))
+    a = np.asarray(value, dtype=np.float64)
+    if a.shape == (4, 4):
+        return ("affine", a)
+    if a.ndim == 3 and a.shape[1:] == (4, 4):
+        return ("affine", a[0]) if a.shape[0] == 1 else ("affines", a)
+    raise _invalid("transforms", f"expected a (4, 4) affine, an (N, 4, 4) stack, a (field, "
+                   f"affine) pair, a file name or a list of these, but received shape {a.shape}")
+
+
+def _chains(transforms, moving_path: str, reference, volumes: int):
+    """(chains as lists of core steps, fields) for the core."""
+    if isinstance(transforms, list) and not _is_matrix_list(transforms):
+        items = transforms
+    else:
+        items = [transforms]
+    elements = [_element(v, moving_path, reference) for v in items]
+    counts = {e[1].shape[0] for e in elements if e[0] == "affines"}
+    if len(counts) > 1:
+        raise _invalid("transforms", f"expected per-volume stacks of one length, but received "
+                       f"lengths {sorted(counts)}")
+    n = counts.pop() if counts else 1
+    if n != 1 and n != volumes:
+        raise _invalid("transforms", f"expected 1 affine or one per volume ({volumes}), but "
+                       f"received {n}")
+    fields = []
+    steps = []  # per element: a function of the volume index giving the core step
+    for kind, value in elements:
+        if kind == "field":
+            fields.append((value[0], value[1].ravel().tolist()))
+            steps.append(lambda t, i=len(fields) - 1: (1, [], i))
+        elif kind == "affine":
+            m = value.ravel().tolist()
+            steps.append(lambda t, m=m: (0, m, -1))
+        else:
+            ms = [x.ravel().tolist() for x in value]
+            steps.append(lambda t, ms=ms: (0, ms[t], -1))
+    chains = [[s(t) for s in steps] for t in range(n)]
+    return chains, fields
+
+
+def _dtype(dtype, out):
+    if dtype is None:
+        dtype = out.dtype if isinstance(out, np.ndarray) else np.float32
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iuf" or (dtype.kind == "f" and dtype.itemsize not in (4, 8)):
+        raise _invalid("dtype", f"expected an integer, float32 or float64 dtype, but received "
+                       f"{dtype}")
+    return dtype
+
+
+def _count(value, field: str) -> int:
+    if value is None:
+        return 0
+    n = operator.index(value)
+    if n < 0:
+        raise _invalid(field, f"expected None or a number >= 0, but received {n}")
+    return n
+
+
+def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, prefilter=True,
+             dtype=None, out=None, threads=None, memory_limit=None, *, progress=None):
+    """Resample a 3-D or 4-D image onto ``reference``'s grid through ``transforms``, volume by
+    volume, in bounded memory.
+
+    ``moving``: a path or an image loaded from a file (voxpipe or nibabel); volumes are read
+    from the file one at a time, scaled as ``get_fdata`` scales them. ``reference``: a path or
+    an image (anything with ``.shape`` and ``.affine``: the first 3 axes make the grid).
+
+    ``transforms`` map reference points to moving points in RAS+ mm (nitransforms' convention):
+    a (4, 4) affine for every volume; an (N, 4, 4) stack, one per volume (N = the volume count);
+    a displacement field ``(field, affine)`` with field (X, Y, Z, 3) in RAS mm; a file name (a
+    NIfTI is read with ``voxpipe.transforms.load_field``, anything else with
+    ``voxpipe.transforms.load_affines``); or a list of these, a chain applied in list order
+    (nitransforms' TransformChain). Fields must come before any per-volume stack in a chain.
+
+    ``order``, ``mode``, ``cval``, ``prefilter``: as scipy.ndimage (float64 computation; an
+    affine-only chain gives scipy.ndimage.affine_transform's values bit for bit).
+    ``dtype``: of the output; None gives float32 (or ``out``'s dtype), not nitransforms' moving
+    dtype: interpolated int16 data rounded back to int16 loses the sub-integer values a
+    resampled series carries, and float64 doubles the size for digits the data do not have.
+    Pass ``dtype=img.get_data_dtype()`` for nitransforms' choice on unscaled data.
+
+    ``out``: None (a new Fortran-ordered array), an F-contiguous array of shape reference grid
+    (+ volumes for a 4-D moving image) to fill, or a ``.nii``/``.nii.gz`` path to stream into
+    (the volumes are written in order, the file appears when complete; returns ``vp.load`` of
+    it). Otherwise returns a ``vp.Nifti1Image`` with the reference's affine and header.
+    ``threads``: None for all cores. ``memory_limit``: bytes for the volumes in flight (None:
+    as many as threads); ``voxpipe.errors.LimitError`` (a ValueError) when it cannot hold one
+    volume.
+    ``progress``: called as ``progress(done, total)`` after each volume.
+    """
+    moving_path = _moving_path(moving)
+    moving_img = load(moving_path)
+    mshape = tuple(moving_img.shape)
+    if len(mshape) not in (3, 4):
+        raise _invalid("moving", f"expected a 3-D or 4-D image, but received shape {mshape}")
+    volumes = mshape[3] if len(mshape) == 4 else 1
+    ref_shape, ref_affine, ref_header = _reference(reference)
+    chains, fields = _chains(transforms, moving_path, reference, volumes)
+    dtype = _dtype(dtype, out)
+    shape = ref_shape + mshape[3:]
+    if ref_header is None:
+        # A reference without a NIfTI header: the affine goes in both forms, scanner-coded.
+        ref_header = Nifti1Header()
+        ref_header.set_qform(ref_affine, code=1)
+        ref_header.set_sform(ref_affine, code=1)
+    mode = str(mode)
+    args = dict(order=operator.index(order), mode=mode, cval=float(cval),
+                prefilter=bool(prefilter), dtype=dtype.name, threads=_count(threads, "threads"),
+                memory_limit=_count(memory_limit, "memory_limit"),
+                reference_header=bytes(ref_header.binaryblock), progress=progress)
+
+    if isinstance(out, (str, os.PathLike)):
+        path = os.fspath(out)
+        _core.resample_series(moving_path, list(ref_shape), ref_affine.ravel().tolist(), chains,
+                              fields, out=None, out_path=path, **args)
+        return load(path)
+
+    if out is None:
+        data = np.empty(shape, dtype=dtype, order="F")
+    elif isinstance(out, np.ndarray):
+        if out.shape != shape:
+            raise _invalid("out", f"expected shape {shape}, but received {out.shape}")
+        if out.dtype != dtype:
+            raise _invalid("out", f"expected dtype {dtype}, but received {out.dtype}")
+        if not out.flags.f_contiguous or not out.dtype.isnative or not out.flags.writeable:
+            raise _invalid("out", "expected a writeable, Fortran-contiguous array in native "
+                           "byte order")
+        data = out
+    else:
+        raise _invalid("out", "expected None, an array or a path, but received "
+                       + type(out).__name__)
+    _core.resample_series(moving_path, list(ref_shape), ref_affine.ravel().tolist(), chains,
+                          fields, out=data, out_path=None, **args)
+    klass = Nifti2Image if isinstance(ref_header, Nifti2Header) else Nifti1Image
+    header = ref_header.copy()
+    if len(shape) == 4:
+        mh = moving_img.header
+        header["pixdim"][4] = mh["pixdim"][4]
+        header["xyzt_units"] = (int(header["xyzt_units"]) & 0x07) | (int(mh["xyzt_units"]) & 0x38)
+    return klass(data, ref_affine, header, dtype=dtype)
