@@ -538,15 +538,16 @@ void affine_transform(const ArrayRef& input, std::span<const double> matrix, boo
       }
     });
   } else {
-    // scipy's geometric_transform: ((0 + o0 * m0) + o1 * m1 + ...) + shift, summed in axis order.
+    // scipy's NI_GeometricTransform: ((shift + o0 * m0) + o1 * m1) + ..., the shift first, then
+    // the axes in order (adding the shift last differs in the last bits: checked against scipy
+    // 1.17.1 on float64 outputs, where a float32 output hid it).
     run(plan, output, options.threads, [&](const std::int64_t* r, std::int64_t k0, std::int64_t n, double* b) {
       for (std::size_t h = 0; h < nd; ++h) {
         const double* m = matrix.data() + h * ond;
-        double partial = 0.0;
+        double partial = offset[h];
         for (std::size_t l = 0; l + 1 < ond; ++l) partial += static_cast<double>(r[l]) * m[l];
         const double last = m[ond - 1];
-        for (std::int64_t k = 0; k < n; ++k)
-          b[h * n + k] = (partial + static_cast<double>(k0 + k) * last) + offset[h];
+        for (std::int64_t k = 0; k < n; ++k) b[h * n + k] = partial + static_cast<double>(k0 + k) * last;
       }
     });
   }
