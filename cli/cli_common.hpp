@@ -31,4 +31,8 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
 int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 bool err_is_terminal);
 
+// voxpipe resample (resample.cpp). The progress bar is drawn only when `err_is_terminal`.
+int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                 bool err_is_terminal);
+
 }  // namespace voxpipe::cli

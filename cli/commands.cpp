@@ -74,7 +74,11 @@ static const char* const kUsageText =
     "  dcm2nii INPUT... -o OUT_DIR [-f FORMAT] [-z y|n] [--float32] [--overwrite] [--threads N]\n"
     "                           convert DICOM series (files or folders, searched recursively) to\n"
     "                           NIfTI-1 (.nii.gz) with a BIDS-style JSON sidecar, as dcm2niix;\n"
-    "                           see dcm2nii --help\n";
+    "                           see dcm2nii --help\n"
+    "  resample MOVING --reference REF [--affine X | --affines LIST | --warp FIELD] -o OUT\n"
+    "           [--order 3] [--mode constant] [--dtype float32] [--threads N] [--memory-limit SIZE]\n"
+    "                           resample a 3-D/4-D series onto REF's grid volume by volume,\n"
+    "                           streamed to OUT; see resample --help\n";
 
 namespace {
 
@@ -584,6 +588,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cmd == "index") return cmd_index(rest, out, err);
     if (cmd == "bench-load") return cmd_bench_load(rest, out, err, err_is_terminal);
     if (cmd == "dcm2nii") return cmd_dcm2nii(rest, out, err, err_is_terminal);
+    if (cmd == "resample") return cmd_resample(rest, out, err, err_is_terminal);
     err << "voxpipe: unknown command " << cmd << "\n" << kUsageText;
     return kUsage;
   } catch (const Error& e) {
