@@ -211,6 +211,7 @@ def assert_close_to(ours, theirs):
     theirs = np.asarray(theirs, dtype=np.float64)
     rng = theirs.max() - theirs.min()
     diff = np.abs(np.asarray(ours, dtype=np.float64) - theirs).max()
+    print(f"max |voxpipe - nitransforms| = {diff:.3g} ({diff / rng:.3g} of the range)")
     assert diff <= 1e-5 * rng, (diff, rng)
 
 
