@@ -95,7 +95,9 @@ def _element(value, moving_path: str, reference):
 
         path = os.fspath(value)
         if _NIFTI_NAME.search(path):
-            return ("field", _field(transforms.load_field(path)))
+            # ITK/ANTs fields are 5-D (X, Y, Z, 1, 3) LPS; nitransforms' own are (X, Y, Z, 3) RAS.
+            fmt = "ras" if len(load(path).shape) == 4 else "itk"
+            return ("field", _field(transforms.load_field(path, format=fmt)))
         value = transforms.load_affines(path, reference=reference, moving=moving_path)
     if isinstance(value, tuple) and len(value) == 2 and np.ndim(value[0]) >= 4:
         return ("field", _field(value))
@@ -170,8 +172,8 @@ def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, 
     ``transforms`` map reference points to moving points in RAS+ mm (nitransforms' convention):
     a (4, 4) affine for every volume; an (N, 4, 4) stack, one per volume (N = the volume count);
     a displacement field ``(field, affine)`` with field (X, Y, Z, 3) in RAS mm; a file name (a
-    NIfTI is read with ``voxpipe.transforms.load_field``, anything else with
-    ``voxpipe.transforms.load_affines``); or a list of these, a chain applied in list order
+    NIfTI is read with ``voxpipe.transforms.load_field``: ITK/ANTs when 5-D (X, Y, Z, 1, 3),
+    nitransforms' RAS when 4-D; anything else with ``voxpipe.transforms.load_affines``); or a list of these, a chain applied in list order
     (nitransforms' TransformChain). Fields must come before any per-volume stack in a chain.
 
     ``order``, ``mode``, ``cval``, ``prefilter``: as scipy.ndimage (float64 computation; an

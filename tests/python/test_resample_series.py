@@ -267,3 +267,28 @@ def test_nitransforms_field_then_per_volume_affines(tmp_path):
         chain = TransformChain([Affine(pre, reference=ref), DenseFieldTransform(fimg, is_deltas=True), Affine(mats[t], reference=ref)])
         theirs = apply(chain, vol, reference=ref, order=1, output_dtype=np.float64)
         assert_close_to(ours[..., t], np.asanyarray(theirs.dataobj))
+
+
+def test_transform_files(tmp_path):
+    """File names go to vp.transforms' readers: a plain 4x4 text matrix, an ITK (X, Y, Z, 1, 3)
+    LPS field and a nitransforms (X, Y, Z, 3) RAS field give what the arrays give."""
+    moving = write_moving(tmp_path, "m.nii", shape=(12, 11, 9, 2))
+    ref = reference_image()
+    a = rotation(0.03, -0.02, [0.4, 0.1, -0.3])
+    np.savetxt(tmp_path / "a.txt", a)
+    want = np.asanyarray(vp.resample(moving, ref, a, order=1).dataobj)
+    got = np.asanyarray(vp.resample(moving, ref, str(tmp_path / "a.txt"), order=1).dataobj)
+    np.testing.assert_array_equal(got, want)
+
+    fimg = field_image(REF_SHAPE, REF_AFFINE)
+    ras = fimg.get_fdata()
+    want = np.asanyarray(vp.resample(moving, ref, [(ras, REF_AFFINE), a], order=1).dataobj)
+    nib.save(fimg, tmp_path / "ras.nii.gz")
+    got = np.asanyarray(vp.resample(moving, ref, [tmp_path / "ras.nii.gz", a], order=1).dataobj)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    lps = ras * [-1, -1, 1]
+    itk = nib.Nifti1Image(lps[:, :, :, None, :].astype(np.float64), REF_AFFINE)
+    itk.header.set_intent("vector")
+    nib.save(itk, tmp_path / "itk.nii.gz")
+    got = np.asanyarray(vp.resample(moving, ref, [tmp_path / "itk.nii.gz", a], order=1).dataobj)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
