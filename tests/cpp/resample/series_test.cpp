@@ -292,3 +292,24 @@ TEST(ResampleSeries, bad_arguments_and_read_errors_reach_the_caller) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ResampleSeries, an_exception_from_progress_stops_the_run_and_leaves_no_file) {
+  TempDir dir;
+  const NiftiImage moving = open_nifti(write_moving(dir, "m.nii.gz", false, GzipLayout::single, 12));
+  const std::vector<TransformChain> one{affine_chain(translation(0.5, 0, 0))};
+  for (unsigned threads : {1u, 2u, 4u}) {
+    SeriesResampleOptions o = linear(threads);
+    o.progress = [](std::int64_t done, std::int64_t) {
+      if (done == 3) throw std::runtime_error("stop at 3");
+    };
+    const std::string path = dir.file("out.nii");
+    EXPECT_THROW(resample_series_to_file(moving, same_grid(), one, path, o), std::runtime_error);
+    EXPECT_FALSE(std::filesystem::exists(path));
+    Output out(same_grid().shape, 12);
+    EXPECT_THROW(resample_series(moving, same_grid(), one, out.ref, o), std::runtime_error);
+  }
+}
+
+}  // namespace
