@@ -214,8 +214,18 @@ def series_cases(volumes, repeat, nit_repeat, cores):
     a, b = np.load(saved["nit"], mmap_mode="r"), np.load(saved["vp"], mmap_mode="r")
     bold = series_paths(volumes)[0]
     rng_data = float(np.ptp(np.asanyarray(nib.load(bold).dataobj[..., 0])))  # scaled values
-    diff = max(float(np.max(np.abs(a[..., t].astype(np.float64) - b[..., t])))
-               for t in range(a.shape[-1]))
+    # Where one tool gives cval and the other a value, the point lies on the moving grid's edge
+    # to within rounding: mode constant switches there, and voxpipe's composed voxel matrix and
+    # nitransforms' point-by-point mapping round differently. Those voxels are counted apart.
+    diff = {"max": 0.0, "edge": 0, "edge_unexplained": 0, "voxels": a.size}
+    for t in range(a.shape[-1]):
+        x, y = a[..., t].astype(np.float64), b[..., t].astype(np.float64)
+        d = np.abs(x - y)
+        big = d > 1e-5 * rng_data
+        flip = (x == 0) != (y == 0)
+        diff["edge"] += int(np.count_nonzero(big & flip))
+        diff["edge_unexplained"] += int(np.count_nonzero(big & ~flip))
+        diff["max"] = max(diff["max"], float(d[~(big & flip)].max()))
     for p in list(saved.values()) + [out_nii]:
         os.remove(p)
     return res, diff, rng_data
@@ -296,7 +306,13 @@ def report(kernel, series, diff, data_range, args, cores, load, cpu):
                      f"{r['peak'] / MIB:.0f} MiB ({(r['peak'] - r['base']) / MIB:.0f} MiB) |")
     out_mib = SHAPE[0] * SHAPE[1] * SHAPE[2] * args.volumes * 4 / MIB
     lines += ["", f"The output is {out_mib:.0f} MiB float32. Max |voxpipe - nitransforms| = "
-              f"{diff:.3g} ({diff / data_range:.2g} of the data range {data_range:.0f}).", ""]
+              f"{diff['max']:.3g} ({diff['max'] / data_range:.2g} of the data range "
+              f"{data_range:.0f}) on all voxels but {diff['edge']} of {diff['voxels']}, where one "
+              "gives cval (0) and the other a value: points on the moving grid's edge to within "
+              "rounding, where mode constant switches (voxpipe's composed voxel matrix and "
+              "nitransforms' point-by-point mapping round differently); "
+              f"{diff['edge_unexplained']} other voxels differ by more than 1e-5 of the range.",
+              ""]
     same = series["vp_memory"]
     goals.append((f"series >= 10x nitransforms with the same threads ({cores})",
                   f"{nit['time'] / same['time']:.2f}x", nit["time"] / same["time"] >= 10))
