@@ -26,6 +26,7 @@
 #include "core/checked.hpp"
 #include "core/thread_pool.hpp"
 #include "resample/interpolator.hpp"
+#include "resample/matrix4.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample_series.hpp"
 
@@ -37,43 +38,12 @@ namespace {
   throw Error(ErrorCode::invalid_argument, "", field, detail);
 }
 
-Matrix4 matmul(const Matrix4& a, const Matrix4& b) {
-  Matrix4 r{};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      double s = 0.0;
-      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
-      r[i * 4 + j] = s;
-    }
-  return r;
-}
-
-// Gauss-Jordan with partial pivoting (LAPACK's getrf/getri, which NumPy's inv calls, pivot the
-// same way, so well-conditioned affines agree with np.linalg.inv to the last bits or nearly).
+// inverse4 of matrix4.hpp, as the transform readers invert; Error(invalid_argument) naming
+// `field` when the affine is singular.
 Matrix4 inverse(const Matrix4& m, const char* field) {
-  double a[4][8];
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 8; ++j) a[i][j] = j < 4 ? m[i * 4 + j] : (j - 4 == i ? 1.0 : 0.0);
-  for (int c = 0; c < 4; ++c) {
-    int p = c;
-    for (int r = c + 1; r < 4; ++r)
-      if (std::fabs(a[r][c]) > std::fabs(a[p][c])) p = r;
-    if (!(std::fabs(a[p][c]) > 0.0) || !std::isfinite(a[p][c]))
-      invalid(field, "expected an invertible affine, but received a singular one");
-    if (p != c)
-      for (int j = 0; j < 8; ++j) std::swap(a[p][j], a[c][j]);
-    const double d = a[c][c];
-    for (int j = 0; j < 8; ++j) a[c][j] /= d;
-    for (int r = 0; r < 4; ++r) {
-      if (r == c || a[r][c] == 0.0) continue;
-      const double f = a[r][c];
-      for (int j = 0; j < 8; ++j) a[r][j] -= f * a[c][j];
-    }
-  }
-  Matrix4 r{};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) r[i * 4 + j] = a[i][j + 4];
-  return r;
+  const std::optional<Matrix4> x = try_inverse4(m);
+  if (!x) invalid(field, "expected an invertible affine, but received a singular one");
+  return *x;
 }
 
 bool same_step(const TransformStep& a, const TransformStep& b) {
@@ -135,9 +105,9 @@ ChainPlan plan_chains(const NiftiImage& moving, const Grid& reference,
   const Matrix4 inv_moving = inverse(moving.affine, "moving affine");
   for (const auto& chain : chains) {
     Matrix4 m = kIdentity4;
-    for (std::size_t s = plan.shared; s < chain.size(); ++s) m = matmul(chain[s].matrix, m);
-    plan.per_chain.push_back(plan.field ? matmul(inv_moving, m)
-                                        : matmul(matmul(inv_moving, m), reference.affine));
+    for (std::size_t s = plan.shared; s < chain.size(); ++s) m = matmul4(chain[s].matrix, m);
+    plan.per_chain.push_back(plan.field ? matmul4(inv_moving, m)
+                                        : matmul4(matmul4(inv_moving, m), reference.affine));
   }
   return plan;
 }
@@ -566,10 +536,10 @@ Matrix4 series_voxel_matrix(const Matrix4& moving_affine, const TransformChain& 
   for (const auto& step : chain) {
     if (step.kind != TransformStep::Kind::affine)
       resample::invalid("transforms", "expected a chain of affines, but received a displacement field");
-    m = resample::matmul(step.matrix, m);
+    m = resample::matmul4(step.matrix, m);
   }
-  return resample::matmul(resample::matmul(resample::inverse(moving_affine, "moving affine"), m),
-                          reference_affine);
+  return resample::matmul4(
+      resample::matmul4(resample::inverse(moving_affine, "moving affine"), m), reference_affine);
 }
 
 SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid& reference,

@@ -147,39 +147,6 @@ Matrix4 diag4(double a, double b, double c, double d) {
   return {a, 0, 0, 0, 0, b, 0, 0, 0, 0, c, 0, 0, 0, 0, d};
 }
 
-// LU factorisation with partial pivoting (the row with the largest magnitude, first on ties, as
-// LAPACK's getrf); returns false when a pivot is exactly zero. `perm_sign` gets the permutation's
-// sign.
-bool lu4(Matrix4& a, std::array<int, 4>& piv, double& perm_sign) {
-  perm_sign = 1;
-  for (int k = 0; k < 4; ++k) {
-    int p = k;
-    for (int i = k + 1; i < 4; ++i)
-      if (std::fabs(a[i * 4 + k]) > std::fabs(a[p * 4 + k])) p = i;
-    piv[k] = p;
-    if (a[p * 4 + k] == 0.0) return false;
-    if (p != k) {
-      for (int j = 0; j < 4; ++j) std::swap(a[k * 4 + j], a[p * 4 + j]);
-      perm_sign = -perm_sign;
-    }
-    for (int i = k + 1; i < 4; ++i) {
-      const double l = a[i * 4 + k] / a[k * 4 + k];
-      a[i * 4 + k] = l;
-      for (int j = k + 1; j < 4; ++j) a[i * 4 + j] -= l * a[k * 4 + j];
-    }
-  }
-  return true;
-}
-
-double det4(const Matrix4& m) {
-  Matrix4 a = m;
-  std::array<int, 4> piv{};
-  double sign = 1;
-  if (!lu4(a, piv, sign)) return 0.0;
-  double d = sign;
-  for (int k = 0; k < 4; ++k) d *= a[k * 4 + k];
-  return d;
-}
 
 // nitransforms' _fsl_aff_adapt: FSL's scaled-voxel space of a grid. `swp` flips x (about the
 // grid's far edge) when the affine's determinant is positive (neurological storage order), `spc`
@@ -381,44 +348,14 @@ bool is_fsl_name(const std::string& path) {
 
 // ---------------------------------------------------------------------------------------------
 
-Matrix4 matmul4(const Matrix4& a, const Matrix4& b) {
-  Matrix4 r{};
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      double s = 0;
-      for (int k = 0; k < 4; ++k) s += a[i * 4 + k] * b[k * 4 + j];
-      r[i * 4 + j] = s;
-    }
-  return r;
-}
-
 Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& field) {
-  Matrix4 a = m;
-  std::array<int, 4> piv{};
-  double sign = 1;
-  if (!lu4(a, piv, sign))
+  bool singular = false;
+  const std::optional<Matrix4> x = try_inverse4(m, &singular);
+  if (!x)
     throw Error(ErrorCode::format, path, field,
-                "expected an invertible matrix, but it is singular");
-  // Solve A X = I column by column with the factors (getrs after getrf: LAPACK's gesv, which
-  // NumPy's inv calls).
-  Matrix4 x{};
-  for (int col = 0; col < 4; ++col) {
-    std::array<double, 4> b{};
-    b[col] = 1.0;
-    for (int k = 0; k < 4; ++k) std::swap(b[k], b[piv[k]]);
-    for (int i = 1; i < 4; ++i)
-      for (int k = 0; k < i; ++k) b[i] -= a[i * 4 + k] * b[k];
-    for (int i = 3; i >= 0; --i) {
-      for (int k = i + 1; k < 4; ++k) b[i] -= a[i * 4 + k] * b[k];
-      b[i] /= a[i * 4 + i];
-    }
-    for (int i = 0; i < 4; ++i) x[i * 4 + col] = b[i];
-  }
-  for (double v : x)
-    if (!std::isfinite(v))
-      throw Error(ErrorCode::format, path, field,
-                  "expected an invertible matrix, but its inverse overflows");
-  return x;
+                singular ? "expected an invertible matrix, but it is singular"
+                         : "expected an invertible matrix, but its inverse overflows");
+  return *x;
 }
 
 namespace {

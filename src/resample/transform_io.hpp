@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "resample/matrix4.hpp"
 #include "voxpipe/transform.hpp"
 
 namespace voxpipe::resample {
@@ -55,11 +56,8 @@ std::vector<ListEntry> parse_transform_list(std::string_view text, const std::st
 std::vector<Matrix4> parse_affines_text(std::string_view text, const std::string& path,
                                         const AffineReadOptions& options);
 
-// 4x4 helpers, row-major.
-Matrix4 matmul4(const Matrix4& a, const Matrix4& b);
-// LU with partial pivoting, then the identity solved for (LAPACK's gesv, as NumPy's inv does;
-// not its blocked code, so the last bits may differ); Error(format) naming `field` when the
-// matrix is singular or its inverse overflows.
+// try_inverse4 (matrix4.hpp), with Error(format) naming `field` when the matrix is singular or
+// its inverse overflows.
 Matrix4 inverse4(const Matrix4& m, const std::string& path, const std::string& field);
 
 }  // namespace voxpipe::resample
