@@ -18,9 +18,13 @@
 //    reference grid (3 float64 per reference voxel, the only array the size of the grid), the
 //    per-volume affines after it point by point.
 //
+// The moving data: a NiftiImage (volumes read from its file) or a SeriesArray (the caller's
+// array in memory, interpolated in place). Both take the same path through the executor.
+//
 // Memory. Volumes are read lazily, one at a time, with nibabel's scaling (get_fdata's values);
 // each volume in flight holds
-//   input:        voxels(moving volume) x (8 when scaled; else the on-disk element size)
+//   input:        voxels(moving volume) x (8 when scaled; else the on-disk element size);
+//                 0 for a SeriesArray (volume t is read in place)
 //   coefficients: voxels(moving volume, each axis + 24 for nearest/grid-constant) x 8
 //                 when order > 1 and prefilter (else 0)
 //   output:       voxels(reference grid) x size(output dtype), file output only (in memory the
@@ -34,7 +38,8 @@
 // in flight and the interpolation of each. Functions are re-entrant; calls on different outputs
 // may run concurrently.
 // Errors: voxpipe::Error, thrown before any output is written where the arguments decide it
-// (invalid_argument: a bad chain count, out shape or dtype, a field step after per-volume steps;
+// (invalid_argument: a bad chain count, out shape or dtype, a field step after per-volume steps,
+// a SeriesArray without data or with strides that do not match its shape;
 // unsupported: complex or RGB moving data, more than 4 dimensions; limit: memory_limit below
 // one volume in flight); the errors of reading the moving image and writing the output file
 // otherwise. After a read error `out` is partly written; the output file never appears partly
@@ -82,9 +87,26 @@ struct SeriesResampleOptions {
   WriteOptions write;  // gzip level and layout for .nii.gz; write.threads 0: `threads`
 };
 
+// Moving data the caller holds in memory: a 3-D or 4-D strided view (resample.hpp's ArrayRef:
+// element strides, any layout, any integer type, float32 or float64) and its voxel-to-RAS
+// affine. Volume t is the view data[..., t], interpolated straight from the caller's memory
+// (nothing is read or copied; the prefilter still makes its float64 coefficients per volume when
+// order > 1). Values are taken as they are, converted to float64 (get_fdata's values for an
+// unscaled image), and grid-constant pads with cval as on a float64 array. The data must stay
+// valid and unchanged for the call and must not overlap the output.
+struct SeriesArray {
+  ArrayRef data;
+  Matrix4 affine = kIdentity4;
+  // resample_series_to_file only: the output's pixdim[4] and xyzt_units (its time bits; all of
+  // it when there is no reference_header), as a NiftiImage's header gives them.
+  double time_step = 1.0;
+  int xyzt_units = 0;
+};
+
 // Number of volumes of the moving image: shape[3] for 4-D images, 1 for 3-D ones.
 // Error(unsupported) for images of more than 4 dimensions (or fewer than 3 non-trivial ones).
 std::int64_t series_volume_count(const NiftiImage& moving);
+std::int64_t series_volume_count(const SeriesArray& moving);
 
 // V = inverse(moving_affine) @ M_chain @ reference_affine for a chain of affine steps only
 // (Error(invalid_argument) for a chain with a field), computed as the executor computes it, so
@@ -107,6 +129,9 @@ struct SeriesMemoryEstimate {
 SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid& reference,
                                             std::span<const TransformChain> chains,
                                             bool to_file, const SeriesResampleOptions& options);
+SeriesMemoryEstimate series_memory_estimate(const SeriesArray& moving, const Grid& reference,
+                                            std::span<const TransformChain> chains,
+                                            bool to_file, const SeriesResampleOptions& options);
 
 // Resamples every volume of `moving` onto `reference` into `out`: shape (X, Y, Z) of the
 // reference grid for a 3-D moving image, (X, Y, Z, T) for a 4-D one (T = its volume count; a
@@ -116,6 +141,9 @@ SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid
 void resample_series(const NiftiImage& moving, const Grid& reference,
                      std::span<const TransformChain> chains, const ArrayRef& out,
                      const SeriesResampleOptions& options);
+void resample_series(const SeriesArray& moving, const Grid& reference,
+                     std::span<const TransformChain> chains, const ArrayRef& out,
+                     const SeriesResampleOptions& options);
 
 // As resample_series, streamed into a NIfTI file (.nii, .nii.gz, or a pair, by the extension):
 // volumes are handed to the writer in order and the whole output is never held. The header: the
@@ -123,6 +151,9 @@ void resample_series(const NiftiImage& moving, const Grid& reference,
 // no scaling (scl_slope NaN, as nibabel writes floats), pixdim[4] and the time bits of
 // xyzt_units from the moving image. The file appears only when complete (write_nifti).
 void resample_series_to_file(const NiftiImage& moving, const Grid& reference,
+                             std::span<const TransformChain> chains, const std::string& out_path,
+                             const SeriesResampleOptions& options);
+void resample_series_to_file(const SeriesArray& moving, const Grid& reference,
                              std::span<const TransformChain> chains, const std::string& out_path,
                              const SeriesResampleOptions& options);
 

@@ -2,6 +2,8 @@
 // (images, transform files, per-volume stacks, chains, the output) lives in
 // voxpipe/_resample_series.py; here the chains arrive as lists of steps and the output as a
 // Fortran-ordered array or a path, and the GIL is released while the volumes are resampled.
+// The moving data: a path (volumes read from the file) or a NumPy array of any layout and its
+// affine (interpolated in place; the argument keeps the array alive for the call).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -29,6 +31,7 @@ namespace {
 // one after another, DisplacementField's layout) and its 16 affine values.
 using FieldArray = nb::ndarray<const double, nb::ndim<4>, nb::f_contig, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::f_contig, nb::device::cpu>;
+using MovingArray = nb::ndarray<nb::ro, nb::device::cpu>;
 // A step: (0, 16 affine values, -1) or (1, [], index into the fields).
 using Step = std::tuple<int, std::vector<double>, int>;
 
@@ -112,6 +115,67 @@ SeriesResampleOptions options_of(int order, const std::string& mode, double cval
   return o;
 }
 
+// The moving array as a SeriesArray: a strided view of the caller's memory, no copy.
+SeriesArray series_array_of(const MovingArray& a, const std::string& dtype,
+                            const std::vector<double>& affine, double time_step, int xyzt_units) {
+  SeriesArray s;
+  const auto t = dtype_from_name(dtype);
+  if (!t || a.itemsize() != dtype_size(*t))
+    throw Error(ErrorCode::invalid_argument, "", "moving",
+                "expected an integer, float32 or float64 array, but received " + dtype);
+  s.data.data = const_cast<void*>(a.data());
+  s.data.dtype = *t;
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    s.data.shape.push_back(static_cast<std::int64_t>(a.shape(i)));
+    s.data.strides.push_back(static_cast<std::int64_t>(a.stride(i)));
+  }
+  s.affine = matrix_of(affine, "moving_affine");
+  s.time_step = time_step;
+  s.xyzt_units = xyzt_units;
+  return s;
+}
+
+// One run for either kind of moving data.
+template <typename Moving>
+void run(const Moving& moving, const std::vector<std::int64_t>& ref_shape,
+         const std::vector<double>& ref_affine, const std::vector<std::vector<Step>>& chains,
+         const std::vector<std::tuple<FieldArray, std::vector<double>>>& fields, int order,
+         const std::string& mode, double cval, bool prefilter, const std::string& dtype,
+         unsigned threads, std::uint64_t memory_limit, const std::optional<OutArray>& out,
+         const std::optional<std::string>& out_path,
+         const std::optional<nb::bytes>& reference_header, const nb::object& progress) {
+  const Grid ref = grid_of(ref_shape, ref_affine);
+  const auto cs = chains_of(chains, fields);
+  SeriesResampleOptions o =
+      options_of(order, mode, cval, prefilter, dtype, threads, memory_limit, reference_header);
+  if (!progress.is_none())
+    o.progress = [progress](std::int64_t done, std::int64_t total) {
+      nb::gil_scoped_acquire gil;
+      progress(done, total);
+    };
+  if (out_path) {
+    nb::gil_scoped_release release;
+    resample_series_to_file(moving, ref, cs, *out_path, o);
+    return;
+  }
+  if (!out)
+    throw Error(ErrorCode::invalid_argument, "", "out", "expected an output array or path");
+  ArrayRef a;
+  a.data = out->data();
+  a.dtype = o.output_dtype;
+  std::int64_t stride = 1;
+  for (std::size_t i = 0; i < out->ndim(); ++i) {
+    a.shape.push_back(static_cast<std::int64_t>(out->shape(i)));
+    a.strides.push_back(stride);
+    stride *= a.shape.back();
+  }
+  if (out->itemsize() != dtype_size(o.output_dtype))
+    throw Error(ErrorCode::invalid_argument, "", "out",
+                "expected an array of " + dtype + " elements");
+  nb::gil_scoped_release release;
+  resample_series(moving, ref, cs, a, o);
+}
+
 }  // namespace
 
 void bind_resample_series(nb::module_& m) {
@@ -125,42 +189,38 @@ void bind_resample_series(nb::module_& m) {
          const std::optional<std::string>& out_path,
          const std::optional<nb::bytes>& reference_header, nb::object progress) {
         const NiftiImage moving = open_nifti(moving_path);
-        const Grid ref = grid_of(ref_shape, ref_affine);
-        const auto cs = chains_of(chains, fields);
-        SeriesResampleOptions o =
-            options_of(order, mode, cval, prefilter, dtype, threads, memory_limit, reference_header);
-        if (!progress.is_none())
-          o.progress = [progress](std::int64_t done, std::int64_t total) {
-            nb::gil_scoped_acquire gil;
-            progress(done, total);
-          };
-        if (out_path) {
-          nb::gil_scoped_release release;
-          resample_series_to_file(moving, ref, cs, *out_path, o);
-          return;
-        }
-        if (!out)
-          throw Error(ErrorCode::invalid_argument, "", "out", "expected an output array or path");
-        ArrayRef a;
-        a.data = out->data();
-        a.dtype = o.output_dtype;
-        std::int64_t stride = 1;
-        for (std::size_t i = 0; i < out->ndim(); ++i) {
-          a.shape.push_back(static_cast<std::int64_t>(out->shape(i)));
-          a.strides.push_back(stride);
-          stride *= a.shape.back();
-        }
-        if (out->itemsize() != dtype_size(o.output_dtype))
-          throw Error(ErrorCode::invalid_argument, "", "out",
-                      "expected an array of " + dtype + " elements");
-        nb::gil_scoped_release release;
-        resample_series(moving, ref, cs, a, o);
+        run(moving, ref_shape, ref_affine, chains, fields, order, mode, cval, prefilter, dtype,
+            threads, memory_limit, out, out_path, reference_header, progress);
       },
       nb::arg("moving_path"), nb::arg("ref_shape"), nb::arg("ref_affine"), nb::arg("chains"),
       nb::arg("fields"), nb::arg("order"), nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"),
       nb::arg("dtype"), nb::arg("threads"), nb::arg("memory_limit"), nb::arg("out").none(),
       nb::arg("out_path").none(), nb::arg("reference_header").none(), nb::arg("progress").none(),
       "Resample a NIfTI series onto a grid into a Fortran-ordered array or a file.");
+
+  m.def(
+      "resample_series_array",
+      [](MovingArray moving, const std::string& moving_dtype,
+         const std::vector<double>& moving_affine, double time_step, int xyzt_units,
+         const std::vector<std::int64_t>& ref_shape, const std::vector<double>& ref_affine,
+         const std::vector<std::vector<Step>>& chains,
+         const std::vector<std::tuple<FieldArray, std::vector<double>>>& fields, int order,
+         const std::string& mode, double cval, bool prefilter, const std::string& dtype,
+         unsigned threads, std::uint64_t memory_limit, std::optional<OutArray> out,
+         const std::optional<std::string>& out_path,
+         const std::optional<nb::bytes>& reference_header, nb::object progress) {
+        // `moving` holds a reference to the array until the call returns.
+        const SeriesArray series =
+            series_array_of(moving, moving_dtype, moving_affine, time_step, xyzt_units);
+        run(series, ref_shape, ref_affine, chains, fields, order, mode, cval, prefilter, dtype,
+            threads, memory_limit, out, out_path, reference_header, progress);
+      },
+      nb::arg("moving"), nb::arg("moving_dtype"), nb::arg("moving_affine"), nb::arg("time_step"),
+      nb::arg("xyzt_units"), nb::arg("ref_shape"), nb::arg("ref_affine"), nb::arg("chains"),
+      nb::arg("fields"), nb::arg("order"), nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"),
+      nb::arg("dtype"), nb::arg("threads"), nb::arg("memory_limit"), nb::arg("out").none(),
+      nb::arg("out_path").none(), nb::arg("reference_header").none(), nb::arg("progress").none(),
+      "Resample a 3-D or 4-D array (any layout, read in place) with its affine onto a grid.");
 
   m.def(
       "series_memory_estimate",

@@ -1,10 +1,11 @@
 """Streaming resampling of 3-D and 4-D NIfTI series onto a reference grid (``vp.resample``).
 
-The moving image is read volume by volume from its file, each volume is interpolated on the
-thread pool with scipy.ndimage's values, and the results go straight into a Fortran-ordered
-array or into an output ``.nii``/``.nii.gz`` file that is never held whole. Transforms follow
-nitransforms' convention: they map reference points (RAS+ mm) to moving points, and a list is a
-chain applied in list order. See docs/resample.md, "Streaming resampling".
+The moving image is read volume by volume from its file (an array or an in-memory image is read
+in place), each volume is interpolated on the thread pool with scipy.ndimage's values, and the
+results go straight into a Fortran-ordered array or into an output ``.nii``/``.nii.gz`` file
+that is never held whole. Transforms follow nitransforms' convention: they map reference points
+(RAS+ mm) to moving points, and a list is a chain applied in list order. See docs/resample.md,
+"Streaming resampling".
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import types
 
 import numpy as np
 
@@ -29,17 +31,56 @@ def _invalid(field: str, message: str):
     return InvalidArgumentError(f"{field}: {message}", field=field)
 
 
-def _moving_path(moving) -> str:
+def _moving_path(moving):
+    """The file of a path or a file-backed image; None for an array or an in-memory image."""
     if isinstance(moving, (str, os.PathLike)):
         return os.fspath(moving)
     get = getattr(moving, "get_filename", None)
     name = get() if callable(get) else None
-    if name:
-        return os.fspath(name)
-    raise _invalid(
-        "moving", "expected a path or an image loaded from a file (volumes are read from it one "
-        "at a time), but received " + type(moving).__name__ + " without a file; save it first "
-        "(vp.save) or use vp.affine_transform on the array")
+    return os.fspath(name) if name else None
+
+
+def _moving_array(moving, moving_affine):
+    """(data, affine, header or None) of an in-memory image or an array and its affine; data is
+    the caller's array itself (any layout) unless its dtype must change for the core."""
+    if isinstance(moving, np.ndarray) or not hasattr(moving, "affine"):
+        if moving_affine is None:
+            raise _invalid("moving_affine", "expected the (4, 4) voxel-to-RAS affine of the "
+                           "moving array (moving_affine=...), but received None; an array has "
+                           "no affine of its own")
+        data, affine, header = moving, moving_affine, None
+    else:
+        if moving_affine is not None:
+            raise _invalid("moving_affine", "expected None with an image (it carries its own "
+                           "affine); pass moving_affine only with an array")
+        affine, header = moving.affine, getattr(moving, "header", None)
+        dataobj = getattr(moving, "dataobj", None)
+        if dataobj is None:
+            raise _invalid("moving", "expected a path, an image or an array, but received "
+                           + type(moving).__name__)
+        data = np.asanyarray(dataobj)  # an in-memory image's array; a proxy's scaled values
+    if affine is None:
+        raise _invalid("moving", "expected an image with an affine, but its affine is None")
+    affine = np.asarray(affine, dtype=np.float64)
+    if affine.shape != (4, 4):
+        raise _invalid("moving_affine" if moving_affine is not None else "moving",
+                       f"expected a (4, 4) affine, but received shape {affine.shape}")
+    data = np.asanyarray(data)
+    if data.ndim not in (3, 4):
+        raise _invalid("moving", f"expected a 3-D or 4-D image, but received shape {data.shape}")
+    kind, size = data.dtype.kind, data.dtype.itemsize
+    if kind == "b":
+        data = data.view(np.uint8)
+    elif kind == "f" and size < 4:
+        data = data.astype(np.float32)  # exact
+    elif kind == "f" and size > 8:
+        data = data.astype(np.float64)  # get_fdata's values
+    elif kind not in "iuf":
+        raise _invalid("moving", f"expected real (integer or float) voxels, but received "
+                       f"dtype {data.dtype}")
+    if not data.dtype.isnative:
+        data = data.astype(data.dtype.newbyteorder("="))
+    return data, affine, header
 
 
 def _reference(reference):
@@ -161,12 +202,16 @@ def _count(value, field: str) -> int:
 
 
 def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, prefilter=True,
-             dtype=None, out=None, threads=None, memory_limit=None, *, progress=None):
+             dtype=None, out=None, threads=None, memory_limit=None, *, progress=None,
+             moving_affine=None):
     """Resample a 3-D or 4-D image onto ``reference``'s grid through ``transforms``, volume by
     volume, in bounded memory.
 
     ``moving``: a path or an image loaded from a file (voxpipe or nibabel); volumes are read
-    from the file one at a time, scaled as ``get_fdata`` scales them. ``reference``: a path or
+    from the file one at a time, scaled as ``get_fdata`` scales them. Or an image in memory
+    (its ``np.asanyarray(img.dataobj)`` and ``.affine``), or a 3-D or 4-D array of any real
+    dtype and layout with ``moving_affine=`` (4, 4) (required for an array): volume t is read
+    in place as the view ``[..., t]``, its values converted to float64. ``reference``: a path or
     an image (anything with ``.shape`` and ``.affine``: the first 3 axes make the grid).
 
     ``transforms`` map reference points to moving points in RAS+ mm (nitransforms' convention):
@@ -193,13 +238,23 @@ def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, 
     ``progress``: called as ``progress(done, total)`` after each volume.
     """
     moving_path = _moving_path(moving)
-    moving_img = load(moving_path)
-    mshape = tuple(moving_img.shape)
+    if moving_path is not None:
+        if moving_affine is not None:
+            raise _invalid("moving_affine", "expected None with a path or an image from a file "
+                           "(it carries its own affine); pass moving_affine only with an array")
+        moving_img = load(moving_path)
+        mshape = tuple(moving_img.shape)
+        moving_header = moving_img.header
+        moving_grid = moving_path
+    else:
+        moving_data, maffine, moving_header = _moving_array(moving, moving_affine)
+        mshape = tuple(moving_data.shape)
+        moving_grid = types.SimpleNamespace(shape=mshape, affine=maffine)
     if len(mshape) not in (3, 4):
         raise _invalid("moving", f"expected a 3-D or 4-D image, but received shape {mshape}")
     volumes = mshape[3] if len(mshape) == 4 else 1
     ref_shape, ref_affine, ref_header = _reference(reference)
-    chains, fields = _chains(transforms, moving_path, reference, volumes)
+    chains, fields = _chains(transforms, moving_grid, reference, volumes)
     dtype = _dtype(dtype, out)
     shape = ref_shape + mshape[3:]
     if ref_header is None:
@@ -212,11 +267,27 @@ def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, 
                 prefilter=bool(prefilter), dtype=dtype.name, threads=_count(threads, "threads"),
                 memory_limit=_count(memory_limit, "memory_limit"),
                 reference_header=bytes(ref_header.binaryblock), progress=progress)
+    # The output's time step and units: the moving header's, else (an array, or a header
+    # without them) the reference's own.
+    try:
+        time_step = float(moving_header["pixdim"][4])
+        xyzt_units = int(moving_header["xyzt_units"])
+    except (KeyError, TypeError, IndexError, ValueError):
+        time_step, xyzt_units = float(ref_header["pixdim"][4]), int(ref_header["xyzt_units"])
+
+    def run(data, out_path):
+        if moving_path is not None:
+            _core.resample_series(moving_path, list(ref_shape), ref_affine.ravel().tolist(),
+                                  chains, fields, out=data, out_path=out_path, **args)
+        else:
+            _core.resample_series_array(moving_data, moving_data.dtype.name,
+                                        maffine.ravel().tolist(), time_step, xyzt_units,
+                                        list(ref_shape), ref_affine.ravel().tolist(), chains,
+                                        fields, out=data, out_path=out_path, **args)
 
     if isinstance(out, (str, os.PathLike)):
         path = os.fspath(out)
-        _core.resample_series(moving_path, list(ref_shape), ref_affine.ravel().tolist(), chains,
-                              fields, out=None, out_path=path, **args)
+        run(None, path)
         return load(path)
 
     if out is None:
@@ -229,16 +300,17 @@ def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, 
         if not out.flags.f_contiguous or not out.dtype.isnative or not out.flags.writeable:
             raise _invalid("out", "expected a writeable, Fortran-contiguous array in native "
                            "byte order")
+        if moving_path is None and np.may_share_memory(out, moving_data):
+            raise _invalid("out", "expected an array apart from the moving data, but they "
+                           "share memory")
         data = out
     else:
         raise _invalid("out", "expected None, an array or a path, but received "
                        + type(out).__name__)
-    _core.resample_series(moving_path, list(ref_shape), ref_affine.ravel().tolist(), chains,
-                          fields, out=data, out_path=None, **args)
+    run(data, None)
     klass = Nifti2Image if isinstance(ref_header, Nifti2Header) else Nifti1Image
     header = ref_header.copy()
     if len(shape) == 4:
-        mh = moving_img.header
-        header["pixdim"][4] = mh["pixdim"][4]
-        header["xyzt_units"] = (int(header["xyzt_units"]) & 0x07) | (int(mh["xyzt_units"]) & 0x38)
+        header["pixdim"][4] = time_step
+        header["xyzt_units"] = (int(header["xyzt_units"]) & 0x07) | (xyzt_units & 0x38)
     return klass(data, ref_affine, header, dtype=dtype)

@@ -1,10 +1,11 @@
 // The streaming executor: a 3-D or 4-D series resampled volume by volume (resample_series.hpp).
 //
-// Each of K slots loops over volumes: take the next index, read that volume (nibabel's scaling),
-// interpolate it into its place (the caller's array, or the slot's buffer that the file writer
-// drains in order), take the next. The slots own their buffers for the whole run, so memory is
-// K volumes whatever the series' length, and each buffer's pages are first touched once (fresh
-// pages cost more here than the interpolation of a small volume, DESIGN.md).
+// Each of K slots loops over volumes: take the next index, read that volume (nibabel's scaling;
+// a SeriesArray's volume is interpolated in place, nothing read), interpolate it into its place
+// (the caller's array, or the slot's buffer that the file writer drains in order), take the
+// next. The slots own their buffers for the whole run, so memory is K volumes whatever the
+// series' length, and each buffer's pages are first touched once (fresh pages cost more here than
+// the interpolation of a small volume, DESIGN.md).
 //
 // Coordinates: an affine-only chain is one voxel-to-voxel matrix, run through affine_transform
 // (coordinates made per row, bit-identical to scipy). A chain with a displacement field has its
@@ -57,6 +58,51 @@ std::uint64_t mul(std::uint64_t a, std::uint64_t b, const char* what) {
   return *r;
 }
 
+// The moving data as the executor sees it: an image read from its file, or the caller's array.
+struct Source {
+  const NiftiImage* image = nullptr;  // exactly one of image and array
+  const SeriesArray* array = nullptr;
+  std::vector<std::int64_t> shape;
+  Matrix4 affine = kIdentity4;
+  DType dtype = DType::f64;  // element type (the file's on-disk type)
+  std::string path;          // the header's path, for errors
+  double time_step = 1.0;    // pixdim[4]
+  int xyzt_units = 0;
+};
+
+Source source_of(const NiftiImage& m) {
+  Source s;
+  s.image = &m;
+  s.shape = m.shape;
+  s.affine = m.affine;
+  s.dtype = m.dtype;
+  s.path = m.header_path;
+  s.time_step = m.header.pixdim[4];
+  s.xyzt_units = m.header.xyzt_units;
+  return s;
+}
+
+Source source_of(const SeriesArray& m) {
+  const ArrayRef& a = m.data;
+  if (a.strides.size() != a.shape.size())
+    invalid("moving", "expected one stride per axis (" + std::to_string(a.shape.size()) +
+                          "), but received " + std::to_string(a.strides.size()));
+  bool empty = false;
+  for (auto n : a.shape) {
+    if (n < 0) invalid("moving", "expected non-negative dimensions, but received " + std::to_string(n));
+    empty |= n == 0;
+  }
+  if (!a.data && !empty) invalid("moving", "an array without data");
+  Source s;
+  s.array = &m;
+  s.shape = a.shape;
+  s.affine = m.affine;
+  s.dtype = a.dtype;
+  s.time_step = m.time_step;
+  s.xyzt_units = m.xyzt_units;
+  return s;
+}
+
 // How the chains become coordinates.
 struct ChainPlan {
   bool field = false;
@@ -64,7 +110,7 @@ struct ChainPlan {
   std::vector<Matrix4> per_chain;  // affine: V (voxel to voxel); field: inverse(moving) @ suffix
 };
 
-ChainPlan plan_chains(const NiftiImage& moving, const Grid& reference,
+ChainPlan plan_chains(const Source& moving, const Grid& reference,
                       std::span<const TransformChain> chains, std::int64_t volumes) {
   if (chains.size() != 1 && static_cast<std::int64_t>(chains.size()) != volumes)
     invalid("transforms", "expected 1 chain or one per volume (" + std::to_string(volumes) +
@@ -113,13 +159,14 @@ ChainPlan plan_chains(const NiftiImage& moving, const Grid& reference,
 }
 
 // What a volume is read as: get_fdata's float64 when scaled; otherwise the on-disk type, whose
-// values convert to float64 exactly as get_fdata's do, at a fraction of the memory.
-DType read_type(const NiftiImage& moving) {
+// values convert to float64 exactly as get_fdata's do, at a fraction of the memory. An array's
+// volumes are interpolated in their own type.
+DType read_type(const Source& moving) {
   if (dtype_is_complex(moving.dtype) || dtype_is_rgb(moving.dtype))
-    throw Error(ErrorCode::unsupported, moving.header_path, "datatype",
+    throw Error(ErrorCode::unsupported, moving.path, moving.array ? "moving" : "datatype",
                 "expected real (integer or float) voxels, but found " +
                     std::string(dtype_name(moving.dtype)));
-  return moving.scaling.active() ? DType::f64 : moving.dtype;
+  return moving.image && moving.image->scaling.active() ? DType::f64 : moving.dtype;
 }
 
 struct Sizes {
@@ -127,7 +174,7 @@ struct Sizes {
   std::uint64_t input = 0, coeff = 0, output = 0, shared = 0;
 };
 
-Sizes sizes(const NiftiImage& moving, const Grid& reference, bool field, bool to_file,
+Sizes sizes(const Source& moving, const Grid& reference, bool field, bool to_file,
             const SeriesResampleOptions& o) {
   Sizes s;
   const bool prefilter = o.interp.prefilter && o.interp.order > 1;
@@ -141,7 +188,8 @@ Sizes sizes(const NiftiImage& moving, const Grid& reference, bool field, bool to
     s.reference_voxels =
         mul(s.reference_voxels, static_cast<std::uint64_t>(reference.shape[d]), "reference");
   }
-  s.input = mul(s.moving_voxels, dtype_size(read_type(moving)), "moving");
+  const std::uint64_t element = dtype_size(read_type(moving));
+  s.input = moving.array ? 0 : mul(s.moving_voxels, element, "moving");
   s.coeff = prefilter ? mul(padded, 8, "moving") : 0;
   s.output = to_file ? mul(s.reference_voxels, dtype_size(o.output_dtype), "output") : 0;
   s.shared = field ? mul(s.reference_voxels, 24, "reference") : 0;
@@ -173,9 +221,9 @@ Concurrency concurrency(const Sizes& s, std::int64_t volumes, const SeriesResamp
   return c;
 }
 
-std::int64_t volume_count(const NiftiImage& moving) {
+std::int64_t volume_count(const Source& moving) {
   if (moving.shape.size() < 3 || moving.shape.size() > 4)
-    throw Error(ErrorCode::unsupported, moving.header_path, "dim",
+    throw Error(ErrorCode::unsupported, moving.path, moving.array ? "moving" : "dim",
                 "expected a 3-D or 4-D image, but found " + std::to_string(moving.shape.size()) +
                     " dimensions");
   return moving.shape.size() == 4 ? moving.shape[3] : 1;
@@ -308,16 +356,27 @@ std::vector<double> shared_points(const Grid& ref, const TransformChain& chain, 
   return P;
 }
 
+// Volume t of a 3-D or 4-D array (the array itself when 3-D).
+ArrayRef volume_view(const ArrayRef& out, std::int64_t t) {
+  ArrayRef v;
+  v.dtype = out.dtype;
+  v.shape = {out.shape[0], out.shape[1], out.shape[2]};
+  v.strides = {out.strides[0], out.strides[1], out.strides[2]};
+  const std::int64_t off = out.shape.size() == 4 ? t * out.strides[3] : 0;
+  v.data = static_cast<std::byte*>(out.data) + off * static_cast<std::int64_t>(dtype_size(out.dtype));
+  return v;
+}
+
 // Everything one run needs, shared by the slots.
 class Executor {
  public:
-  Executor(const NiftiImage& moving, const Grid& reference, std::span<const TransformChain> chains,
+  Executor(Source moving, const Grid& reference, std::span<const TransformChain> chains,
            bool to_file, const SeriesResampleOptions& options)
-      : moving_(moving), reference_(reference), options_(options) {
-    volumes_ = volume_count(moving);
-    plan_ = plan_chains(moving, reference, chains, volumes_);
-    read_type_ = read_type(moving);
-    sizes_ = sizes(moving, reference, plan_.field, to_file, options);
+      : moving_(std::move(moving)), reference_(reference), options_(options) {
+    volumes_ = volume_count(moving_);
+    plan_ = plan_chains(moving_, reference, chains, volumes_);
+    read_type_ = read_type(moving_);
+    sizes_ = sizes(moving_, reference, plan_.field, to_file, options);
     conc_ = concurrency(sizes_, volumes_, options);
     if (!dtype_is_integer(options.output_dtype) && !dtype_is_float(options.output_dtype))
       invalid("dtype", "expected an integer or float output dtype, but received " +
@@ -332,9 +391,11 @@ class Executor {
     if (plan_.field)
       points_ = shared_points(reference, chains[0], plan_.shared,
                               options.threads ? options.threads : core::default_thread_count());
-    reader_ = std::make_unique<NiftiReader>(moving);
-    reader_->check_data_size();
-    sequential_ = !reader_->random_access();
+    if (moving_.image) {
+      reader_ = std::make_unique<NiftiReader>(*moving_.image);
+      reader_->check_data_size();
+      sequential_ = !reader_->random_access();
+    }
   }
 
   std::int64_t volumes() const { return volumes_; }
@@ -355,13 +416,14 @@ class Executor {
 
   // Reads volume t into the slot; false when the run stopped while waiting for its turn.
   bool read(std::int64_t t, Slot& slot) {
+    if (!reader_) return true;  // an array: volume t is interpolated in place
     slot.input.resize(static_cast<std::size_t>(sizes_.input));
     std::vector<AxisRange> sel;
     for (int d = 0; d < 3; ++d) sel.push_back({0, 1, moving_.shape[d]});
     if (moving_.shape.size() == 4) sel.push_back({t, 1, 1});
     OutputSpec spec;
     spec.type = read_type_;
-    spec.apply_scaling = moving_.scaling.active();
+    spec.apply_scaling = moving_.image->scaling.active();
     ReadOptions ro;
     ro.threads = conc_.inner;
     if (!sequential_) {
@@ -392,11 +454,9 @@ class Executor {
 
   // Interpolates the volume in the slot into `out` (shape of the reference grid).
   void interpolate(std::int64_t t, Slot& slot, const ArrayRef& out) const {
-    ArrayRef in;
-    in.data = slot.input.data();
-    in.dtype = read_type_;
-    in.shape = {moving_.shape[0], moving_.shape[1], moving_.shape[2]};
-    in.strides = {1, in.shape[0], in.shape[0] * in.shape[1]};
+    const ArrayRef in = moving_.array ? volume_view(moving_.array->data, t) : ArrayRef{
+        slot.input.data(), read_type_, {moving_.shape[0], moving_.shape[1], moving_.shape[2]},
+        {1, moving_.shape[0], moving_.shape[0] * moving_.shape[1]}};
     const Matrix4& m = plan_.per_chain[plan_.per_chain.size() == 1 ? 0 : static_cast<std::size_t>(t)];
     if (!plan_.field) {
       const double mat[9] = {m[0], m[1], m[2], m[4], m[5], m[6], m[8], m[9], m[10]};
@@ -438,7 +498,7 @@ class Executor {
     cv_.notify_all();
   }
 
-  const NiftiImage& moving_;
+  const Source moving_;
   const Grid& reference_;
   const SeriesResampleOptions& options_;
   std::int64_t volumes_ = 0;
@@ -459,23 +519,13 @@ class Executor {
   std::exception_ptr error_;
 };
 
-ArrayRef volume_view(const ArrayRef& out, std::int64_t t) {
-  ArrayRef v;
-  v.dtype = out.dtype;
-  v.shape = {out.shape[0], out.shape[1], out.shape[2]};
-  v.strides = {out.strides[0], out.strides[1], out.strides[2]};
-  const std::int64_t off = out.shape.size() == 4 ? t * out.strides[3] : 0;
-  v.data = static_cast<std::byte*>(out.data) + off * static_cast<std::int64_t>(dtype_size(out.dtype));
-  return v;
-}
-
 bool allclose(const Matrix4& a, const Matrix4& b) {
   for (int i = 0; i < 16; ++i)
     if (!(std::fabs(a[i] - b[i]) <= 1e-8 + 1e-5 * std::fabs(b[i]))) return false;
   return true;
 }
 
-NiftiHeader output_header(const NiftiImage& moving, const Grid& ref, const SeriesResampleOptions& o) {
+NiftiHeader output_header(const Source& moving, const Grid& ref, const SeriesResampleOptions& o) {
   NiftiHeader h;
   const Matrix4& A = ref.affine;
   bool set_affine = true;
@@ -484,7 +534,7 @@ NiftiHeader output_header(const NiftiImage& moving, const Grid& ref, const Serie
     set_affine = !allclose(A, nifti_best_affine(h, "reference header"));
   } else {
     h.pixdim.fill(1.0);
-    h.xyzt_units = moving.header.xyzt_units;
+    h.xyzt_units = static_cast<decltype(h.xyzt_units)>(moving.xyzt_units);
   }
   if (set_affine) {
     // nibabel's _affine2header: sform = the affine, 'aligned'; qform 'unknown'.
@@ -508,8 +558,8 @@ NiftiHeader output_header(const NiftiImage& moving, const Grid& ref, const Serie
   for (int d = 0; d < 3; ++d) h.dim[d + 1] = ref.shape[d];
   if (four) {
     h.dim[4] = moving.shape[3];
-    h.pixdim[4] = moving.header.pixdim[4];
-    h.xyzt_units = (h.xyzt_units & 0x07) | (moving.header.xyzt_units & 0x38);
+    h.pixdim[4] = moving.time_step;
+    h.xyzt_units = static_cast<decltype(h.xyzt_units)>((h.xyzt_units & 0x07) | (moving.xyzt_units & 0x38));
   }
   for (int d = 1; d < 8; ++d)
     if (h.dim[d] > 32767 && h.version == 1) h.version = 2;
@@ -527,8 +577,14 @@ NiftiHeader output_header(const NiftiImage& moving, const Grid& ref, const Serie
 }  // namespace resample
 
 using resample::Executor;
+using resample::source_of;
 
-std::int64_t series_volume_count(const NiftiImage& moving) { return resample::volume_count(moving); }
+std::int64_t series_volume_count(const NiftiImage& moving) {
+  return resample::volume_count(source_of(moving));
+}
+std::int64_t series_volume_count(const SeriesArray& moving) {
+  return resample::volume_count(source_of(moving));
+}
 
 Matrix4 series_voxel_matrix(const Matrix4& moving_affine, const TransformChain& chain,
                             const Matrix4& reference_affine) {
@@ -542,9 +598,12 @@ Matrix4 series_voxel_matrix(const Matrix4& moving_affine, const TransformChain& 
       resample::matmul4(resample::inverse(moving_affine, "moving affine"), m), reference_affine);
 }
 
-SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid& reference,
-                                            std::span<const TransformChain> chains, bool to_file,
-                                            const SeriesResampleOptions& options) {
+namespace resample {
+namespace {
+
+SeriesMemoryEstimate memory_estimate(const Source& moving, const Grid& reference,
+                                     std::span<const TransformChain> chains, bool to_file,
+                                     const SeriesResampleOptions& options) {
   const std::int64_t volumes = resample::volume_count(moving);
   const auto plan = resample::plan_chains(moving, reference, chains, volumes);
   const auto s = resample::sizes(moving, reference, plan.field, to_file, options);
@@ -557,9 +616,8 @@ SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid
   return e;
 }
 
-void resample_series(const NiftiImage& moving, const Grid& reference,
-                     std::span<const TransformChain> chains, const ArrayRef& out,
-                     const SeriesResampleOptions& options) {
+void to_array(Source moving, const Grid& reference, std::span<const TransformChain> chains,
+              const ArrayRef& out, const SeriesResampleOptions& options) {
   const std::int64_t volumes = resample::volume_count(moving);
   std::vector<std::int64_t> want{reference.shape[0], reference.shape[1], reference.shape[2]};
   if (moving.shape.size() == 4) want.push_back(volumes);
@@ -574,7 +632,7 @@ void resample_series(const NiftiImage& moving, const Grid& reference,
   if (out.dtype != options.output_dtype)
     resample::invalid("out", "expected dtype " + std::string(dtype_name(options.output_dtype)) +
                                  ", but received " + std::string(dtype_name(out.dtype)));
-  Executor ex(moving, reference, chains, false, options);
+  Executor ex(std::move(moving), reference, chains, false, options);
   if (volumes == 0) return;
   if (!out.data) resample::invalid("out", "an array without data");
   std::mutex progress_mutex;
@@ -598,11 +656,10 @@ void resample_series(const NiftiImage& moving, const Grid& reference,
   });
 }
 
-void resample_series_to_file(const NiftiImage& moving, const Grid& reference,
-                             std::span<const TransformChain> chains, const std::string& out_path,
-                             const SeriesResampleOptions& options) {
-  Executor ex(moving, reference, chains, true, options);
-  const NiftiHeader header = resample::output_header(moving, reference, options);
+void to_file(Source moving, const Grid& reference, std::span<const TransformChain> chains,
+             const std::string& out_path, const SeriesResampleOptions& options) {
+  Executor ex(std::move(moving), reference, chains, true, options);
+  const NiftiHeader header = output_header(ex.moving_, reference, options);
   // An empty reference grid has no data to produce: nothing to interpolate.
   const std::int64_t volumes = ex.output_volume_bytes() ? ex.volumes() : 0;
   const std::size_t vol_bytes = static_cast<std::size_t>(ex.output_volume_bytes());
@@ -686,6 +743,45 @@ void resample_series_to_file(const NiftiImage& moving, const Grid& reference,
   WriteOptions wo = options.write;
   if (!wo.threads) wo.threads = options.threads;
   write_nifti(out_path, header, {}, producer, wo);
+}
+
+}  // namespace
+}  // namespace resample
+
+SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid& reference,
+                                            std::span<const TransformChain> chains, bool to_file,
+                                            const SeriesResampleOptions& options) {
+  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options);
+}
+
+SeriesMemoryEstimate series_memory_estimate(const SeriesArray& moving, const Grid& reference,
+                                            std::span<const TransformChain> chains, bool to_file,
+                                            const SeriesResampleOptions& options) {
+  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options);
+}
+
+void resample_series(const NiftiImage& moving, const Grid& reference,
+                     std::span<const TransformChain> chains, const ArrayRef& out,
+                     const SeriesResampleOptions& options) {
+  resample::to_array(source_of(moving), reference, chains, out, options);
+}
+
+void resample_series(const SeriesArray& moving, const Grid& reference,
+                     std::span<const TransformChain> chains, const ArrayRef& out,
+                     const SeriesResampleOptions& options) {
+  resample::to_array(source_of(moving), reference, chains, out, options);
+}
+
+void resample_series_to_file(const NiftiImage& moving, const Grid& reference,
+                             std::span<const TransformChain> chains, const std::string& out_path,
+                             const SeriesResampleOptions& options) {
+  resample::to_file(source_of(moving), reference, chains, out_path, options);
+}
+
+void resample_series_to_file(const SeriesArray& moving, const Grid& reference,
+                             std::span<const TransformChain> chains, const std::string& out_path,
+                             const SeriesResampleOptions& options) {
+  resample::to_file(source_of(moving), reference, chains, out_path, options);
 }
 
 }  // namespace voxpipe

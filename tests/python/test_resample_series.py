@@ -1,5 +1,6 @@
 """vp.resample, the streaming executor: every volume equal to scipy.ndimage.affine_transform with
-the composed voxel matrix, in memory and through .nii/.nii.gz files; equal to nitransforms 25.1
+the composed voxel matrix, in memory and through .nii/.nii.gz files, from a file, an in-memory
+image or an array of any layout; equal to nitransforms 25.1
 (within 1e-5 of the data range) for per-volume affines, displacement fields and field + affine
 chains; and its errors."""
 
@@ -196,6 +197,116 @@ def test_errors(tmp_path):
     with pytest.raises(LimitError):
         vp.resample(moving, ref, np.eye(4), out=out, memory_limit=10_000)
     assert not out.exists()
+
+
+# --- in-memory moving images and arrays ---------------------------------------------------
+
+# float32-exact, so that a .nii's sform gives back the same affine and the file route is the
+# same computation.
+F32_AFFINE = MOVING_AFFINE.astype(np.float32).astype(np.float64)
+SERIES_SHAPE = (12, 11, 9, 4)
+
+
+def series_data(dtype):
+    data = smooth_data(SERIES_SHAPE)
+    return np.round(data).astype(dtype) if np.dtype(dtype).kind == "i" else data.astype(dtype)
+
+
+def series_mats():
+    return np.stack([rotation(0.02 * t, -0.03 * t, [0.5 * t, -0.3, 0.2]) for t in range(4)])
+
+
+def assert_equals_file_and_scipy(tmp_path, res, data, order, mode="constant", cval=0.0,
+                                 **kwargs):
+    """res (in memory) against the same data saved to a .nii and resampled from it, and
+    against scipy.ndimage.affine_transform with series_voxel_matrix, bit for bit."""
+    path = tmp_path / "saved.nii"
+    nib.save(nib.Nifti1Image(np.asarray(data), F32_AFFINE), path)
+    assert np.array_equal(nib.load(path).affine, F32_AFFINE)
+    mats = series_mats()
+    from_file = vp.resample(path, reference_image(), mats, order=order, mode=mode, cval=cval,
+                            **kwargs)
+    got = np.asanyarray(res.dataobj)
+    assert got.shape == REF_SHAPE + (4,)
+    assert got.dtype == np.asanyarray(from_file.dataobj).dtype
+    assert np.array_equal(got, np.asanyarray(from_file.dataobj))
+    for t in range(4):
+        v = voxel_matrix(F32_AFFINE, [mats[t]], REF_AFFINE)
+        want = scipy_volume(np.asarray(data[..., t], dtype=np.float64), v, order, mode, cval,
+                            got.dtype)
+        assert np.array_equal(got[..., t], want), (t, np.abs(got[..., t] - want).max())
+
+
+@pytest.mark.parametrize("order", [0, 1, 3])
+@pytest.mark.parametrize("kind", ["nibabel", "voxpipe"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_in_memory_image_equals_file_and_scipy(tmp_path, order, kind, dtype):
+    data = series_data(dtype)
+    make = nib.Nifti1Image if kind == "nibabel" else vp.Nifti1Image
+    img = make(data, F32_AFFINE)
+    res = vp.resample(img, reference_image(), series_mats(), order=order, mode="nearest",
+                      cval=-7.0, dtype=np.float64)
+    assert_equals_file_and_scipy(tmp_path, res, data, order, "nearest", -7.0,
+                                 dtype=np.float64)
+
+
+@pytest.mark.parametrize("order", [0, 1, 3])
+@pytest.mark.parametrize("layout", ["C", "F", "slice"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_array_any_layout_equals_file_and_scipy(tmp_path, order, layout, dtype):
+    data = series_data(dtype)
+    if layout == "C":
+        arr = np.ascontiguousarray(data)
+    elif layout == "F":
+        arr = np.asfortranarray(data)
+    else:  # a strided view of a larger C-ordered array
+        big = np.zeros((24, 11, 10, 5), dtype)
+        big[::2, :, 1:, 1:] = data
+        arr = big[::2, :, 1:, 1:]
+        assert not arr.flags.c_contiguous and not arr.flags.f_contiguous
+    arr.flags.writeable = False  # read in place, never written
+    res = vp.resample(arr, reference_image(), series_mats(), order=order, dtype=np.float32,
+                      moving_affine=F32_AFFINE, threads=2)
+    assert_equals_file_and_scipy(tmp_path, res, data, order, dtype=np.float32)
+    # The other outputs: a given array, and a file.
+    out = np.empty(REF_SHAPE + (4,), np.float32, order="F")
+    vp.resample(arr, reference_image(), series_mats(), order=order, out=out,
+                moving_affine=F32_AFFINE)
+    assert np.array_equal(out, np.asanyarray(res.dataobj))
+    written = vp.resample(arr, reference_image(), series_mats(), order=order,
+                          out=tmp_path / "out.nii.gz", moving_affine=F32_AFFINE)
+    assert np.array_equal(np.asanyarray(nib.load(tmp_path / "out.nii.gz").dataobj),
+                          np.asanyarray(res.dataobj))
+    assert written.shape == REF_SHAPE + (4,)
+
+
+def test_3d_array_and_progress():
+    data = series_data(np.float32)[..., 1]
+    calls = []
+    res = vp.resample(data, reference_image(), rotation(0.1, 0.0, [1, 2, 3]), order=3,
+                      dtype=np.float64, moving_affine=F32_AFFINE,
+                      progress=lambda d, n: calls.append((d, n)))
+    assert calls == [(1, 1)] and res.shape == REF_SHAPE
+    v = voxel_matrix(F32_AFFINE, [rotation(0.1, 0.0, [1, 2, 3])], REF_AFFINE)
+    want = scipy_volume(data.astype(np.float64), v, 3, "constant", 0.0, np.float64)
+    assert np.array_equal(np.asanyarray(res.dataobj), want)
+
+
+def test_moving_array_errors():
+    ref = reference_image()
+    data = np.zeros((4, 5, 6, 2), np.float32)
+    with pytest.raises(InvalidArgumentError, match="moving_affine"):
+        vp.resample(data, ref, np.eye(4))
+    with pytest.raises(InvalidArgumentError, match="moving_affine"):
+        vp.resample(nib.Nifti1Image(data, F32_AFFINE), ref, np.eye(4), moving_affine=np.eye(4))
+    with pytest.raises(InvalidArgumentError, match=r"\(4, 4\) affine"):
+        vp.resample(data, ref, np.eye(4), moving_affine=np.eye(3))
+    with pytest.raises(InvalidArgumentError, match="real"):
+        vp.resample(data.astype(np.complex64), ref, np.eye(4), moving_affine=np.eye(4))
+    with pytest.raises(InvalidArgumentError, match="3-D or 4-D"):
+        vp.resample(np.zeros((4, 5)), ref, np.eye(4), moving_affine=np.eye(4))
+    with pytest.raises(InvalidArgumentError, match="singular"):
+        vp.resample(data, ref, np.eye(4), moving_affine=np.zeros((4, 4)))
 
 
 # --- against nitransforms 25.1 -------------------------------------------------------------

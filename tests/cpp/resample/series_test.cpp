@@ -2,14 +2,17 @@
 // themselves (scaled as get_fdata), per-volume affines move each volume by its own amount, a
 // displacement field on the reference grid acts as its samples, the file output equals the
 // in-memory one with the reference affine and the moving image's time step, sequential gzip
-// sources read in order with several volumes in flight, and the errors.
+// sources read in order with several volumes in flight, a caller's array (C order, int16) equals
+// the file it came from, and the errors.
 // (tests/python/test_resample_series.py compares against scipy.ndimage and nitransforms.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "test_support.hpp"
@@ -313,3 +316,105 @@ TEST(ResampleSeries, an_exception_from_progress_stops_the_run_and_leaves_no_file
 }
 
 }  // namespace
+
+namespace {
+
+// The unscaled image's samples as a caller's int16 array, C-ordered (t, k, j, i in memory: the
+// strides of axes x, y, z, t are 1 apart from each other in reverse), read through strides.
+struct CArray {
+  std::vector<std::int16_t> data;
+  SeriesArray series;
+  CArray() : data(static_cast<std::size_t>(NX * NY * NZ * NT)) {
+    for (std::int64_t i = 0; i < NX; ++i)
+      for (std::int64_t j = 0; j < NY; ++j)
+        for (std::int64_t k = 0; k < NZ; ++k)
+          for (std::int64_t t = 0; t < NT; ++t)
+            data[static_cast<std::size_t>(t + NT * (k + NZ * (j + NY * i)))] = sample(i, j, k, t);
+    series.data.data = data.data();
+    series.data.dtype = DType::i16;
+    series.data.shape = {NX, NY, NZ, NT};
+    series.data.strides = {NY * NZ * NT, NZ * NT, NT, 1};
+    series.affine = moving_affine();
+    series.time_step = 2.5;
+    series.xyzt_units = 2 | 8;
+  }
+};
+
+}  // namespace
+
+TEST(ResampleSeries, an_array_in_any_layout_equals_the_file) {
+  TempDir dir;
+  const NiftiImage moving = open_nifti(write_moving(dir, "m.nii", false));
+  const CArray array;
+  EXPECT_EQ(series_volume_count(array.series), NT);
+  Grid ref;
+  ref.shape = {5, 4, 6};
+  ref.affine = {1.5, 0, 0.125, -4, 0, 1.75, 0, -3, 0, 0, 2.25, -2, 0, 0, 0, 1};
+  std::vector<TransformChain> chains;
+  for (std::int64_t t = 0; t < NT; ++t)
+    chains.push_back(affine_chain(translation(0.3 * t, -0.2, 0.1 * t)));
+  for (int order : {0, 1, 3}) {
+    SeriesResampleOptions o;
+    o.interp.order = order;
+    o.threads = 3;
+    Output from_file(ref.shape), from_array(ref.shape);
+    resample_series(moving, ref, chains, from_file.ref, o);
+    std::int64_t calls = 0;
+    o.progress = [&](std::int64_t done, std::int64_t total) {
+      EXPECT_EQ(total, NT);
+      calls = std::max(calls, done);
+    };
+    resample_series(array.series, ref, chains, from_array.ref, o);
+    EXPECT_EQ(calls, NT);
+    EXPECT_EQ(from_array.data, from_file.data) << order;
+    EXPECT_GT(std::count_if(from_array.data.begin(), from_array.data.end(),
+                            [](float v) { return v > 100; }), 100);
+
+    // The file output: the array's time step and units.
+    o.progress = nullptr;
+    const std::string path = dir.file("out.nii");
+    resample_series_to_file(array.series, ref, chains, path, o);
+    const NiftiImage written = open_nifti(path);
+    ASSERT_EQ(written.shape, (std::vector<std::int64_t>{5, 4, 6, NT}));
+    EXPECT_EQ(written.header.pixdim[4], 2.5);
+    EXPECT_EQ(written.header.xyzt_units, 2 | 8);
+    std::vector<float> back(from_file.data.size());
+    read_nifti_data(written, {}, OutputSpec{DType::f32, false}, std::as_writable_bytes(std::span(back)));
+    EXPECT_EQ(back, from_file.data) << order;
+  }
+}
+
+TEST(ResampleSeries, an_array_holds_no_input_and_bad_arrays_are_refused) {
+  const CArray array;
+  const std::vector<TransformChain> chains{affine_chain(kIdentity4)};
+  SeriesResampleOptions o;  // cubic, prefilter, float32
+  o.threads = 3;
+  const auto e = series_memory_estimate(array.series, same_grid(), chains, true, o);
+  const std::uint64_t voxels = NX * NY * NZ;
+  EXPECT_EQ(e.per_volume, voxels * 8 + voxels * 4);  // coefficients + output, no input
+  o.interp.order = 1;
+  EXPECT_EQ(series_memory_estimate(array.series, same_grid(), chains, false, o).per_volume, 0u);
+
+  SeriesArray bad = array.series;
+  bad.data.strides.pop_back();
+  Output out(same_grid().shape);
+  auto code = [&](const SeriesArray& a) -> std::optional<ErrorCode> {
+    try {
+      resample_series(a, same_grid(), chains, out.ref, o);
+    } catch (const Error& err) {
+      return err.code();
+    }
+    return std::nullopt;
+  };
+  EXPECT_EQ(code(bad), ErrorCode::invalid_argument);
+  bad = array.series;
+  bad.data.data = nullptr;
+  EXPECT_EQ(code(bad), ErrorCode::invalid_argument);
+  bad = array.series;
+  bad.data.dtype = DType::c64;
+  EXPECT_EQ(code(bad), ErrorCode::unsupported);
+  bad = array.series;
+  bad.affine = Matrix4{};
+  EXPECT_EQ(code(bad), ErrorCode::invalid_argument);
+  EXPECT_EQ(code(array.series), std::nullopt);
+}
