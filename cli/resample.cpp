@@ -58,8 +58,20 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// Peak resident memory of this process so far, in bytes (getrusage reports KiB on Linux).
+// Peak resident memory of this process so far, in bytes: VmHWM of /proc/self/status, which
+// starts afresh at exec. getrusage's ru_maxrss does not: Linux carries the peak of the process
+// that forked us (a Python test runner of 400 MiB, say) over the exec into it. getrusage only
+// where /proc is missing.
 std::uint64_t peak_rss_bytes() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f))
+      found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<std::uint64_t>(kib) * 1024;
+  }
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
