@@ -229,6 +229,26 @@ std::int64_t volume_count(const Source& moving) {
   return moving.shape.size() == 4 ? moving.shape[3] : 1;
 }
 
+// The RAS points of every voxel of a grid, affine @ (i, j, k, 1) summed in that order
+// (nitransforms' ndcoords): component c of voxel v at [c * voxels + v], voxels in Fortran order.
+std::vector<double> grid_points(const Grid& grid, unsigned threads) {
+  const std::int64_t X = grid.shape[0], Y = grid.shape[1], Z = grid.shape[2];
+  const std::int64_t n = X * Y * Z;
+  std::vector<double> P(static_cast<std::size_t>(3 * n));
+  const auto& A = grid.affine;
+  core::parallel_for(static_cast<std::size_t>(Z), threads, [&](std::size_t kk) {
+    const auto k = static_cast<double>(kk);
+    for (std::int64_t j = 0; j < Y; ++j)
+      for (std::int64_t i = 0; i < X; ++i) {
+        const std::int64_t v = i + X * (j + Y * static_cast<std::int64_t>(kk));
+        for (int c = 0; c < 3; ++c)
+          P[c * n + v] = A[c * 4 + 0] * static_cast<double>(i) +
+                         A[c * 4 + 1] * static_cast<double>(j) + A[c * 4 + 2] * k + A[c * 4 + 3];
+      }
+  });
+  return P;
+}
+
 // Maps every point of P (component c of point i at P[c * n + i]) through a displacement field
 // as nitransforms' DenseFieldTransform.map does: the point's index in the field grid is computed
 // from its float32 rounding; if every point is within 1e-3 voxels of a grid point, the
@@ -240,18 +260,8 @@ void apply_field(const DisplacementField& f, double* P, std::int64_t n, unsigned
   const std::int64_t fx = f.grid.shape[0], fy = f.grid.shape[1], fz = f.grid.shape[2];
   const std::int64_t fn = fx * fy * fz;
   // The deformation: nitransforms' ndcoords (affine @ index) plus the displacements.
-  std::vector<double> def(static_cast<std::size_t>(3 * fn));
-  const auto& A = f.grid.affine;
-  core::parallel_for(static_cast<std::size_t>(fz), threads, [&](std::size_t kk) {
-    const auto k = static_cast<double>(kk);
-    for (std::int64_t j = 0; j < fy; ++j)
-      for (std::int64_t i = 0; i < fx; ++i) {
-        const std::int64_t v = i + fx * (j + fy * static_cast<std::int64_t>(kk));
-        for (int c = 0; c < 3; ++c)
-          def[c * fn + v] = A[c * 4 + 0] * static_cast<double>(i) + A[c * 4 + 1] * static_cast<double>(j) +
-                            A[c * 4 + 2] * k + A[c * 4 + 3] + f.data[c * fn + v];
-      }
-  });
+  std::vector<double> def = grid_points(f.grid, threads);
+  for (std::size_t v = 0; v < def.size(); ++v) def[v] += f.data[v];
   constexpr std::int64_t kChunk = 4096;
   const auto chunks = static_cast<std::size_t>((n + kChunk - 1) / kChunk);
   auto index_of = [&](std::int64_t p, double ijk[3]) {
@@ -323,20 +333,8 @@ void apply_field(const DisplacementField& f, double* P, std::int64_t n, unsigned
 // The reference points after the chains' shared start (field chains only).
 std::vector<double> shared_points(const Grid& ref, const TransformChain& chain, std::size_t shared,
                                   unsigned threads) {
-  const std::int64_t X = ref.shape[0], Y = ref.shape[1], Z = ref.shape[2];
-  const std::int64_t n = X * Y * Z;
-  std::vector<double> P(static_cast<std::size_t>(3 * n));
-  const auto& A = ref.affine;
-  core::parallel_for(static_cast<std::size_t>(Z), threads, [&](std::size_t kk) {
-    const auto k = static_cast<double>(kk);
-    for (std::int64_t j = 0; j < Y; ++j)
-      for (std::int64_t i = 0; i < X; ++i) {
-        const std::int64_t v = i + X * (j + Y * static_cast<std::int64_t>(kk));
-        for (int c = 0; c < 3; ++c)
-          P[c * n + v] = A[c * 4 + 0] * static_cast<double>(i) + A[c * 4 + 1] * static_cast<double>(j) +
-                         A[c * 4 + 2] * k + A[c * 4 + 3];
-      }
-  });
+  const std::int64_t n = ref.shape[0] * ref.shape[1] * ref.shape[2];
+  std::vector<double> P = grid_points(ref, threads);
   for (std::size_t s = 0; s < shared; ++s) {
     const auto& step = chain[s];
     if (step.kind == TransformStep::Kind::field) {
