@@ -48,7 +48,7 @@ import sys
 import time
 
 from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
-                      warm, write_section)
+                      wait_idle, warm, write_section)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -417,17 +417,6 @@ def check(res):
         rows.append((f"pixel data offsets: {key[1]} == pydicom value_tell (all {len(ref)} files)",
                      "ok: identical" if got == ref else "**DIFFERENT**"))
     return rows
-
-
-def wait_idle(limit=0.5, poll=30, max_wait=600):
-    """Wait (up to max_wait s) for the 1-minute load average to drop below `limit`."""
-    t0 = time.time()
-    while True:
-        load = os.getloadavg()[0]
-        if load < limit or time.time() - t0 >= max_wait:
-            return load, time.time() - t0
-        print(f"load average {load:.2f}, waiting ...", flush=True)
-        time.sleep(poll)
 
 
 def tool_versions():

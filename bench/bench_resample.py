@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import MIB, cpu_name, cpu_snapshot, versions, vm, write_section
+from benchlib import MIB, cpu_name, cpu_snapshot, versions, vm, wait_idle, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -246,11 +246,7 @@ def main():
         child(json.loads(args.child))
         return
     make_series(args.volumes)
-    if args.wait_idle:
-        t0 = time.time()
-        while os.getloadavg()[0] >= 0.5 and time.time() - t0 < 600:
-            time.sleep(30)
-    load = os.getloadavg()[0]
+    load, _ = wait_idle() if args.wait_idle else (os.getloadavg()[0], 0.0)
     cores = os.cpu_count()
     cpu0 = cpu_snapshot()
     kernel = kernel_cases(args.repeat, cores)

@@ -90,3 +90,14 @@ def cpu_snapshot():
     ours = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
     return busy, steal, ours, time.time()
+
+
+def wait_idle(limit=0.5, poll=30, max_wait=600):
+    """Wait (up to max_wait s) for the 1-minute load average to drop below `limit`."""
+    t0 = time.time()
+    while True:
+        load = os.getloadavg()[0]
+        if load < limit or time.time() - t0 >= max_wait:
+            return load, time.time() - t0
+        print(f"load average {load:.2f}, waiting ...", flush=True)
+        time.sleep(poll)
