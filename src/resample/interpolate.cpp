@@ -4,12 +4,14 @@
 // segment a task makes the segment's coordinates (read from the caller's array, or generated
 // from the affine), evaluates the spline at each, and stores the values with scipy's output
 // rounding. Per point and axis the kernel finds the order + 1 taps and their weights exactly as
-// scipy's NI_GeometricTransform does (boundary.hpp, bspline.hpp), then sums the taps separably:
-// last axis first. The separable sum rounds differently from scipy's tap-by-tap products, by a
-// few units in the last place; everything that decides *which* samples are read and with which
-// weights is computed with scipy's operations in scipy's order.
+// scipy's NI_GeometricTransform does (boundary.hpp, spline_weights.hpp), then sums the taps as
+// scipy does: tap by tap in C order, each value times the weights of axes 0, 1, ... in turn. So
+// the values are scipy's bit for bit. Points whose taps all lie inside the array (most of
+// them) are evaluated four at a time in AVX2 lanes where the CPU has AVX2 (eval_avx2), with
+// the same operations per lane; the others take the scalar path (eval_scalar).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -22,8 +24,16 @@
 #include "resample/bspline.hpp"
 #include "resample/dispatch.hpp"
 #include "resample/interpolator.hpp"
+#include "resample/spline_weights.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VOXPIPE_RESAMPLE_AVX2 1
+#else
+#define VOXPIPE_RESAMPLE_AVX2 0
+#endif
 
 namespace voxpipe {
 
@@ -90,9 +100,10 @@ inline bool setup_axis(double c, std::int64_t len, std::int64_t stride, InterpMo
     if (!(cc > -1.0)) return false;
   }
   t.any_cval = false;
+  double knot = 0;  // floor(cc) for odd orders, floor(cc + 0.5) for even ones
   if (std::fabs(cc) < kMaxCoordinate) {
-    const std::int64_t start =
-        static_cast<std::int64_t>(fast_floor((ORDER & 1) ? cc : cc + 0.5)) - ORDER / 2;
+    knot = fast_floor((ORDER & 1) ? cc : cc + 0.5);
+    const std::int64_t start = static_cast<std::int64_t>(knot) - ORDER / 2;
     for (int l = 0; l <= ORDER; ++l) {
       std::int64_t idx = start + l;
       t.cval[l] = false;
@@ -113,8 +124,9 @@ inline bool setup_axis(double c, std::int64_t len, std::int64_t stride, InterpMo
       t.cval[l] = mode == InterpMode::grid_constant;
     }
     t.any_cval = mode == InterpMode::grid_constant;
+    knot = fast_floor((ORDER & 1) ? cc : cc + 0.5);
   }
-  if constexpr (ORDER > 0) spline_weights(cc, ORDER, t.w);
+  if constexpr (ORDER > 0) spline_weights_at<ORDER>(cc - knot, t.w);
   else t.w[0] = 1.0;
   return true;
 }
@@ -152,10 +164,10 @@ inline double gather(const T* p, const Taps* t, int ts, int nd) {
   }
 }
 
-// kGroup points at once, 2-D or 3-D, each summed exactly as gather() sums it.
-template <typename T, int ORDER, int ND>
+// G points at once (G <= kGroup), 2-D or 3-D, each summed exactly as gather() sums it; the taps
+// of axis d for point g are t[d * kGroup + g].
+template <typename T, int ORDER, int ND, int G = kGroup>
 inline void gather_group(const T* p, const Taps* t, double* res) {
-  constexpr int G = kGroup;
   double sum[G] = {};
   if constexpr (ND == 3) {
     for (int a = 0; a <= ORDER; ++a)
@@ -163,8 +175,8 @@ inline void gather_group(const T* p, const Taps* t, double* res) {
         for (int c = 0; c <= ORDER; ++c)
           for (int g = 0; g < G; ++g) {
             const Taps& t0 = t[g];
-            const Taps& t1 = t[G + g];
-            const Taps& t2 = t[2 * G + g];
+            const Taps& t1 = t[kGroup + g];
+            const Taps& t2 = t[2 * kGroup + g];
             sum[g] += static_cast<double>(p[t0.off[a] + t1.off[b] + t2.off[c]]) * t0.w[a] *
                       t1.w[b] * t2.w[c];
           }
@@ -173,7 +185,7 @@ inline void gather_group(const T* p, const Taps* t, double* res) {
       for (int b = 0; b <= ORDER; ++b)
         for (int g = 0; g < G; ++g) {
           const Taps& t0 = t[g];
-          const Taps& t1 = t[G + g];
+          const Taps& t1 = t[kGroup + g];
           sum[g] += static_cast<double>(p[t0.off[a] + t1.off[b]]) * t0.w[a] * t1.w[b];
         }
   }
@@ -207,9 +219,12 @@ double gather_with_cval(const T* p, const Taps* t, int ts, int nd, double cval) 
 // Values at n points; coordinate of point k along axis d at coords[d * n + k].
 using EvalFn = void (*)(const Plan&, const double* coords, std::int64_t n, Taps* taps, double* out);
 
-// taps: room for nd * kGroup entries (axis d of group slot g at taps[d * kGroup + g]).
+// The scalar evaluation, for every point: n points whose coordinate along axis d is at
+// coords[d * cs + k]. taps: room for nd * kGroup entries (axis d of group slot g at
+// taps[d * kGroup + g]).
 template <typename T, int ORDER>
-void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* taps, double* out) {
+void eval_scalar(const Plan& plan, const double* coords, std::int64_t cs, std::int64_t n,
+                 Taps* taps, double* out) {
   const T* base = static_cast<const T*>(plan.data);
   const int nd = plan.nd;
   std::int64_t pending[kGroup];
@@ -218,7 +233,7 @@ void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* t
     Taps* slot = taps + np;
     bool inside = true, any_cval = false;
     for (int d = 0; d < nd; ++d) {
-      if (!setup_axis<ORDER>(coords[d * n + k] + plan.npad, plan.shape[d], plan.strides[d],
+      if (!setup_axis<ORDER>(coords[d * cs + k] + plan.npad, plan.shape[d], plan.strides[d],
                              plan.mode, plan.tmode, slot[d * kGroup])) {
         inside = false;
         break;
@@ -242,18 +257,203 @@ void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* t
       }
     }
   }
-  for (int g = 0; g < np; ++g) out[pending[g]] = gather<T, ORDER>(base, taps + g, kGroup, nd);
+  for (int g = 0; g < np; ++g) {
+    if (ORDER > 0 && nd == 3) gather_group<T, ORDER, 3, 1>(base, taps + g, out + pending[g]);
+    else if (ORDER > 0 && nd == 2) gather_group<T, ORDER, 2, 1>(base, taps + g, out + pending[g]);
+    else out[pending[g]] = gather<T, ORDER>(base, taps + g, kGroup, nd);
+  }
+}
+
+template <typename T, int ORDER>
+void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* taps, double* out) {
+  eval_scalar<T, ORDER>(plan, coords, n, n, taps, out);
+}
+
+#if VOXPIPE_RESAMPLE_AVX2
+// --------------------------------------------------------------------------------------------
+// The same evaluation, four points at a time in AVX2 lanes (point g in lane g). Each lane does
+// the scalar path's operations in the scalar path's order (no FMA: the target is "avx2" alone
+// and the build passes -ffp-contract=off), so the values are bit-identical; what changes is
+// that the per-axis setup (floor, weights with their divisions) and the 3 products and the sum
+// per tap run for four points per instruction, and that four independent sums hide each
+// other's latency. A group takes this path only when every tap of every point lies inside the
+// array, where no mode changes the coordinate or a tap (setup_axis); any other group, and the
+// n % 4 points left at the end, take the scalar path.
+// --------------------------------------------------------------------------------------------
+using v4d = double __attribute__((vector_size(32)));
+using v4l = std::int64_t __attribute__((vector_size(32)));
+
+#define VOXPIPE_AVX2 __attribute__((target("avx2")))
+
+// The values of the four points at tap offset r from their bases, as float64.
+template <typename T>
+__attribute__((target("avx2"), always_inline)) inline v4d load4(const T* p, const std::int64_t* base,
+                                                      std::int64_t r) {
+  return v4d{static_cast<double>(p[base[0] + r]), static_cast<double>(p[base[1] + r]),
+             static_cast<double>(p[base[2] + r]), static_cast<double>(p[base[3] + r])};
+}
+
+// One group's setup: the weights and the first tap's index of each axis. Returns the mask of
+// the points (bit l: point l) whose taps all lie inside the array; the others (outside, near an
+// edge, NaN) get base 0, whose taps are inside too, and are evaluated again by the scalar path.
+template <int ORDER, int ND>
+struct Group {
+  v4d w[ND][ORDER + 1];
+  std::int64_t base[4];  // element offset of each point's first tap
+};
+
+template <int ORDER, int ND>
+VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std::int64_t cs,
+                                    const v4d* hi, Group<ORDER, ND>& g) {
+  const v4d npad = v4d{} + plan.npad;
+  v4d start[ND];
+  v4l ok = ~v4l{};
+  for (int d = 0; d < ND; ++d) {
+    v4d c;
+    std::memcpy(&c, coords + d * cs, sizeof c);
+    c = c + npad;
+    const v4d knot = (v4d)_mm256_floor_pd((ORDER & 1) ? c : c + 0.5);
+    start[d] = knot - static_cast<double>(ORDER / 2);
+    ok &= (start[d] >= v4d{}) & (start[d] <= hi[d]);
+    spline_weights_at<ORDER>(c - knot, g.w[d]);
+  }
+  const int mask = _mm256_movemask_pd((__m256d)ok);
+  for (int d = 0; d < ND; ++d) start[d] = (v4d)_mm256_and_pd((__m256d)start[d], (__m256d)ok);
+  for (int l = 0; l < 4; ++l) {
+    g.base[l] = 0;
+    for (int d = 0; d < ND; ++d)
+      g.base[l] += static_cast<std::int64_t>(start[d][l]) * plan.strides[d];
+  }
+  return mask;
+}
+
+// The tap sums of NG groups, interleaved: each group's sum is one chain of dependent additions
+// (64 for cubic in 3-D), so NG chains keep the adder busy while each waits on its latency.
+template <typename T, int ORDER, int ND, int NG>
+VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, bool contiguous,
+                                  const Group<ORDER, ND>* g, double* out) {
+  constexpr int K = ORDER + 1;
+  v4d sum[NG] = {};
+  if constexpr (ND == 3) {
+    for (int a = 0; a < K; ++a)
+      for (int b = 0; b < K; ++b) {
+        const std::int64_t r = a * stride[0] + b * stride[1];
+        if constexpr (std::is_same_v<T, double> && K == 4) {
+          if (contiguous) {
+            // The 4 taps along the last axis of each point are adjacent: one load per point,
+            // then a 4x4 transpose puts tap c of the four points in one vector.
+            v4d v[NG][4];
+            for (int q = 0; q < NG; ++q) {
+              const __m256d r0 = _mm256_loadu_pd(p + g[q].base[0] + r);
+              const __m256d r1 = _mm256_loadu_pd(p + g[q].base[1] + r);
+              const __m256d r2 = _mm256_loadu_pd(p + g[q].base[2] + r);
+              const __m256d r3 = _mm256_loadu_pd(p + g[q].base[3] + r);
+              const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+              const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+              v[q][0] = (v4d)_mm256_permute2f128_pd(t0, t2, 0x20);
+              v[q][1] = (v4d)_mm256_permute2f128_pd(t1, t3, 0x20);
+              v[q][2] = (v4d)_mm256_permute2f128_pd(t0, t2, 0x31);
+              v[q][3] = (v4d)_mm256_permute2f128_pd(t1, t3, 0x31);
+            }
+            for (int c = 0; c < K; ++c)
+              for (int q = 0; q < NG; ++q)
+                sum[q] += v[q][c] * g[q].w[0][a] * g[q].w[1][b] * g[q].w[2][c];
+            continue;
+          }
+        }
+        for (int c = 0; c < K; ++c)
+          for (int q = 0; q < NG; ++q)
+            sum[q] += load4(p, g[q].base, r + c * stride[2]) * g[q].w[0][a] * g[q].w[1][b] *
+                      g[q].w[2][c];
+      }
+  } else {
+    for (int a = 0; a < K; ++a)
+      for (int b = 0; b < K; ++b)
+        for (int q = 0; q < NG; ++q)
+          sum[q] += load4(p, g[q].base, a * stride[0] + b * stride[1]) * g[q].w[0][a] *
+                    g[q].w[1][b];
+  }
+  for (int q = 0; q < NG; ++q) std::memcpy(out + 4 * q, &sum[q], sizeof sum[q]);
+}
+
+// Groups interleaved per step: enough chains to cover the adder's latency.
+constexpr int kInterleave = 3;
+
+template <typename T, int ORDER, int ND>
+VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t n, Taps* taps,
+                            double* out) {
+  const T* p = static_cast<const T*>(plan.data);
+  const std::int64_t* stride = plan.strides.data();
+  v4d hi[ND];  // the highest first tap with every tap inside
+  for (int d = 0; d < ND; ++d) hi[d] = v4d{} + static_cast<double>(plan.shape[d] - 1 - ORDER);
+  // Along the last axis the taps of a point are contiguous when its stride is 1 (always for the
+  // float64 coefficients).
+  const bool contiguous = stride[ND - 1] == 1;
+
+  // Points whose taps are not all inside are redone one by one on the scalar path.
+  auto redo = [&](int mask, std::int64_t k) {
+    for (int l = 0; l < 4; ++l)
+      if (!(mask >> l & 1)) eval_scalar<T, ORDER>(plan, coords + k + l, n, 1, taps, out + k + l);
+  };
+  Group<ORDER, ND> g[kInterleave];
+  std::int64_t k = 0;
+  for (; k + 4 * kInterleave <= n; k += 4 * kInterleave) {
+    int mask[kInterleave];
+    bool all = true;
+    for (int q = 0; q < kInterleave; ++q) {
+      mask[q] = setup_group(plan, coords + k + 4 * q, n, hi, g[q]);
+      all &= mask[q] == 0xF;
+    }
+    if (all) {
+      tap_sums<T, ORDER, ND, kInterleave>(p, stride, contiguous, g, out + k);
+      continue;
+    }
+    for (int q = 0; q < kInterleave; ++q) {
+      const std::int64_t kq = k + 4 * q;
+      if (mask[q]) tap_sums<T, ORDER, ND, 1>(p, stride, contiguous, &g[q], out + kq);
+      redo(mask[q], kq);
+    }
+  }
+  for (; k + 4 <= n; k += 4) {
+    const int mask = setup_group(plan, coords + k, n, hi, g[0]);
+    if (mask) tap_sums<T, ORDER, ND, 1>(p, stride, contiguous, g, out + k);
+    redo(mask, k);
+  }
+  if (k < n) eval_scalar<T, ORDER>(plan, coords + k, n, n - k, taps, out + k);
+}
+
+bool use_avx2() {
+  static const bool yes = [] {
+    const char* env = std::getenv("VOXPIPE_SIMD");  // "0" or "off": the scalar path (tests)
+    if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+template <typename T, int ORDER>
+EvalFn pick_kernel(int nd) {
+#if VOXPIPE_RESAMPLE_AVX2
+  if constexpr (ORDER > 0) {
+    if (use_avx2() && nd == 3) return eval_avx2<T, ORDER, 3>;
+    if (use_avx2() && nd == 2) return eval_avx2<T, ORDER, 2>;
+  }
+#endif
+  (void)nd;
+  return eval_points<T, ORDER>;
 }
 
 template <typename T>
-EvalFn pick_order(int order) {
+EvalFn pick_order(int order, int nd) {
   switch (order) {
-    case 0: return eval_points<T, 0>;
-    case 1: return eval_points<T, 1>;
-    case 2: return eval_points<T, 2>;
-    case 3: return eval_points<T, 3>;
-    case 4: return eval_points<T, 4>;
-    default: return eval_points<T, 5>;
+    case 0: return pick_kernel<T, 0>(nd);
+    case 1: return pick_kernel<T, 1>(nd);
+    case 2: return pick_kernel<T, 2>(nd);
+    case 3: return pick_kernel<T, 3>(nd);
+    case 4: return pick_kernel<T, 4>(nd);
+    default: return pick_kernel<T, 5>(nd);
   }
 }
 
@@ -376,7 +576,7 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
   const std::int64_t segments = rows * per_row;
 
   EvalFn eval = nullptr;
-  with_real_type(plan.dtype, [&](auto v) { eval = pick_order<decltype(v)>(plan.order); });
+  with_real_type(plan.dtype, [&](auto v) { eval = pick_order<decltype(v)>(plan.order, plan.nd); });
   StoreFn put = nullptr;
   with_real_type(output.dtype, [&](auto v) { put = store<decltype(v)>; });
   const std::int64_t esize = static_cast<std::int64_t>(dtype_size(output.dtype));
@@ -430,7 +630,7 @@ Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options)
   if (checked_size(input, "input") == 0)
     invalid("input", "cannot interpolate from an empty array of shape " + shape_str(input.shape));
   state_->plan = make_plan(input, options, state_->coeff);
-  with_real_type(state_->plan.dtype, [&](auto v) { state_->eval = pick_order<decltype(v)>(state_->plan.order); });
+  with_real_type(state_->plan.dtype, [&](auto v) { state_->eval = pick_order<decltype(v)>(state_->plan.order, state_->plan.nd); });
 }
 
 Interpolator::~Interpolator() = default;
