@@ -10,6 +10,8 @@
 // them) are evaluated four at a time in AVX2 lanes where the CPU has AVX2 (eval_avx2), with
 // the same operations per lane; the others take the scalar path (eval_scalar).
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -296,6 +298,27 @@ __attribute__((target("avx2"), always_inline)) inline v4d load4(const T* p, cons
 // One group's setup: the weights and the first tap's index of each axis. Returns the mask of
 // the points (bit l: point l) whose taps all lie inside the array; the others (outside, near an
 // edge, NaN) get base 0, whose taps are inside too, and are evaluated again by the scalar path.
+// v[c][l] = p[base[l] + r + c] for c = 0, 1: two adjacent elements per point, as float64.
+template <typename T>
+__attribute__((target("avx2"), always_inline)) inline void load_pairs(const T* p,
+                                                                      const std::int64_t* base,
+                                                                      std::int64_t r, v4d* v) {
+  if constexpr (std::is_same_v<T, double>) {
+    const __m256d a = _mm256_set_m128d(_mm_loadu_pd(p + base[2] + r), _mm_loadu_pd(p + base[0] + r));
+    const __m256d b = _mm256_set_m128d(_mm_loadu_pd(p + base[3] + r), _mm_loadu_pd(p + base[1] + r));
+    v[0] = (v4d)_mm256_unpacklo_pd(a, b);
+    v[1] = (v4d)_mm256_unpackhi_pd(a, b);
+  } else {
+    auto pair = [&](int l) {
+      return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p + base[l] + r)));
+    };
+    const __m128 lo = _mm_movelh_ps(pair(0), pair(1));  // p0c0 p0c1 p1c0 p1c1
+    const __m128 hi = _mm_movelh_ps(pair(2), pair(3));
+    v[0] = (v4d)_mm256_cvtps_pd(_mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    v[1] = (v4d)_mm256_cvtps_pd(_mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+}
+
 template <int ORDER, int ND>
 struct Group {
   v4d w[ND][ORDER + 1];
@@ -304,7 +327,7 @@ struct Group {
 
 template <int ORDER, int ND>
 VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std::int64_t cs,
-                                    const v4d* hi, Group<ORDER, ND>& g) {
+                                    const v4d* hi, bool small, Group<ORDER, ND>& g) {
   const v4d npad = v4d{} + plan.npad;
   v4d start[ND];
   v4l ok = ~v4l{};
@@ -319,6 +342,15 @@ VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std:
   }
   const int mask = _mm256_movemask_pd((__m256d)ok);
   for (int d = 0; d < ND; ++d) start[d] = (v4d)_mm256_and_pd((__m256d)start[d], (__m256d)ok);
+  if (small) {
+    // Offsets below 2^31: summed exactly in doubles, converted four at a time.
+    v4d off = start[0] * static_cast<double>(plan.strides[0]);
+    for (int d = 1; d < ND; ++d) off += start[d] * static_cast<double>(plan.strides[d]);
+    alignas(16) std::int32_t o[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(o), _mm256_cvttpd_epi32((__m256d)off));
+    for (int l = 0; l < 4; ++l) g.base[l] = o[l];
+    return mask;
+  }
   for (int l = 0; l < 4; ++l) {
     g.base[l] = 0;
     for (int d = 0; d < ND; ++d)
@@ -329,11 +361,35 @@ VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std:
 
 // The tap sums of NG groups, interleaved: each group's sum is one chain of dependent additions
 // (64 for cubic in 3-D), so NG chains keep the adder busy while each waits on its latency.
+// unit: the axis whose stride is 1, or -1.
 template <typename T, int ORDER, int ND, int NG>
-VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, bool contiguous,
+VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, int unit,
                                   const Group<ORDER, ND>* g, double* out) {
   constexpr int K = ORDER + 1;
   v4d sum[NG] = {};
+  if constexpr (ND == 3 && K == 2 && (std::is_same_v<T, double> || std::is_same_v<T, float>)) {
+    if (unit == 0) {
+      // Linear on a Fortran-ordered array (a NIfTI volume): the 2 taps along the first axis
+      // are adjacent. All 8 taps are loaded first, then summed in C order as always.
+      v4d v[NG][2][2][2];
+      for (int q = 0; q < NG; ++q)
+        for (int b = 0; b < 2; ++b)
+          for (int c = 0; c < 2; ++c) {
+            v4d pair[2];
+            load_pairs(p, g[q].base, b * stride[1] + c * stride[2], pair);
+            v[q][0][b][c] = pair[0];
+            v[q][1][b][c] = pair[1];
+          }
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b)
+          for (int c = 0; c < 2; ++c)
+            for (int q = 0; q < NG; ++q)
+              sum[q] += v[q][a][b][c] * g[q].w[0][a] * g[q].w[1][b] * g[q].w[2][c];
+      for (int q = 0; q < NG; ++q) std::memcpy(out + 4 * q, &sum[q], sizeof sum[q]);
+      return;
+    }
+  }
+  const bool contiguous = unit == ND - 1;
   if constexpr (ND == 3) {
     for (int a = 0; a < K; ++a)
       for (int b = 0; b < K; ++b) {
@@ -355,6 +411,17 @@ VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, bool c
               v[q][2] = (v4d)_mm256_permute2f128_pd(t0, t2, 0x31);
               v[q][3] = (v4d)_mm256_permute2f128_pd(t1, t3, 0x31);
             }
+            for (int c = 0; c < K; ++c)
+              for (int q = 0; q < NG; ++q)
+                sum[q] += v[q][c] * g[q].w[0][a] * g[q].w[1][b] * g[q].w[2][c];
+            continue;
+          }
+        }
+        if constexpr ((std::is_same_v<T, double> || std::is_same_v<T, float>) && K == 2) {
+          if (contiguous) {
+            // Linear: the 2 taps along the last axis of each point are adjacent.
+            v4d v[NG][2];
+            for (int q = 0; q < NG; ++q) load_pairs(p, g[q].base, r, v[q]);
             for (int c = 0; c < K; ++c)
               for (int q = 0; q < NG; ++q)
                 sum[q] += v[q][c] * g[q].w[0][a] * g[q].w[1][b] * g[q].w[2][c];
@@ -386,9 +453,14 @@ VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t
   const std::int64_t* stride = plan.strides.data();
   v4d hi[ND];  // the highest first tap with every tap inside
   for (int d = 0; d < ND; ++d) hi[d] = v4d{} + static_cast<double>(plan.shape[d] - 1 - ORDER);
-  // Along the last axis the taps of a point are contiguous when its stride is 1 (always for the
-  // float64 coefficients).
-  const bool contiguous = stride[ND - 1] == 1;
+  // Along an axis of stride 1 the taps of a point are adjacent: the last axis of the float64
+  // coefficients (C order) and of C-ordered inputs, the first of Fortran-ordered ones.
+  const int unit = stride[ND - 1] == 1 ? ND - 1 : stride[0] == 1 ? 0 : -1;
+  // Every element offset (|offset| <= the sum of (shape - 1) * |stride|) fits in an int32.
+  double reach = 0;
+  for (int d = 0; d < ND; ++d)
+    reach += static_cast<double>(plan.shape[d]) * std::fabs(static_cast<double>(stride[d]));
+  const bool small = reach < 2147483647.0;
 
   // Points whose taps are not all inside are redone one by one on the scalar path.
   auto redo = [&](int mask, std::int64_t k) {
@@ -401,31 +473,29 @@ VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t
     int mask[kInterleave];
     bool all = true;
     for (int q = 0; q < kInterleave; ++q) {
-      mask[q] = setup_group(plan, coords + k + 4 * q, n, hi, g[q]);
+      mask[q] = setup_group(plan, coords + k + 4 * q, n, hi, small, g[q]);
       all &= mask[q] == 0xF;
     }
     if (all) {
-      tap_sums<T, ORDER, ND, kInterleave>(p, stride, contiguous, g, out + k);
+      tap_sums<T, ORDER, ND, kInterleave>(p, stride, unit, g, out + k);
       continue;
     }
     for (int q = 0; q < kInterleave; ++q) {
       const std::int64_t kq = k + 4 * q;
-      if (mask[q]) tap_sums<T, ORDER, ND, 1>(p, stride, contiguous, &g[q], out + kq);
+      if (mask[q]) tap_sums<T, ORDER, ND, 1>(p, stride, unit, &g[q], out + kq);
       redo(mask[q], kq);
     }
   }
   for (; k + 4 <= n; k += 4) {
-    const int mask = setup_group(plan, coords + k, n, hi, g[0]);
-    if (mask) tap_sums<T, ORDER, ND, 1>(p, stride, contiguous, g, out + k);
+    const int mask = setup_group(plan, coords + k, n, hi, small, g[0]);
+    if (mask) tap_sums<T, ORDER, ND, 1>(p, stride, unit, g, out + k);
     redo(mask, k);
   }
   if (k < n) eval_scalar<T, ORDER>(plan, coords + k, n, n - k, taps, out + k);
 }
 
-bool use_avx2() {
+bool cpu_has_avx2() {
   static const bool yes = [] {
-    const char* env = std::getenv("VOXPIPE_SIMD");  // "0" or "off": the scalar path (tests)
-    if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
@@ -437,8 +507,8 @@ template <typename T, int ORDER>
 EvalFn pick_kernel(int nd) {
 #if VOXPIPE_RESAMPLE_AVX2
   if constexpr (ORDER > 0) {
-    if (use_avx2() && nd == 3) return eval_avx2<T, ORDER, 3>;
-    if (use_avx2() && nd == 2) return eval_avx2<T, ORDER, 2>;
+    if (simd_enabled() && cpu_has_avx2() && nd == 3) return eval_avx2<T, ORDER, 3>;
+    if (simd_enabled() && cpu_has_avx2() && nd == 2) return eval_avx2<T, ORDER, 2>;
   }
 #endif
   (void)nd;
@@ -559,6 +629,12 @@ Plan make_plan(const ArrayRef& input, const InterpOptions& o, Coefficients& coef
 
 // Points per segment: the coordinate and value buffers of a segment (4 KiB per axis) stay in L1.
 constexpr std::int64_t kSegment = 512;
+// 0, 1, ..., kSegment - 1 as doubles.
+constexpr auto kIndex = [] {
+  std::array<double, kSegment> a{};
+  for (std::int64_t k = 0; k < kSegment; ++k) a[static_cast<std::size_t>(k)] = static_cast<double>(k);
+  return a;
+}();
 // Segments per task: a few thousand points amortise the task's setup.
 constexpr std::int64_t kMinPointsPerTask = 4096;
 
@@ -612,6 +688,19 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool>& simd_switch() {
+  static std::atomic<bool> on = [] {
+    const char* env = std::getenv("VOXPIPE_SIMD");
+    return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
+  }();
+  return on;
+}
+}  // namespace
+
+bool simd_enabled() noexcept { return simd_switch().load(std::memory_order_relaxed); }
+void set_simd_enabled(bool on) noexcept { simd_switch().store(on, std::memory_order_relaxed); }
 
 struct Interpolator::State {
   Coefficients coeff;
@@ -733,7 +822,7 @@ void affine_transform(const ArrayRef& input, std::span<const double> matrix, boo
           std::fill(b + d * n, b + (d + 1) * n, c);
         } else {
           for (std::int64_t k = 0; k < n; ++k)
-            b[d * n + k] = (static_cast<double>(k0 + k) + shift[d]) * matrix[d];
+            b[d * n + k] = ((static_cast<double>(k0) + kIndex[k]) + shift[d]) * matrix[d];
         }
       }
     });
@@ -747,7 +836,10 @@ void affine_transform(const ArrayRef& input, std::span<const double> matrix, boo
         double partial = offset[h];
         for (std::size_t l = 0; l + 1 < ond; ++l) partial += static_cast<double>(r[l]) * m[l];
         const double last = m[ond - 1];
-        for (std::int64_t k = 0; k < n; ++k) b[h * n + k] = partial + static_cast<double>(k0 + k) * last;
+        // k0 + k as a double from the table: the same (exact) value, in a loop that vectorises
+        // (x86-64 has no vector int64 -> double conversion before AVX-512).
+        const double k0d = static_cast<double>(k0);
+        for (std::int64_t k = 0; k < n; ++k) b[h * n + k] = partial + (k0d + kIndex[k]) * last;
       }
     });
   }

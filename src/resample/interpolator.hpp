@@ -41,4 +41,9 @@ class Interpolator {
   std::unique_ptr<State> state_;
 };
 
+// Whether the kernels chosen from now on may use SIMD (AVX2 where the CPU has it). On by
+// default; VOXPIPE_SIMD=0 in the environment turns it off. Tests compare the two paths.
+bool simd_enabled() noexcept;
+void set_simd_enabled(bool on) noexcept;
+
 }  // namespace voxpipe::resample

@@ -79,9 +79,15 @@ def test_affine_rotation_of_a_volume_equals_scipy_bit_for_bit(order):
     offset = centre - rot @ centre + [0.3, -0.4, 0.25]
     kw = dict(order=order, mode="constant")
     want = ndi.affine_transform(vol, rot, offset, output=np.float64, **kw)
-    for threads in (1, 2):
-        got = vp.affine_transform(vol, rot, offset, output=np.float64, threads=threads, **kw)
-        np.testing.assert_array_equal(got, want)
+    # C order, Fortran order (a NIfTI volume's: taps adjacent along the first axis), a view
+    # with no axis of stride 1, a view with a negative stride.
+    spread = np.zeros(vol.shape[:2] + (2 * vol.shape[2],), vol.dtype)
+    spread[..., ::2] = vol
+    flipped = vol[:, ::-1].copy()[:, ::-1]
+    for data in (vol, np.asfortranarray(vol), spread[..., ::2], flipped):
+        for threads in (1, 2):
+            got = vp.affine_transform(data, rot, offset, output=np.float64, threads=threads, **kw)
+            np.testing.assert_array_equal(got, want)
 
 
 def test_the_scalar_path_alone_equals_scipy_too():
