@@ -37,128 +37,439 @@ int spline_poles(int order, double poles[2]) {
 
 namespace {
 
+// The 32-byte vectors below never cross a function boundary (everything using them is inlined),
+// so GCC's note that passing them changes the ABI without AVX does not apply.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 // The boundary initialisations of the causal and anticausal passes. Each lane is an independent
 // line; the arithmetic per lane is scipy's, in scipy's order (ni_splines.c), including the causal
 // reflect sum whose last term reads the partly accumulated first coefficient (which is why
 // scipy's reflect and nearest modes do not reproduce the samples exactly at the edges).
+// Vectorising over the lanes changes no lane's operations or their order, so the coefficients
+// stay bit-identical at any vector width (no FMA: -ffp-contract=off and no "fma" target).
+//
+// `Lanes` is the number of lanes: Fixed<N> (known when compiling, a multiple of 4: the lanes go
+// four at a time as explicit vectors) or Dynamic (one at a time; the compiler vectorises).
+typedef double Vec4 __attribute__((vector_size(32)));
+
+template <std::int64_t N>
+struct Fixed {
+  static_assert(N % 4 == 0);
+  using V = Vec4;
+  static constexpr std::int64_t W = 4;
+  static constexpr std::int64_t n = N;
+};
+struct Dynamic {
+  using V = double;
+  static constexpr std::int64_t W = 1;
+  std::int64_t n;
+};
+
+template <class V>
+[[gnu::always_inline]] inline V load(const double* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+[[gnu::always_inline]] inline void store(double* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+template <class Lanes>
 struct Lines {
   double* p;
   std::int64_t stride;
-  std::int64_t lanes;
+  Lanes lanes;
   double* row(std::int64_t i) const { return p + i * stride; }
 };
 
-void causal_mirror(const Lines& c, std::int64_t n, double z) {
+// Per-lane scratch (the first coefficient saved by the reflect initialisation).
+template <class Lanes>
+struct Scratch {
+  std::vector<double> v;
+  double* get(const Lanes& l) {
+    v.resize(static_cast<std::size_t>(l.n));
+    return v.data();
+  }
+};
+template <std::int64_t N>
+struct Scratch<Fixed<N>> {
+  double v[N];
+  double* get(const Fixed<N>&) { return v; }
+};
+
+template <class Lanes>
+[[gnu::always_inline]] inline void causal_mirror(const Lines<Lanes>& c, std::int64_t n,
+                                                 double z) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   const double z_n_1 = std::pow(z, static_cast<double>(n - 1));
   double* c0 = c.row(0);
   const double* last = c.row(n - 1);
-  for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] = c0[j] + z_n_1 * last[j];
+  for (std::int64_t j = 0; j < lanes; j += W)
+    store(c0 + j, load<V>(c0 + j) + z_n_1 * load<V>(last + j));
   double z_i = z;
   for (std::int64_t i = 1; i < n - 1; ++i) {
     const double* a = c.row(i);
     const double* b = c.row(n - 1 - i);
-    for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] += z_i * (a[j] + z_n_1 * b[j]);
+    for (std::int64_t j = 0; j < lanes; j += W)
+      store(c0 + j, load<V>(c0 + j) + z_i * (load<V>(a + j) + z_n_1 * load<V>(b + j)));
     z_i *= z;
   }
   const double denom = 1 - z_n_1 * z_n_1;
-  for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] /= denom;
+  for (std::int64_t j = 0; j < lanes; j += W) store(c0 + j, load<V>(c0 + j) / denom);
 }
 
-void anticausal_mirror(const Lines& c, std::int64_t n, double z) {
+template <class Lanes>
+[[gnu::always_inline]] inline void anticausal_mirror(const Lines<Lanes>& c, std::int64_t n,
+                                                     double z) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   double* last = c.row(n - 1);
   const double* prev = c.row(n - 2);
-  for (std::int64_t j = 0; j < c.lanes; ++j) last[j] = (z * prev[j] + last[j]) * z / (z * z - 1);
+  for (std::int64_t j = 0; j < lanes; j += W)
+    store(last + j, (z * load<V>(prev + j) + load<V>(last + j)) * z / (z * z - 1));
 }
 
-void causal_wrap(const Lines& c, std::int64_t n, double z) {
+template <class Lanes>
+[[gnu::always_inline]] inline void causal_wrap(const Lines<Lanes>& c, std::int64_t n, double z) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   double* c0 = c.row(0);
   double z_i = z;
   for (std::int64_t i = 1; i < n; ++i) {
     const double* a = c.row(n - i);
-    for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] += z_i * a[j];
+    for (std::int64_t j = 0; j < lanes; j += W)
+      store(c0 + j, load<V>(c0 + j) + z_i * load<V>(a + j));
     z_i *= z;
   }
-  for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] /= 1 - z_i;
+  for (std::int64_t j = 0; j < lanes; j += W) store(c0 + j, load<V>(c0 + j) / (1 - z_i));
 }
 
-void anticausal_wrap(const Lines& c, std::int64_t n, double z) {
+template <class Lanes>
+[[gnu::always_inline]] inline void anticausal_wrap(const Lines<Lanes>& c, std::int64_t n,
+                                                   double z) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   double* last = c.row(n - 1);
   double z_i = z;
   for (std::int64_t i = 0; i < n - 1; ++i) {
     const double* a = c.row(i);
-    for (std::int64_t j = 0; j < c.lanes; ++j) last[j] += z_i * a[j];
+    for (std::int64_t j = 0; j < lanes; j += W)
+      store(last + j, load<V>(last + j) + z_i * load<V>(a + j));
     z_i *= z;
   }
-  for (std::int64_t j = 0; j < c.lanes; ++j) last[j] *= z / (z_i - 1);
+  const double f = z / (z_i - 1);
+  for (std::int64_t j = 0; j < lanes; j += W) store(last + j, load<V>(last + j) * f);
 }
 
-void causal_reflect(const Lines& c, std::int64_t n, double z, std::vector<double>& saved) {
+template <class Lanes>
+[[gnu::always_inline]] inline void causal_reflect(const Lines<Lanes>& c, std::int64_t n, double z,
+                                                  double* saved) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   const double z_n = std::pow(z, static_cast<double>(n));
   double* c0 = c.row(0);
   const double* last = c.row(n - 1);
-  saved.assign(c0, c0 + c.lanes);
-  for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] = c0[j] + z_n * last[j];
+  for (std::int64_t j = 0; j < lanes; ++j) saved[j] = c0[j];
+  for (std::int64_t j = 0; j < lanes; j += W)
+    store(c0 + j, load<V>(c0 + j) + z_n * load<V>(last + j));
   double z_i = z;
   for (std::int64_t i = 1; i < n; ++i) {
     const double* a = c.row(i);
     const double* b = c.row(n - 1 - i);  // row 0 itself when i = n - 1, as in scipy
-    for (std::int64_t j = 0; j < c.lanes; ++j) c0[j] += z_i * (a[j] + z_n * b[j]);
+    for (std::int64_t j = 0; j < lanes; j += W)
+      store(c0 + j, load<V>(c0 + j) + z_i * (load<V>(a + j) + z_n * load<V>(b + j)));
     z_i *= z;
   }
   const double f = z / (1 - z_n * z_n);
-  for (std::int64_t j = 0; j < c.lanes; ++j) {
-    c0[j] *= f;
-    c0[j] += saved[j];
+  for (std::int64_t j = 0; j < lanes; j += W) {
+    V v = load<V>(c0 + j) * f;
+    v += load<V>(saved + j);
+    store(c0 + j, v);
   }
 }
 
-void anticausal_reflect(const Lines& c, std::int64_t n, double z) {
+template <class Lanes>
+[[gnu::always_inline]] inline void anticausal_reflect(const Lines<Lanes>& c, std::int64_t n,
+                                                      double z) {
+  using V = typename Lanes::V;
+  constexpr std::int64_t W = Lanes::W;
+  const std::int64_t lanes = c.lanes.n;
   double* last = c.row(n - 1);
   const double f = z / (z - 1);
-  for (std::int64_t j = 0; j < c.lanes; ++j) last[j] *= f;
+  for (std::int64_t j = 0; j < lanes; j += W) store(last + j, load<V>(last + j) * f);
 }
 
-}  // namespace
-
-void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
-                         int order, InterpMode mode) {
-  double poles[2];
-  const int npoles = spline_poles(order, poles);
-  if (npoles == 0 || len <= 1 || lanes <= 0) return;
-  const Lines c{line, stride, lanes};
-
-  double gain = 1.0;
-  for (int k = 0; k < npoles; ++k) gain *= (1.0 - poles[k]) * (1.0 - 1.0 / poles[k]);
-  for (std::int64_t i = 0; i < len; ++i) {
-    double* r = c.row(i);
-    for (std::int64_t j = 0; j < lanes; ++j) r[j] *= gain;
-  }
-  std::vector<double> saved;
-  for (int k = 0; k < npoles; ++k) {
-    const double z = poles[k];
-    switch (mode) {
-      case InterpMode::grid_wrap: causal_wrap(c, len, z); break;
-      case InterpMode::nearest:
-      case InterpMode::reflect: causal_reflect(c, len, z, saved); break;
-      default: causal_mirror(c, len, z); break;
-    }
+// The causal recursion c[i] += z * c[i - 1] and the anticausal c[i] = z * (c[i + 1] - c[i]).
+// With fixed lanes, the previous row stays in registers: the loop's only dependency is then the
+// recursion itself, not a store and reload.
+template <class Lanes>
+[[gnu::always_inline]] inline void recursions(const Lines<Lanes>& c, std::int64_t len,
+                                              double z) {
+  const std::int64_t lanes = c.lanes.n;
+  if constexpr (Lanes::W == 1) {
     for (std::int64_t i = 1; i < len; ++i) {
       double* r = c.row(i);
       const double* q = c.row(i - 1);
       for (std::int64_t j = 0; j < lanes; ++j) r[j] += z * q[j];
     }
+  } else {
+    using V = typename Lanes::V;
+    constexpr std::int64_t K = Lanes::n / Lanes::W;
+    V prev[K];
+#pragma GCC unroll 16
+    for (std::int64_t k = 0; k < K; ++k) prev[k] = load<V>(c.row(0) + k * Lanes::W);
+    for (std::int64_t i = 1; i < len; ++i) {
+      double* r = c.row(i);
+#pragma GCC unroll 16
+      for (std::int64_t k = 0; k < K; ++k) {
+        prev[k] = load<V>(r + k * Lanes::W) + z * prev[k];
+        store(r + k * Lanes::W, prev[k]);
+      }
+    }
+  }
+}
+
+// (Separate from the causal recursion: the anticausal initialisation comes between them.)
+template <class Lanes>
+[[gnu::always_inline]] inline void anticausal_recursion(const Lines<Lanes>& c, std::int64_t len,
+                                                        double z) {
+  const std::int64_t lanes = c.lanes.n;
+  if constexpr (Lanes::W == 1) {
+    for (std::int64_t i = len - 2; i >= 0; --i) {
+      double* r = c.row(i);
+      const double* q = c.row(i + 1);
+      for (std::int64_t j = 0; j < lanes; ++j) r[j] = z * (q[j] - r[j]);
+    }
+  } else {
+    using V = typename Lanes::V;
+    constexpr std::int64_t K = Lanes::n / Lanes::W;
+    V next[K];
+#pragma GCC unroll 16
+    for (std::int64_t k = 0; k < K; ++k) next[k] = load<V>(c.row(len - 1) + k * Lanes::W);
+    for (std::int64_t i = len - 2; i >= 0; --i) {
+      double* r = c.row(i);
+#pragma GCC unroll 16
+      for (std::int64_t k = 0; k < K; ++k) {
+        next[k] = z * (next[k] - load<V>(r + k * Lanes::W));
+        store(r + k * Lanes::W, next[k]);
+      }
+    }
+  }
+}
+
+// The gain of the order's poles, as scipy's apply_gain computes it.
+double filter_gain(const double* poles, int npoles) {
+  double gain = 1.0;
+  for (int k = 0; k < npoles; ++k) gain *= (1.0 - poles[k]) * (1.0 - 1.0 / poles[k]);
+  return gain;
+}
+
+// The filter of spline_filter_lines for len >= 2, lanes >= 1 and an order with poles; the lines
+// are multiplied by the gain first unless `gained` says the caller has done it.
+template <class Lanes>
+[[gnu::always_inline]] inline void filter_lines(const Lines<Lanes>& c, std::int64_t len,
+                                                const double* poles, int npoles, InterpMode mode,
+                                                bool gained) {
+  const std::int64_t lanes = c.lanes.n;
+  if (!gained) {
+    const double gain = filter_gain(poles, npoles);
+    for (std::int64_t i = 0; i < len; ++i) {
+      double* r = c.row(i);
+      for (std::int64_t j = 0; j < lanes; ++j) r[j] *= gain;
+    }
+  }
+  Scratch<Lanes> saved;
+  for (int k = 0; k < npoles; ++k) {
+    const double z = poles[k];
+    switch (mode) {
+      case InterpMode::grid_wrap: causal_wrap(c, len, z); break;
+      case InterpMode::nearest:
+      case InterpMode::reflect: causal_reflect(c, len, z, saved.get(c.lanes)); break;
+      default: causal_mirror(c, len, z); break;
+    }
+    recursions(c, len, z);
     switch (mode) {
       case InterpMode::grid_wrap: anticausal_wrap(c, len, z); break;
       case InterpMode::nearest:
       case InterpMode::reflect: anticausal_reflect(c, len, z); break;
       default: anticausal_mirror(c, len, z); break;
     }
-    for (std::int64_t i = len - 2; i >= 0; --i) {
-      double* r = c.row(i);
-      const double* q = c.row(i + 1);
-      for (std::int64_t j = 0; j < lanes; ++j) r[j] = z * (q[j] - r[j]);
+    anticausal_recursion(c, len, z);
+  }
+}
+
+// Lines of the last axis filtered together: the block is transposed into a len x kLastBlock
+// buffer (lane-contiguous rows) so that the lines' recursions run in lockstep, as vectors,
+// rather than as one latency-bound scalar chain per line.
+constexpr std::int64_t kLastBlock = 16;
+
+// The 4 x 4 transpose of rows a, b, c, d.
+[[gnu::always_inline]] inline void transpose4(Vec4& a, Vec4& b, Vec4& c, Vec4& d) {
+  const Vec4 t0 = __builtin_shufflevector(a, b, 0, 4, 2, 6);
+  const Vec4 t1 = __builtin_shufflevector(a, b, 1, 5, 3, 7);
+  const Vec4 t2 = __builtin_shufflevector(c, d, 0, 4, 2, 6);
+  const Vec4 t3 = __builtin_shufflevector(c, d, 1, 5, 3, 7);
+  a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+  b = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+  c = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
+// Filters the `count` contiguous lines of `len` samples at `p` (len >= 2), L at a time through
+// `buf` (len * L doubles).
+template <std::int64_t L>
+[[gnu::always_inline]] inline void filter_contiguous(double* p, std::int64_t count,
+                                                     std::int64_t len, double* buf,
+                                                     const double* poles, int npoles,
+                                                     InterpMode mode) {
+  const double gain = filter_gain(poles, npoles);
+  const Lines<Fixed<L>> c{buf, L, {}};
+  const std::int64_t len4 = len & ~std::int64_t{3};
+  for (std::int64_t l0 = 0; l0 < count; l0 += L) {
+    const std::int64_t m = std::min(L, count - l0);
+    double* block = p + l0 * len;
+    // In, times the gain (the same product as the gain pass): a partial block's spare lanes
+    // filter zeros, which no real lane reads.
+    if (m == L) {
+      for (std::int64_t j = 0; j < L; j += 4) {
+        const double* s = block + j * len;
+        for (std::int64_t i = 0; i < len4; i += 4) {
+          Vec4 a = load<Vec4>(s + i), b = load<Vec4>(s + len + i);
+          Vec4 e = load<Vec4>(s + 2 * len + i), d = load<Vec4>(s + 3 * len + i);
+          transpose4(a, b, e, d);
+          store(buf + i * L + j, a * gain);
+          store(buf + (i + 1) * L + j, b * gain);
+          store(buf + (i + 2) * L + j, e * gain);
+          store(buf + (i + 3) * L + j, d * gain);
+        }
+        for (std::int64_t i = len4; i < len; ++i)
+          for (std::int64_t k = 0; k < 4; ++k) buf[i * L + j + k] = s[k * len + i] * gain;
+      }
+    } else {
+      for (std::int64_t j = 0; j < m; ++j) {
+        const double* s = block + j * len;
+        for (std::int64_t i = 0; i < len; ++i) buf[i * L + j] = s[i] * gain;
+      }
+      for (std::int64_t j = m; j < L; ++j)
+        for (std::int64_t i = 0; i < len; ++i) buf[i * L + j] = 0.0;
+    }
+    filter_lines(c, len, poles, npoles, mode, true);
+    if (m == L) {
+      for (std::int64_t j = 0; j < L; j += 4) {
+        double* s = block + j * len;
+        for (std::int64_t i = 0; i < len4; i += 4) {
+          Vec4 a = load<Vec4>(buf + i * L + j), b = load<Vec4>(buf + (i + 1) * L + j);
+          Vec4 e = load<Vec4>(buf + (i + 2) * L + j), d = load<Vec4>(buf + (i + 3) * L + j);
+          transpose4(a, b, e, d);
+          store(s + i, a);
+          store(s + len + i, b);
+          store(s + 2 * len + i, e);
+          store(s + 3 * len + i, d);
+        }
+        for (std::int64_t i = len4; i < len; ++i)
+          for (std::int64_t k = 0; k < 4; ++k) s[k * len + i] = buf[i * L + j + k];
+      }
+    } else {
+      for (std::int64_t j = 0; j < m; ++j) {
+        double* s = block + j * len;
+        for (std::int64_t i = 0; i < len; ++i) s[i] = buf[i * L + j];
+      }
     }
   }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The kernels, compiled for the baseline ISA and, where the compiler can, for AVX2 (wider
+// vectors over the lanes; "avx2" does not include FMA), chosen at run time.
+void strided_default(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                     const double* poles, int npoles, InterpMode mode) {
+  filter_lines(Lines<Dynamic>{line, stride, {lanes}}, len, poles, npoles, mode, false);
+}
+void contiguous_default(double* p, std::int64_t count, std::int64_t len, double* buf,
+                        const double* poles, int npoles, InterpMode mode) {
+  filter_contiguous<kLastBlock>(p, count, len, buf, poles, npoles, mode);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define VOXPIPE_BSPLINE_AVX2 1
+__attribute__((target("avx2"))) void strided_avx2(double* line, std::int64_t len,
+                                                  std::int64_t stride, std::int64_t lanes,
+                                                  const double* poles, int npoles,
+                                                  InterpMode mode) {
+  filter_lines(Lines<Dynamic>{line, stride, {lanes}}, len, poles, npoles, mode, false);
+}
+__attribute__((target("avx2"))) void contiguous_avx2(double* p, std::int64_t count,
+                                                     std::int64_t len, double* buf,
+                                                     const double* poles, int npoles,
+                                                     InterpMode mode) {
+  filter_contiguous<kLastBlock>(p, count, len, buf, poles, npoles, mode);
+}
+
+bool use_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+void filter_strided(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                    const double* poles, int npoles, InterpMode mode, SplineSimd simd) {
+#ifdef VOXPIPE_BSPLINE_AVX2
+  if (simd == SplineSimd::best && use_avx2())
+    return strided_avx2(line, len, stride, lanes, poles, npoles, mode);
+#endif
+  (void)simd;
+  strided_default(line, len, stride, lanes, poles, npoles, mode);
+}
+
+void filter_contiguous_lines(double* p, std::int64_t count, std::int64_t len, double* buf,
+                             const double* poles, int npoles, InterpMode mode, SplineSimd simd) {
+#ifdef VOXPIPE_BSPLINE_AVX2
+  if (simd == SplineSimd::best && use_avx2())
+    return contiguous_avx2(p, count, len, buf, poles, npoles, mode);
+#endif
+  (void)simd;
+  contiguous_default(p, count, len, buf, poles, npoles, mode);
+}
+
+}  // namespace
+
+void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                         int order, InterpMode mode, SplineSimd simd) {
+  double poles[2];
+  const int npoles = spline_poles(order, poles);
+  if (npoles == 0 || len <= 1 || lanes <= 0) return;
+  filter_strided(line, len, stride, lanes, poles, npoles, mode, simd);
+}
+
+void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                         int order, InterpMode mode) {
+  spline_filter_lines(line, len, stride, lanes, order, mode, SplineSimd::best);
+}
+
+void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, int order,
+                              InterpMode mode, SplineSimd simd) {
+  double poles[2];
+  const int npoles = spline_poles(order, poles);
+  if (npoles == 0 || len <= 1 || count <= 0) return;
+  const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(len * kLastBlock)]);
+  filter_contiguous_lines(p, count, len, buf.get(), poles, npoles, mode, simd);
 }
 
 double cast_to_dtype(double v, DType t) {
@@ -278,14 +589,15 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     const std::int64_t outer = product(out.shape, 0, d);
     const std::int64_t inner = product(out.shape, d + 1, nd);
     if (inner == 1) {
-      // The last axis: contiguous lines, several per task.
-      const std::int64_t per_task = std::max<std::int64_t>(1, 16384 / len);
+      // The last axis: contiguous lines, several per task, filtered in blocks in lockstep
+      // (whole blocks in every task but the last).
+      const std::int64_t per_task =
+          std::max<std::int64_t>(1, 16384 / len / kLastBlock) * kLastBlock;
       const auto tasks = static_cast<std::size_t>((outer + per_task - 1) / per_task);
       core::parallel_for(tasks, threads, [&](std::size_t t) {
         const std::int64_t l0 = static_cast<std::int64_t>(t) * per_task;
         const std::int64_t l1 = std::min(outer, l0 + per_task);
-        for (std::int64_t l = l0; l < l1; ++l)
-          spline_filter_lines(out.data.get() + l * len, len, 1, 1, order, mode);
+        spline_filter_contiguous(out.data.get() + l0 * len, l1 - l0, len, order, mode);
       });
     } else {
       const std::int64_t blocks = (inner + kLaneBlock - 1) / kLaneBlock;

@@ -82,6 +82,21 @@ int spline_poles(int order, double poles[2]);
 void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
                          int order, InterpMode mode);
 
+// The vector instructions the prefilter may use: the best the CPU has (AVX2 where it is there,
+// chosen at run time) or the baseline x86-64's. Every choice gives the same coefficients, bit for
+// bit (the tests compare them); `baseline` is there for those tests.
+enum class SplineSimd { best, baseline };
+
+// spline_filter_lines with the choice of instructions.
+void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
+                         int order, InterpMode mode, SplineSimd simd);
+
+// Prefilters the `count` contiguous lines of `len` samples at `p` (line l is p[l * len, (l + 1)
+// * len)) in place, with the same result as spline_filter_lines(p + l * len, len, 1, 1, ...) on
+// each, bit for bit: blocks of lines are transposed so that they filter in lockstep.
+void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, int order,
+                              InterpMode mode, SplineSimd simd = SplineSimd::best);
+
 // The float64 spline coefficients of `input` (C order), as scipy's map_coordinates computes them
 // before interpolating: for nearest and grid-constant the input is first padded by `npad` = 12
 // samples on each side of every axis (edge values, or cval), as _prepad_for_spline_filter does;
