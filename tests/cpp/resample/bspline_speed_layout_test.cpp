@@ -1,0 +1,181 @@
+// The prefilter's faster layouts give the plain one-line-at-a-time coefficients bit for bit:
+// the last axis's lines transposed into blocks and filtered in lockstep (spline_filter_contiguous,
+// whole and partial blocks, lines of 2 samples and more, lengths that are and are not multiples
+// of 4), the baseline and the AVX2 kernels, and spline_coefficients on whole arrays. Bit for
+// bit, not nearly: the single-line filter is scipy's arithmetic, which the Python tests compare
+// with scipy itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "resample/bspline.hpp"
+#include "voxpipe/resample.hpp"
+
+namespace {
+
+using namespace voxpipe;
+using resample::SplineSimd;
+
+constexpr InterpMode kModes[] = {InterpMode::constant, InterpMode::grid_constant,
+                                 InterpMode::nearest,  InterpMode::reflect,
+                                 InterpMode::mirror,   InterpMode::wrap,
+                                 InterpMode::grid_wrap};
+
+std::vector<double> random_values(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(20.0, 100.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = normal(rng);
+  return v;
+}
+
+// Same bits, or both NaN (a NaN's sign and payload depend on operand order, not on the value).
+::testing::AssertionResult same_bits(const std::vector<double>& got,
+                                     const std::vector<double>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    if (std::memcmp(&got[i], &want[i], sizeof(double)) != 0)
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << got[i] << " != " << want[i] << " (differ by "
+             << got[i] - want[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every line filtered alone: spline_filter_lines with one lane, baseline instructions.
+std::vector<double> one_by_one(std::vector<double> v, std::int64_t count, std::int64_t len,
+                               int order, InterpMode mode) {
+  for (std::int64_t l = 0; l < count; ++l)
+    resample::spline_filter_lines(v.data() + l * len, len, 1, 1, order, mode,
+                                  SplineSimd::baseline);
+  return v;
+}
+
+TEST(ResampleBsplineLayout, contiguous_blocks_equal_single_lines) {
+  unsigned seed = 1;
+  for (int order = 2; order <= 5; ++order) {
+    for (InterpMode mode : kModes) {
+      for (std::int64_t len : {2, 3, 4, 5, 7, 8, 13, 60, 61}) {
+        for (std::int64_t count : {1, 3, 15, 16, 17, 32, 37}) {
+          const auto v = random_values(static_cast<std::size_t>(count * len), seed++);
+          const auto want = one_by_one(v, count, len, order, mode);
+          for (SplineSimd simd : {SplineSimd::best, SplineSimd::baseline}) {
+            auto got = v;
+            resample::spline_filter_contiguous(got.data(), count, len, order, mode, simd);
+            EXPECT_TRUE(same_bits(got, want))
+                << "order " << order << " mode " << interp_mode_name(mode) << " len " << len
+                << " count " << count << (simd == SplineSimd::best ? " best" : " baseline");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ResampleBsplineLayout, orders_without_poles_and_single_samples_are_left_alone) {
+  const auto v = random_values(40, 7);
+  for (int order : {0, 1}) {
+    auto got = v;
+    resample::spline_filter_contiguous(got.data(), 8, 5, order, InterpMode::mirror);
+    EXPECT_TRUE(same_bits(got, v));
+  }
+  auto got = v;
+  resample::spline_filter_contiguous(got.data(), 40, 1, 3, InterpMode::mirror);
+  EXPECT_TRUE(same_bits(got, v));
+}
+
+TEST(ResampleBsplineLayout, strided_lanes_equal_single_lines_with_either_instruction_set) {
+  unsigned seed = 1000;
+  for (int order = 2; order <= 5; ++order) {
+    for (InterpMode mode : kModes) {
+      for (std::int64_t len : {2, 3, 9, 30}) {
+        for (std::int64_t lanes : {1, 3, 4, 5, 16, 64, 70}) {
+          const std::int64_t stride = lanes + 3;  // rows wider than the lanes filtered
+          const auto v = random_values(static_cast<std::size_t>(len * stride), seed++);
+          // Reference: each lane gathered into a line of its own and filtered alone.
+          auto want = v;
+          for (std::int64_t j = 0; j < lanes; ++j) {
+            std::vector<double> line(static_cast<std::size_t>(len));
+            for (std::int64_t i = 0; i < len; ++i) line[i] = v[i * stride + j];
+            resample::spline_filter_lines(line.data(), len, 1, 1, order, mode,
+                                          SplineSimd::baseline);
+            for (std::int64_t i = 0; i < len; ++i) want[i * stride + j] = line[i];
+          }
+          for (SplineSimd simd : {SplineSimd::best, SplineSimd::baseline}) {
+            auto got = v;
+            resample::spline_filter_lines(got.data(), len, stride, lanes, order, mode, simd);
+            EXPECT_TRUE(same_bits(got, want))
+                << "order " << order << " mode " << interp_mode_name(mode) << " len " << len
+                << " lanes " << lanes << (simd == SplineSimd::best ? " best" : " baseline");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ResampleBsplineLayout, lanes_stay_independent_of_infinities_and_nans) {
+  // One lane of a block holds an infinity, another a NaN: the others filter as if alone.
+  const std::int64_t count = 16, len = 11;
+  auto v = random_values(static_cast<std::size_t>(count * len), 99);
+  v[3 * len + 4] = INFINITY;
+  v[9 * len] = NAN;
+  const auto want = one_by_one(v, count, len, 3, InterpMode::mirror);
+  auto got = v;
+  resample::spline_filter_contiguous(got.data(), count, len, 3, InterpMode::mirror);
+  EXPECT_TRUE(same_bits(got, want));
+  for (std::int64_t i = 0; i < len; ++i) EXPECT_TRUE(std::isfinite(got[i])) << i;
+}
+
+// spline_coefficients against each axis filtered line by line, in scipy's order (first axis
+// first), for modes without padding; the float32 input is converted first, as the library does.
+TEST(ResampleBsplineLayout, coefficients_equal_every_axis_filtered_line_by_line) {
+  const std::vector<std::vector<std::int64_t>> shapes = {
+      {7}, {2, 3}, {5, 17}, {3, 1, 9}, {4, 6, 2}, {6, 5, 23}, {2, 40, 33}};
+  unsigned seed = 5000;
+  for (const auto& shape : shapes) {
+    std::int64_t total = 1;
+    for (auto n : shape) total *= n;
+    const auto d64 = random_values(static_cast<std::size_t>(total), seed++);
+    std::vector<float> input(d64.begin(), d64.end());
+    ArrayRef in;
+    in.data = input.data();
+    in.dtype = DType::f32;
+    in.shape = shape;
+    in.strides.assign(shape.size(), 1);
+    for (std::size_t d = shape.size(); d-- > 1;) in.strides[d - 1] = in.strides[d] * shape[d];
+    for (int order = 2; order <= 5; ++order) {
+      for (InterpMode mode : {InterpMode::mirror, InterpMode::reflect, InterpMode::wrap,
+                              InterpMode::grid_wrap}) {
+        std::vector<double> want(input.begin(), input.end());
+        for (std::size_t d = 0; d < shape.size(); ++d) {
+          const std::int64_t len = shape[d], s = in.strides[d];
+          for (std::int64_t start = 0; start < total; ++start) {
+            if ((start / s) % len != 0) continue;  // one line per start at index 0 along d
+            std::vector<double> line(static_cast<std::size_t>(len));
+            for (std::int64_t i = 0; i < len; ++i) line[i] = want[start + i * s];
+            resample::spline_filter_lines(line.data(), len, 1, 1, order, mode,
+                                          SplineSimd::baseline);
+            for (std::int64_t i = 0; i < len; ++i) want[start + i * s] = line[i];
+          }
+        }
+        for (unsigned threads : {1u, 3u}) {
+          const auto c = resample::spline_coefficients(in, order, mode, 0.0, threads);
+          ASSERT_EQ(c.npad, 0);
+          std::vector<double> got(c.data.get(), c.data.get() + total);
+          EXPECT_TRUE(same_bits(got, want))
+              << "shape " << ::testing::PrintToString(shape) << " order " << order << " mode "
+              << interp_mode_name(mode) << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
