@@ -38,11 +38,12 @@ int spline_poles(int order, double poles[2]) {
 namespace {
 
 // The 32-byte vectors below never cross a function boundary (everything using them is inlined),
-// so GCC's note that passing them changes the ABI without AVX does not apply.
-#if defined(__GNUC__) && !defined(__clang__)
+// so the compilers' note that passing them changes the ABI without AVX does not apply.
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
 #endif
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 // The boundary initialisations of the causal and anticausal passes. Each lane is an independent
 // line; the arithmetic per lane is scipy's, in scipy's order (ni_splines.c), including the causal
@@ -75,7 +76,7 @@ template <class V>
   return v;
 }
 template <class V>
-[[gnu::always_inline]] inline void store(double* p, V v) {
+[[gnu::always_inline]] inline void store(double* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
@@ -389,9 +390,7 @@ template <std::int64_t L>
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
-#endif
 
 // The kernels, compiled for the baseline ISA and, where the compiler can, for AVX2 (wider
 // vectors over the lanes; "avx2" does not include FMA), chosen at run time.
