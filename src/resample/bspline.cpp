@@ -52,15 +52,17 @@ namespace {
 // Vectorising over the lanes changes no lane's operations or their order, so the coefficients
 // stay bit-identical at any vector width (no FMA: -ffp-contract=off and no "fma" target).
 //
-// `Lanes` is the number of lanes: Fixed<N> (known when compiling, a multiple of 4: the lanes go
-// four at a time as explicit vectors) or Dynamic (one at a time; the compiler vectorises).
+// `Lanes` is the number of lanes: Fixed<N, V> (known when compiling, a multiple of the vector
+// V's width: the lanes go as explicit vectors, Vec2 for SSE2, Vec4 for AVX) or Dynamic (one at
+// a time; the compiler vectorises).
+typedef double Vec2 __attribute__((vector_size(16)));
 typedef double Vec4 __attribute__((vector_size(32)));
 
-template <std::int64_t N>
+template <std::int64_t N, class Vector>
 struct Fixed {
-  static_assert(N % 4 == 0);
-  using V = Vec4;
-  static constexpr std::int64_t W = 4;
+  using V = Vector;
+  static constexpr std::int64_t W = sizeof(V) / sizeof(double);
+  static_assert(N % W == 0);
   static constexpr std::int64_t n = N;
 };
 struct Dynamic {
@@ -97,10 +99,10 @@ struct Scratch {
     return v.data();
   }
 };
-template <std::int64_t N>
-struct Scratch<Fixed<N>> {
+template <std::int64_t N, class V>
+struct Scratch<Fixed<N, V>> {
   double v[N];
-  double* get(const Fixed<N>&) { return v; }
+  double* get(const Fixed<N, V>&) { return v; }
 };
 
 template <class Lanes>
@@ -315,47 +317,53 @@ template <class Lanes>
 // rather than as one latency-bound scalar chain per line.
 constexpr std::int64_t kLastBlock = 16;
 
-// The 4 x 4 transpose of rows a, b, c, d.
-[[gnu::always_inline]] inline void transpose4(Vec4& a, Vec4& b, Vec4& c, Vec4& d) {
-  const Vec4 t0 = __builtin_shufflevector(a, b, 0, 4, 2, 6);
-  const Vec4 t1 = __builtin_shufflevector(a, b, 1, 5, 3, 7);
-  const Vec4 t2 = __builtin_shufflevector(c, d, 0, 4, 2, 6);
-  const Vec4 t3 = __builtin_shufflevector(c, d, 1, 5, 3, 7);
-  a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-  b = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-  c = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-  d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+// The W x W transpose of the rows r[0, W).
+[[gnu::always_inline]] inline void transpose(Vec2* r) {
+  const Vec2 t0 = __builtin_shufflevector(r[0], r[1], 0, 2);
+  r[1] = __builtin_shufflevector(r[0], r[1], 1, 3);
+  r[0] = t0;
+}
+[[gnu::always_inline]] inline void transpose(Vec4* r) {
+  const Vec4 t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 2, 6);
+  const Vec4 t1 = __builtin_shufflevector(r[0], r[1], 1, 5, 3, 7);
+  const Vec4 t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 2, 6);
+  const Vec4 t3 = __builtin_shufflevector(r[2], r[3], 1, 5, 3, 7);
+  r[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+  r[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+  r[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  r[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
 // Filters the `count` contiguous lines of `len` samples at `p` (len >= 2), L at a time through
-// `buf` (len * L doubles).
-template <std::int64_t L>
+// `buf` (len * L doubles), with vectors V.
+template <std::int64_t L, class V>
 [[gnu::always_inline]] inline void filter_contiguous(double* p, std::int64_t count,
                                                      std::int64_t len, double* buf,
                                                      const double* poles, int npoles,
                                                      InterpMode mode) {
+  using Lanes = Fixed<L, V>;
+  constexpr std::int64_t W = Lanes::W;
   const double gain = filter_gain(poles, npoles);
-  const Lines<Fixed<L>> c{buf, L, {}};
-  const std::int64_t len4 = len & ~std::int64_t{3};
+  const Lines<Lanes> c{buf, L, {}};
+  const std::int64_t whole = len - len % W;  // samples transposed W x W at a time
   for (std::int64_t l0 = 0; l0 < count; l0 += L) {
     const std::int64_t m = std::min(L, count - l0);
     double* block = p + l0 * len;
     // In, times the gain (the same product as the gain pass): a partial block's spare lanes
     // filter zeros, which no real lane reads.
     if (m == L) {
-      for (std::int64_t j = 0; j < L; j += 4) {
+      for (std::int64_t j = 0; j < L; j += W) {
         const double* s = block + j * len;
-        for (std::int64_t i = 0; i < len4; i += 4) {
-          Vec4 a = load<Vec4>(s + i), b = load<Vec4>(s + len + i);
-          Vec4 e = load<Vec4>(s + 2 * len + i), d = load<Vec4>(s + 3 * len + i);
-          transpose4(a, b, e, d);
-          store(buf + i * L + j, a * gain);
-          store(buf + (i + 1) * L + j, b * gain);
-          store(buf + (i + 2) * L + j, e * gain);
-          store(buf + (i + 3) * L + j, d * gain);
+        for (std::int64_t i = 0; i < whole; i += W) {
+          V r[W];
+#pragma GCC unroll 4
+          for (std::int64_t k = 0; k < W; ++k) r[k] = load<V>(s + k * len + i);
+          transpose(r);
+#pragma GCC unroll 4
+          for (std::int64_t k = 0; k < W; ++k) store(buf + (i + k) * L + j, r[k] * gain);
         }
-        for (std::int64_t i = len4; i < len; ++i)
-          for (std::int64_t k = 0; k < 4; ++k) buf[i * L + j + k] = s[k * len + i] * gain;
+        for (std::int64_t i = whole; i < len; ++i)
+          for (std::int64_t k = 0; k < W; ++k) buf[i * L + j + k] = s[k * len + i] * gain;
       }
     } else {
       for (std::int64_t j = 0; j < m; ++j) {
@@ -367,19 +375,18 @@ template <std::int64_t L>
     }
     filter_lines(c, len, poles, npoles, mode, true);
     if (m == L) {
-      for (std::int64_t j = 0; j < L; j += 4) {
+      for (std::int64_t j = 0; j < L; j += W) {
         double* s = block + j * len;
-        for (std::int64_t i = 0; i < len4; i += 4) {
-          Vec4 a = load<Vec4>(buf + i * L + j), b = load<Vec4>(buf + (i + 1) * L + j);
-          Vec4 e = load<Vec4>(buf + (i + 2) * L + j), d = load<Vec4>(buf + (i + 3) * L + j);
-          transpose4(a, b, e, d);
-          store(s + i, a);
-          store(s + len + i, b);
-          store(s + 2 * len + i, e);
-          store(s + 3 * len + i, d);
+        for (std::int64_t i = 0; i < whole; i += W) {
+          V r[W];
+#pragma GCC unroll 4
+          for (std::int64_t k = 0; k < W; ++k) r[k] = load<V>(buf + (i + k) * L + j);
+          transpose(r);
+#pragma GCC unroll 4
+          for (std::int64_t k = 0; k < W; ++k) store(s + k * len + i, r[k]);
         }
-        for (std::int64_t i = len4; i < len; ++i)
-          for (std::int64_t k = 0; k < 4; ++k) s[k * len + i] = buf[i * L + j + k];
+        for (std::int64_t i = whole; i < len; ++i)
+          for (std::int64_t k = 0; k < W; ++k) s[k * len + i] = buf[i * L + j + k];
       }
     } else {
       for (std::int64_t j = 0; j < m; ++j) {
@@ -400,7 +407,7 @@ void strided_default(double* line, std::int64_t len, std::int64_t stride, std::i
 }
 void contiguous_default(double* p, std::int64_t count, std::int64_t len, double* buf,
                         const double* poles, int npoles, InterpMode mode) {
-  filter_contiguous<kLastBlock>(p, count, len, buf, poles, npoles, mode);
+  filter_contiguous<kLastBlock, Vec2>(p, count, len, buf, poles, npoles, mode);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -415,7 +422,7 @@ __attribute__((target("avx2"))) void contiguous_avx2(double* p, std::int64_t cou
                                                      std::int64_t len, double* buf,
                                                      const double* poles, int npoles,
                                                      InterpMode mode) {
-  filter_contiguous<kLastBlock>(p, count, len, buf, poles, npoles, mode);
+  filter_contiguous<kLastBlock, Vec4>(p, count, len, buf, poles, npoles, mode);
 }
 
 bool use_avx2() {
