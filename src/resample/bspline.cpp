@@ -312,10 +312,12 @@ template <class Lanes>
   }
 }
 
-// Lines of the last axis filtered together: the block is transposed into a len x kLastBlock
-// buffer (lane-contiguous rows) so that the lines' recursions run in lockstep, as vectors,
-// rather than as one latency-bound scalar chain per line.
+// Lines of the last axis filtered together: the block is transposed into a len x L buffer
+// (lane-contiguous rows) so that the lines' recursions run in lockstep, as vectors, rather than
+// as one latency-bound scalar chain per line. L = 16 with SSE2 (8 registers carry a row), 32
+// with AVX (8 ymm registers; ~10% faster than 16 there).
 constexpr std::int64_t kLastBlock = 16;
+constexpr std::int64_t kLastBlockAvx = 32;
 
 // The W x W transpose of the rows r[0, W).
 [[gnu::always_inline]] inline void transpose(Vec2* r) {
@@ -422,7 +424,7 @@ __attribute__((target("avx2"))) void contiguous_avx2(double* p, std::int64_t cou
                                                      std::int64_t len, double* buf,
                                                      const double* poles, int npoles,
                                                      InterpMode mode) {
-  filter_contiguous<kLastBlock, Vec4>(p, count, len, buf, poles, npoles, mode);
+  filter_contiguous<kLastBlockAvx, Vec4>(p, count, len, buf, poles, npoles, mode);
 }
 
 bool use_avx2() {
@@ -474,7 +476,8 @@ void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, i
   double poles[2];
   const int npoles = spline_poles(order, poles);
   if (npoles == 0 || len <= 1 || count <= 0) return;
-  const std::unique_ptr<double[]> buf(new double[static_cast<std::size_t>(len * kLastBlock)]);
+  const auto n = static_cast<std::size_t>(len * std::max(kLastBlock, kLastBlockAvx));
+  const std::unique_ptr<double[]> buf(new double[n]);
   filter_contiguous_lines(p, count, len, buf.get(), poles, npoles, mode, simd);
 }
 
@@ -598,7 +601,7 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
       // The last axis: contiguous lines, several per task, filtered in blocks in lockstep
       // (whole blocks in every task but the last).
       const std::int64_t per_task =
-          std::max<std::int64_t>(1, 16384 / len / kLastBlock) * kLastBlock;
+          std::max<std::int64_t>(1, 16384 / len / kLastBlockAvx) * kLastBlockAvx;
       const auto tasks = static_cast<std::size_t>((outer + per_task - 1) / per_task);
       core::parallel_for(tasks, threads, [&](std::size_t t) {
         const std::int64_t l0 = static_cast<std::int64_t>(t) * per_task;
