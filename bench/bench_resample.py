@@ -20,6 +20,10 @@ Cases:
      --series-repeat processes. Before the report, voxpipe's output is checked against
      nitransforms' (max |difference| <= 1e-5 of the data range).
 
+OpenBLAS runs single-threaded in this process and its children (OPENBLAS_NUM_THREADS=1 unless
+set): after a large matrix product its idle threads spin for a while, and on a small machine
+they took CPU from the timed call that followed (scipy's, then voxpipe's).
+
 Usage: .venv/bin/python bench/bench_resample.py [--repeat N] [--series-repeat N] [--volumes N]
        [--wait-idle] [--output PATH]
 """
@@ -31,6 +35,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS (see above)
 
 from benchlib import MIB, cpu_name, cpu_snapshot, versions, vm, wait_idle, write_section
 
