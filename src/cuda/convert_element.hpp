@@ -57,6 +57,9 @@ struct ElementOp {
   double slope = 1.0;
   double inter = 0.0;
 };
+// Passed to cuLaunchKernel as raw bytes: both compilers must agree on this layout.
+static_assert(sizeof(ElementOp) == 24 && alignof(ElementOp) == 8);
+static_assert(std::is_trivially_copyable_v<ElementOp> && std::is_standard_layout_v<ElementOp>);
 
 namespace element {
 

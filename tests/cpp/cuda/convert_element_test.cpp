@@ -1,9 +1,10 @@
 // The shared per-element conversion (src/cuda/convert_element.hpp), host instantiation, against
 // the CPU path: core::select_conversion for every NIfTI conversion (every source dtype, both
 // byte orders, unscaled and scaled, NaN payloads, infinities, subnormals and extremes), and
-// decode_dicom_frames on hand-built native DICOM files (BitsStored masking and sign extension,
-// both byte orders, Rescale Slope/Intercept to float32/float64). Bit for bit: the device runs
-// the same functions, so these tests are the host half of the bit-exactness argument.
+// decode_dicom_frames on hand-built native DICOM files (BitsAllocated 8 to 64, BitsStored
+// masking and sign extension, both byte orders, Float Pixel Data, Rescale Slope/Intercept to
+// float32/float64). Bit for bit: the device runs the same functions, so these tests are the
+// host half of the bit-exactness argument.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -289,7 +290,7 @@ voxpipe::dicom::Modality rescale_of(const voxpipe::DicomFile& f) {
 TEST(ConvertElement, DicomEqualsDecodeDicomFramesBitForBit) {
   std::vector<DicomCase> cases;
   for (bool big : {false, true}) {
-    for (unsigned ba : {8u, 16u, 32u}) {
+    for (unsigned ba : {8u, 16u, 32u, 64u}) {
       for (unsigned bs : {ba, ba - 1, ba / 2 + 1, 1u}) {
         for (unsigned rep : {0u, 1u}) {
           for (auto [s, i] : {std::pair<std::string, std::string>{"", ""}, {"1", "0"},
@@ -308,7 +309,8 @@ TEST(ConvertElement, DicomEqualsDecodeDicomFramesBitForBit) {
     const DType stored = k.float_data ? DType::f32
                          : k.bits_allocated == 8 ? (k.representation ? DType::i8 : DType::u8)
                          : k.bits_allocated == 16 ? (k.representation ? DType::i16 : DType::u16)
-                                                  : (k.representation ? DType::i32 : DType::u32);
+                         : k.bits_allocated == 32 ? (k.representation ? DType::i32 : DType::u32)
+                                                  : (k.representation ? DType::i64 : DType::u64);
     Bytes pixel = test_payload(stored, rows * columns);
     pixel.resize(std::size_t(rows) * columns * voxpipe::dtype_size(stored));
     const vptest::DBytes file = dicom_file(k, rows, columns, pixel);
