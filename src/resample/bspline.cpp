@@ -319,22 +319,31 @@ template <class Lanes>
 constexpr std::int64_t kLastBlock = 16;
 constexpr std::int64_t kLastBlockAvx = 32;
 
-// The W x W transpose of the rows r[0, W).
+// The W x W transpose of the rows r[0, W). (__builtin_shufflevector: clang, GCC 12 and later;
+// __builtin_shuffle, the same indices into the two operands' lanes: earlier GCC.)
+#if defined(__clang__) || __GNUC__ >= 12
+#define VOXPIPE_SHUFFLE(M, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef long long Mask2 __attribute__((vector_size(16)));
+typedef long long Mask4 __attribute__((vector_size(32)));
+#define VOXPIPE_SHUFFLE(M, a, b, ...) __builtin_shuffle(a, b, M{__VA_ARGS__})
+#endif
 [[gnu::always_inline]] inline void transpose(Vec2* r) {
-  const Vec2 t0 = __builtin_shufflevector(r[0], r[1], 0, 2);
-  r[1] = __builtin_shufflevector(r[0], r[1], 1, 3);
+  const Vec2 t0 = VOXPIPE_SHUFFLE(Mask2, r[0], r[1], 0, 2);
+  r[1] = VOXPIPE_SHUFFLE(Mask2, r[0], r[1], 1, 3);
   r[0] = t0;
 }
 [[gnu::always_inline]] inline void transpose(Vec4* r) {
-  const Vec4 t0 = __builtin_shufflevector(r[0], r[1], 0, 4, 2, 6);
-  const Vec4 t1 = __builtin_shufflevector(r[0], r[1], 1, 5, 3, 7);
-  const Vec4 t2 = __builtin_shufflevector(r[2], r[3], 0, 4, 2, 6);
-  const Vec4 t3 = __builtin_shufflevector(r[2], r[3], 1, 5, 3, 7);
-  r[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-  r[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-  r[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-  r[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+  const Vec4 t0 = VOXPIPE_SHUFFLE(Mask4, r[0], r[1], 0, 4, 2, 6);
+  const Vec4 t1 = VOXPIPE_SHUFFLE(Mask4, r[0], r[1], 1, 5, 3, 7);
+  const Vec4 t2 = VOXPIPE_SHUFFLE(Mask4, r[2], r[3], 0, 4, 2, 6);
+  const Vec4 t3 = VOXPIPE_SHUFFLE(Mask4, r[2], r[3], 1, 5, 3, 7);
+  r[0] = VOXPIPE_SHUFFLE(Mask4, t0, t2, 0, 1, 4, 5);
+  r[1] = VOXPIPE_SHUFFLE(Mask4, t1, t3, 0, 1, 4, 5);
+  r[2] = VOXPIPE_SHUFFLE(Mask4, t0, t2, 2, 3, 6, 7);
+  r[3] = VOXPIPE_SHUFFLE(Mask4, t1, t3, 2, 3, 6, 7);
 }
+#undef VOXPIPE_SHUFFLE
 
 // Filters the `count` contiguous lines of `len` samples at `p` (len >= 2), L at a time through
 // `buf` (len * L doubles), with vectors V.
