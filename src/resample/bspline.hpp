@@ -8,13 +8,11 @@
 #include <memory>
 #include <vector>
 
+#include "resample/spline_weights.hpp"
 #include "voxpipe/resample.hpp"
 
 namespace voxpipe::resample {
 
-// Weights of the order + 1 taps around coordinate x (order 1 to 5). The first tap is at
-// floor(x) - order / 2 for odd orders and floor(x + 0.5) - order / 2 for even ones. As in scipy,
-// the last weight is 1 minus the others, so that the weights sum to 1 up to one rounding.
 // floor(x) without the libm call (x86-64's baseline has no rounding instruction): the same
 // value, signed zeros included, by truncation for |x| < 2^62.
 inline double fast_floor(double x) {
@@ -24,51 +22,19 @@ inline double fast_floor(double x) {
   return d > x ? d - 1.0 : d;
 }
 
+// Weights of the order + 1 taps around coordinate x (order 1 to 5). The first tap is at
+// floor(x) - order / 2 for odd orders and floor(x + 0.5) - order / 2 for even ones. As in scipy,
+// the last weight is 1 minus the others, so that the weights sum to 1 up to one rounding.
 inline void spline_weights(double x, int order, double* w) {
-  x -= fast_floor((order & 1) ? x : x + 0.5);  // offset from the central knot
-  double y = x, z = 1.0 - x, t;
+  const double offset = x - fast_floor((order & 1) ? x : x + 0.5);  // from the central knot
   switch (order) {
-    case 1:
-      w[0] = 1.0 - x;
-      break;
-    case 2:
-      w[1] = 0.75 - x * x;
-      y = 0.5 - x;
-      w[0] = 0.5 * y * y;
-      break;
-    case 3:
-      w[1] = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0;
-      w[2] = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0;
-      w[0] = z * z * z / 6.0;
-      break;
-    case 4:
-      t = x * x;
-      w[2] = t * (t * 0.25 - 0.625) + 115.0 / 192.0;
-      y = 1.0 + x;
-      w[1] = y * (y * (y * (5.0 - y) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0;
-      w[3] = z * (z * (z * (5.0 - z) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0;
-      t = 0.5 - x;
-      t *= t;
-      w[0] = t * t / 24.0;
-      break;
-    case 5:
-      t = y * y;
-      w[2] = t * (t * (0.25 - y / 12.0) - 0.5) + 0.55;
-      t = z * z;
-      w[3] = t * (t * (0.25 - z / 12.0) - 0.5) + 0.55;
-      y += 1.0;
-      w[1] = y * (y * (y * (y * (y / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
-      z += 1.0;
-      w[4] = z * (z * (z * (z * (z / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425;
-      y = 1.0 - x;
-      t = y * y;
-      w[0] = y * t * t / 120.0;
-      break;
-    default:
-      return;
+    case 1: spline_weights_at<1>(offset, w); break;
+    case 2: spline_weights_at<2>(offset, w); break;
+    case 3: spline_weights_at<3>(offset, w); break;
+    case 4: spline_weights_at<4>(offset, w); break;
+    case 5: spline_weights_at<5>(offset, w); break;
+    default: break;
   }
-  w[order] = 1.0;
-  for (int i = 0; i < order; ++i) w[order] -= w[i];
 }
 
 // Poles of the order's prefilter (1 for orders 2 and 3, 2 for orders 4 and 5); returns their

@@ -558,6 +558,10 @@ using StoreFn = void (*)(const double* v, std::int64_t n, void* out, std::int64_
 template <typename O>
 void store(const double* v, std::int64_t n, void* out, std::int64_t stride) {
   O* o = static_cast<O*>(out);
+  if (stride == 1) {  // the usual case, in a loop the compiler vectorises
+    for (std::int64_t k = 0; k < n; ++k) o[k] = to_output<O>(v[k]);
+    return;
+  }
   for (std::int64_t k = 0; k < n; ++k) o[k * stride] = to_output<O>(v[k]);
 }
 
