@@ -402,16 +402,19 @@ VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, int un
             // then a 4x4 transpose puts tap c of the four points in one vector.
             v4d v[NG][4];
             for (int q = 0; q < NG; ++q) {
-              const __m256d r0 = _mm256_loadu_pd(p + g[q].base[0] + r);
-              const __m256d r1 = _mm256_loadu_pd(p + g[q].base[1] + r);
-              const __m256d r2 = _mm256_loadu_pd(p + g[q].base[2] + r);
-              const __m256d r3 = _mm256_loadu_pd(p + g[q].base[3] + r);
-              const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
-              const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
-              v[q][0] = (v4d)_mm256_permute2f128_pd(t0, t2, 0x20);
-              v[q][1] = (v4d)_mm256_permute2f128_pd(t1, t3, 0x20);
-              v[q][2] = (v4d)_mm256_permute2f128_pd(t0, t2, 0x31);
-              v[q][3] = (v4d)_mm256_permute2f128_pd(t1, t3, 0x31);
+              // Halves of the four rows paired across 128-bit lanes as they are loaded (point 0
+              // and 2, point 1 and 3), then one unpack per tap.
+              const double* r0 = p + g[q].base[0] + r;
+              const double* r1 = p + g[q].base[1] + r;
+              const double* r2 = p + g[q].base[2] + r;
+              const double* r3 = p + g[q].base[3] + r;
+              const __m256d lo02 = _mm256_loadu2_m128d(r2, r0), lo13 = _mm256_loadu2_m128d(r3, r1);
+              const __m256d hi02 = _mm256_loadu2_m128d(r2 + 2, r0 + 2);
+              const __m256d hi13 = _mm256_loadu2_m128d(r3 + 2, r1 + 2);
+              v[q][0] = (v4d)_mm256_unpacklo_pd(lo02, lo13);
+              v[q][1] = (v4d)_mm256_unpackhi_pd(lo02, lo13);
+              v[q][2] = (v4d)_mm256_unpacklo_pd(hi02, hi13);
+              v[q][3] = (v4d)_mm256_unpackhi_pd(hi02, hi13);
             }
             for (int c = 0; c < K; ++c)
               for (int q = 0; q < NG; ++q)
