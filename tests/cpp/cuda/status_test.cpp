@@ -122,7 +122,7 @@ TEST(CudaStatus, CufileReasons) {
 // be embedded, and hold the three extern "C" kernels by name.
 TEST(CudaKernels, FatbinIsEmbeddedWithTheKernelNames) {
   const auto fatbin = voxpipe::cuda::kernel_fatbin();
-  if (fatbin.empty()) GTEST_SKIP() << "built without nvcc: " << voxpipe::cuda_status().reason;
+  if (fatbin.empty()) GTEST_SKIP() << voxpipe::cuda_status().reason;
   EXPECT_GT(fatbin.size(), 10000u);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(fatbin.data()) % 64, 0u);
   // The fatbin header's magic (fatbinary.h: 0xBA55ED50, little endian).
