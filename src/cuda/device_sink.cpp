@@ -34,39 +34,47 @@ const DriverApi& require_driver() {
   return *api;
 }
 
-PrimaryContext::PrimaryContext(int ordinal) : api_(require_driver()) {
+PrimaryContext::PrimaryContext(int ordinal) : PrimaryContext(require_driver(), ordinal) {}
+
+PrimaryContext::PrimaryContext(const DriverApi& api, int ordinal) : api_(api) {
   check(api_, api_.device_get(&device_, ordinal), "cuDeviceGet");
   check(api_, api_.primary_ctx_retain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
 }
 
 PrimaryContext::~PrimaryContext() { api_.primary_ctx_release(device_); }
 
-ScopedContext::ScopedContext(const PrimaryContext& ctx) {
-  const DriverApi& api = require_driver();
-  check(api, api.ctx_push_current(ctx.get()), "cuCtxPushCurrent_v2");
+ScopedContext::ScopedContext(const PrimaryContext& ctx) : api_(ctx.api()) {
+  check(api_, api_.ctx_push_current(ctx.get()), "cuCtxPushCurrent_v2");
 }
 
 ScopedContext::~ScopedContext() {
   drv::CUcontext popped = nullptr;
-  driver()->ctx_pop_current(&popped);
+  api_.ctx_pop_current(&popped);
 }
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  const DriverApi& api = require_driver();
-  if (bytes) check(api, api.mem_alloc(&ptr_, bytes), "cuMemAlloc_v2");
+DeviceBuffer::DeviceBuffer(const PrimaryContext& ctx, std::size_t bytes) : ctx_(ctx), bytes_(bytes) {
+  ScopedContext scope(ctx_);
+  if (bytes) check(ctx_.api(), ctx_.api().mem_alloc(&ptr_, bytes), "cuMemAlloc_v2");
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) driver()->mem_free(ptr_);
+  if (!ptr_) return;
+  const DriverApi& api = ctx_.api();
+  const bool pushed = api.ctx_push_current(ctx_.get()) == drv::CUDA_SUCCESS;
+  api.mem_free(ptr_);
+  drv::CUcontext popped = nullptr;
+  if (pushed) api.ctx_pop_current(&popped);
 }
 
 DeviceConvertSink::DeviceConvertSink(const PrimaryContext& ctx, const ElementOp& op,
                                      drv::CUdeviceptr dst, std::uint64_t dst_bytes,
                                      unsigned streams)
-    : api_(require_driver()), ctx_(ctx), op_(op), dst_(dst), dst_bytes_(dst_bytes),
+    : api_(ctx.api()), ctx_(ctx), op_(op), dst_(dst), dst_bytes_(dst_bytes),
       direct_(op.kind == ElementKind::raw && !op.swap) {
   if (const char* why = element_op_problem(op))
     throw Error(ErrorCode::invalid_argument, "", "conversion", why);
+  if (kernel_fatbin().empty())
+    throw Error(ErrorCode::unsupported, "", "device", "the library was built without CUDA kernels");
   ScopedContext scope(ctx_);
   try {
     check(api_, api_.module_load_data(&module_, kernel_fatbin().data()), "cuModuleLoadData");

@@ -19,14 +19,19 @@ namespace voxpipe::cuda {
 // The driver, or Error(unsupported) carrying cuda_status().reason.
 const DriverApi& require_driver();
 
-// A retained primary context of a device, released on destruction.
+// A retained primary context of a device, released on destruction. Everything below uses the
+// driver of its context.
 class PrimaryContext {
  public:
+  // On the process's driver (require_driver()).
   explicit PrimaryContext(int ordinal);
+  // On `api`, which must outlive the context (tests pass a stand-in driver).
+  PrimaryContext(const DriverApi& api, int ordinal);
   ~PrimaryContext();
   PrimaryContext(const PrimaryContext&) = delete;
   PrimaryContext& operator=(const PrimaryContext&) = delete;
   drv::CUcontext get() const noexcept { return ctx_; }
+  const DriverApi& api() const noexcept { return api_; }
 
  private:
   const DriverApi& api_;
@@ -42,13 +47,15 @@ class ScopedContext {
   ~ScopedContext();
   ScopedContext(const ScopedContext&) = delete;
   ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  const DriverApi& api_;
 };
 
-// Device memory from cuMemAlloc, freed on destruction. Create and destroy it with its context
-// current.
+// Device memory from cuMemAlloc in `ctx`, freed on destruction.
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(std::size_t bytes);
+  DeviceBuffer(const PrimaryContext& ctx, std::size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -56,6 +63,7 @@ class DeviceBuffer {
   std::size_t size() const noexcept { return bytes_; }
 
  private:
+  const PrimaryContext& ctx_;
   drv::CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
 };
@@ -64,7 +72,7 @@ class DeviceConvertSink final : public StagingSink {
  public:
   // Converts into `dst`, device memory of `dst_bytes` in `ctx` (which must outlive the sink),
   // using `streams` (>= 2) streams. `op` must pass element_op_problem. Loads the kernels
-  // (cuModuleLoadData of the embedded fatbin). Throws Error(unsupported) without a usable GPU.
+  // (cuModuleLoadData of the embedded fatbin); Error(unsupported) when they were not built.
   DeviceConvertSink(const PrimaryContext& ctx, const ElementOp& op, drv::CUdeviceptr dst,
                     std::uint64_t dst_bytes, unsigned streams = 2);
   ~DeviceConvertSink() override;

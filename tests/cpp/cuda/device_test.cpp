@@ -1,37 +1,41 @@
-// The device sink on a GPU: a file staged to device memory through pinned buffers, streams and
-// the conversion kernels equals the host sink's output (hence core::select_conversion's) bit for
-// bit, for NIfTI conversions with specials, a raw copy, and DICOM BitsStored + rescale. Skipped
-// where cuda_status() says the GPU path is unavailable (the reason is printed).
+// The device sink. On a GPU (CudaDevice.*, skipped where cuda_status() says the GPU path is
+// unavailable, with the reason): a file staged to device memory through pinned buffers, streams
+// and the conversion kernels equals the host sink's output (hence core::select_conversion's) bit
+// for bit, for NIfTI conversions, raw copies and DICOM BitsStored + rescale. Everywhere
+// (FakeDriver.*): the same checks against a stand-in libcuda (fake_cuda.cpp) that runs the
+// kernels' shared function on the CPU, which tests the sink's own logic (slots, staging areas,
+// element offsets, the direct copy, context push/pop, resources released) and the driver probe
+// past dlopen; it proves nothing about a real GPU.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+#include <stdlib.h>
+
 #include <cstring>
+#include <tuple>
 
 #include "core/convert.hpp"
 #include "core/file.hpp"
 #include "cuda/device_sink.hpp"
 #include "cuda/element_op.hpp"
+#include "cuda/fatbin.hpp"
 #include "cuda/staging.hpp"
+#include "cuda/status.hpp"
 #include "test_support.hpp"
 #include "voxpipe/device.hpp"
 
 namespace {
 
+namespace vc = voxpipe::cuda;
 using voxpipe::DType;
-using voxpipe::cuda::ElementOp;
+using vc::ElementOp;
 using vptest::Bytes;
 
-class CudaDevice : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!voxpipe::cuda_status().available) GTEST_SKIP() << voxpipe::cuda_status().reason;
-  }
-};
-
-// Stages bytes [prefix, prefix + payload) of `path` with `op` through the host sink and the
-// device sink; returns both outputs.
-std::pair<Bytes, Bytes> both(const std::string& path, std::size_t prefix, std::size_t payload,
-                             const ElementOp& op, const voxpipe::cuda::StagingOptions& o) {
-  namespace vc = voxpipe::cuda;
+// Stages bytes [prefix, prefix + payload) of `path` with `op` through the host sink and through
+// the device sink on `ctx`; returns both outputs.
+std::pair<Bytes, Bytes> both(const vc::PrimaryContext& ctx, const std::string& path,
+                             std::size_t prefix, std::size_t payload, const ElementOp& op,
+                             const vc::StagingOptions& o) {
   voxpipe::core::InputFile file(path);
   const vc::ChunkSource source = vc::file_chunk_source(file, prefix, payload);
   const std::size_t in = voxpipe::dtype_size(op.source), out = voxpipe::dtype_size(op.dest);
@@ -39,34 +43,33 @@ std::pair<Bytes, Bytes> both(const std::string& path, std::size_t prefix, std::s
   vc::HostConvertSink host_sink(op, std::as_writable_bytes(std::span(host)));
   vc::stage(source, in, host_sink, o);
 
-  vc::PrimaryContext ctx(0);
-  vc::ScopedContext scope(ctx);
-  vc::DeviceBuffer dst(device.size());
+  vc::DeviceBuffer dst(ctx, device.size());
   {
     vc::DeviceConvertSink sink(ctx, op, dst.get(), dst.size(), 2);
     vc::stage(source, in, sink, o);
   }
-  const vc::DriverApi& api = vc::require_driver();
-  vc::check(api, api.memcpy_dtoh(device.data(), dst.get(), device.size()), "cuMemcpyDtoH_v2");
+  vc::ScopedContext scope(ctx);
+  vc::check(ctx.api(), ctx.api().memcpy_dtoh(device.data(), dst.get(), device.size()), "cuMemcpyDtoH_v2");
   return {host, device};
 }
 
-TEST_F(CudaDevice, NiftiConversionsEqualTheHostPathBitForBit) {
+void nifti_conversions_equal_the_host_path(const vc::PrimaryContext& ctx) {
   vptest::TempDir dir;
   const std::size_t prefix = 352;
   for (DType t : {DType::u8, DType::i16, DType::u16, DType::i32, DType::i64, DType::u64, DType::f32,
                   DType::f64, DType::c64}) {
-    const std::size_t n = 1 << 18;
-    Bytes file = vptest::random_bytes(prefix + n * voxpipe::dtype_size(t), static_cast<unsigned>(t));
+    const std::size_t n = 1 << 16;
+    const Bytes file = vptest::random_bytes(prefix + n * voxpipe::dtype_size(t), static_cast<unsigned>(t));
     const std::string path = dir.path() + "/v.nii";
     vptest::write_file(path, file);
     for (bool swap : {false, true}) {
-      for (auto [scale, slope, inter] : {std::tuple{false, 1.0, 0.0}, {true, 0.37, -1024.5}, {true, 1.0, 3.0}}) {
+      for (auto [scale, slope, inter] :
+           {std::tuple{false, 1.0, 0.0}, {true, 0.37, -1024.5}, {true, 1.0, 3.0}}) {
         for (DType dest : {DType::f32, DType::f64}) {
           const voxpipe::core::Conversion c{t, swap, dest, false, scale, slope, inter};
           if (!voxpipe::core::select_conversion(c)) continue;
-          const auto [host, device] = both(path, prefix, n * voxpipe::dtype_size(t),
-                                           voxpipe::cuda::nifti_element_op(c), {100000, 4, 3});
+          const auto [host, device] = both(ctx, path, prefix, n * voxpipe::dtype_size(t),
+                                           vc::nifti_element_op(c), {50000, 4, 3});
           ASSERT_EQ(host, device) << voxpipe::dtype_name(t) << " -> " << voxpipe::dtype_name(dest)
                                   << " swap " << swap << " slope " << slope << " inter " << inter;
         }
@@ -75,7 +78,7 @@ TEST_F(CudaDevice, NiftiConversionsEqualTheHostPathBitForBit) {
   }
 }
 
-TEST_F(CudaDevice, RawAndDicomEqualTheHostPathBitForBit) {
+void raw_and_dicom_equal_the_host_path(const vc::PrimaryContext& ctx) {
   vptest::TempDir dir;
   const Bytes file = vptest::random_bytes(1000 + 2 * 300001, 5);
   const std::string path = dir.path() + "/v.dcm";
@@ -84,31 +87,169 @@ TEST_F(CudaDevice, RawAndDicomEqualTheHostPathBitForBit) {
   raw.source = raw.dest = DType::i16;
   for (bool swap : {false, true}) {
     raw.swap = swap;
-    const auto [h, d] = both(path, 1000, 2 * 300001, raw, {65536, 3, 2});
+    const auto [h, d] = both(ctx, path, 1000, 2 * 300001, raw, {65536, 3, 2});
     EXPECT_EQ(h, d) << "raw swap " << swap;
   }
   ElementOp dicom;
-  dicom.kind = voxpipe::cuda::ElementKind::dicom;
+  dicom.kind = vc::ElementKind::dicom;
   dicom.source = DType::i16;
   dicom.unused_bits = 4;
   dicom.swap = true;
   for (DType dest : {DType::i16, DType::f32, DType::f64}) {
     dicom.dest = dest;
     dicom.modality = dest != DType::i16;
-    dicom.scaling = dicom.modality ? voxpipe::cuda::Scaling::both : voxpipe::cuda::Scaling::none;
+    dicom.scaling = dicom.modality ? vc::Scaling::both : vc::Scaling::none;
     dicom.slope = 2.5;
     dicom.inter = -1024;
-    const auto [h, d] = both(path, 1000, 2 * 300001, dicom, {1 << 20, 8, 4});
+    const auto [h, d] = both(ctx, path, 1000, 2 * 300001, dicom, {1 << 20, 8, 4});
     EXPECT_EQ(h, d) << "dicom to " << voxpipe::dtype_name(dest);
   }
 }
 
+// ---- on a GPU -------------------------------------------------------------------------------
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!voxpipe::cuda_status().available) GTEST_SKIP() << voxpipe::cuda_status().reason;
+  }
+};
+
+TEST_F(CudaDevice, NiftiConversionsEqualTheHostPathBitForBit) {
+  vc::PrimaryContext ctx(0);
+  nifti_conversions_equal_the_host_path(ctx);
+}
+
+TEST_F(CudaDevice, RawAndDicomEqualTheHostPathBitForBit) {
+  vc::PrimaryContext ctx(0);
+  raw_and_dicom_equal_the_host_path(ctx);
+}
+
 TEST(CudaDeviceUnavailable, SinkRefusesWithTheStatusReason) {
   if (voxpipe::cuda_status().available) GTEST_SKIP() << "a GPU is available";
-  const auto e = vptest::catch_error([] { voxpipe::cuda::PrimaryContext ctx(0); });
+  const auto e = vptest::catch_error([] { vc::PrimaryContext ctx(0); });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code(), voxpipe::ErrorCode::unsupported);
   EXPECT_NE(std::string(e->what()).find(voxpipe::cuda_status().reason), std::string::npos) << e->what();
+}
+
+// ---- on the stand-in driver -----------------------------------------------------------------
+
+struct Counters {
+  long device_allocations, host_allocations, streams, events, modules, retains, launches, copies,
+      context_depth;
+};
+
+class FakeDriver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (vc::kernel_fatbin().empty()) GTEST_SKIP() << voxpipe::cuda_status().reason;
+    std::string why;
+    library_ = vc::DriverLibrary::open(VOXPIPE_FAKE_CUDA_PATH, &why);
+    ASSERT_TRUE(library_) << why;
+    ASSERT_EQ(library_->api().init(0), 0);
+    // The same file, so dlopen returns the same instance and its counters.
+    handle_ = ::dlopen(VOXPIPE_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(handle_, nullptr);
+    counters_ = reinterpret_cast<Counters (*)()>(::dlsym(handle_, "voxpipe_fake_cuda_counters"));
+    ASSERT_NE(counters_, nullptr);
+  }
+  void TearDown() override {
+    if (handle_) ::dlclose(handle_);
+  }
+  // Everything allocated, created or pushed has been freed, destroyed or popped.
+  void expect_all_released() {
+    const Counters c = counters_();
+    EXPECT_EQ(c.device_allocations, 0);
+    EXPECT_EQ(c.host_allocations, 0);
+    EXPECT_EQ(c.streams, 0);
+    EXPECT_EQ(c.events, 0);
+    EXPECT_EQ(c.modules, 0);
+    EXPECT_EQ(c.retains, 0);
+    EXPECT_EQ(c.context_depth, 0);
+  }
+  std::unique_ptr<vc::DriverLibrary> library_;
+  void* handle_ = nullptr;
+  Counters (*counters_)() = nullptr;
+};
+
+TEST_F(FakeDriver, NiftiConversionsEqualTheHostPath) {
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    nifti_conversions_equal_the_host_path(ctx);
+  }
+  EXPECT_GT(counters_().launches, 0);
+  expect_all_released();
+}
+
+TEST_F(FakeDriver, RawAndDicomEqualTheHostPath) {
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    const Counters before = counters_();
+    raw_and_dicom_equal_the_host_path(ctx);
+    const Counters after = counters_();
+    // The native-order raw copy went straight to the output: copies without kernels.
+    EXPECT_GT(after.copies - before.copies, after.launches - before.launches);
+  }
+  expect_all_released();
+}
+
+TEST_F(FakeDriver, ProbeReportsTheDevice) {
+  vc::ProbeSettings s;
+  s.cuda_library = VOXPIPE_FAKE_CUDA_PATH;
+  const vc::Probe p = vc::probe(s);
+  EXPECT_TRUE(p.status.available) << p.status.reason;
+  EXPECT_EQ(p.status.reason, "");
+  EXPECT_EQ(p.status.driver_version, 13000);
+  EXPECT_EQ(p.status.device_count, 1);
+  EXPECT_EQ(p.status.device_names, std::vector<std::string>{"voxpipe fake device"});
+  EXPECT_NE(p.driver, nullptr);
+}
+
+TEST_F(FakeDriver, CuInitFailureIsReportedByName) {
+  ::setenv("VOXPIPE_FAKE_CUDA_INIT_ERROR", "100", 1);
+  vc::ProbeSettings s;
+  s.cuda_library = VOXPIPE_FAKE_CUDA_PATH;
+  const vc::Probe p = vc::probe(s);
+  ::unsetenv("VOXPIPE_FAKE_CUDA_INIT_ERROR");
+  EXPECT_FALSE(p.status.available);
+  EXPECT_EQ(p.status.reason, "cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)");
+  EXPECT_EQ(p.driver, nullptr);
+}
+
+TEST_F(FakeDriver, DriverErrorsNameTheCallAndTheCudaError) {
+  const vc::DriverApi& api = library_->api();
+  auto e = vptest::catch_error([&] { vc::check(api, 2, "cuMemAlloc_v2", "f.nii"); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), voxpipe::ErrorCode::limit);
+  EXPECT_STREQ(e->what(), "f.nii: cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+  e = vptest::catch_error([&] { vc::check(api, 999, "cuLaunchKernel"); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), voxpipe::ErrorCode::io);
+  EXPECT_STREQ(e->what(), "cuLaunchKernel: CUDA error 999");
+  // A driver call without a current context fails, and says so.
+  e = vptest::catch_error([&] {
+    vc::drv::CUdeviceptr p = 0;
+    vc::check(api, api.mem_alloc(&p, 16), "cuMemAlloc_v2");
+  });
+  ASSERT_TRUE(e);
+  EXPECT_STREQ(e->what(), "cuMemAlloc_v2: CUDA_ERROR_INVALID_CONTEXT (invalid device context)");
+}
+
+TEST_F(FakeDriver, ReadErrorLeavesNothingBehind) {
+  vptest::TempDir dir;
+  const std::string path = dir.path() + "/short.nii";
+  vptest::write_file(path, vptest::random_bytes(352 + 2 * 1000, 3));
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    voxpipe::core::InputFile file(path);
+    const auto source = vc::file_chunk_source(file, 352, 2 * 5000);  // 4000 elements missing
+    vc::DeviceBuffer dst(ctx, 4 * 5000);
+    vc::DeviceConvertSink sink(ctx, vc::nifti_element_op({DType::i16, false, DType::f32, false, false, 1, 0}),
+                               dst.get(), dst.size());
+    EXPECT_VP_ERROR(vc::stage(source, 2, sink, {512, 4, 3}), voxpipe::ErrorCode::truncated);
+  }
+  expect_all_released();
 }
 
 }  // namespace
