@@ -227,9 +227,16 @@ ChunkSource file_chunk_source(const core::InputFile& file, std::uint64_t payload
 void stage(const ChunkSource& source, std::size_t element_size, StagingSink& sink,
            const StagingOptions& options) {
   const Plan p = plan(source, element_size, options);
-  if (p.chunks == 0) {
+  if (p.chunks == 0) {  // nothing to move; the sink may still have an output to finish
     sink.begin(0, 0);
-    sink.finish();
+    sink.attach_thread();
+    try {
+      sink.finish();
+    } catch (...) {
+      sink.detach_thread();
+      throw;
+    }
+    sink.detach_thread();
     return;
   }
   std::optional<Buffers> buffers_storage;

@@ -55,8 +55,10 @@ struct StagedChunk {
 
 // The consumer end of the pipeline. stage() calls, in this order: begin; allocate_buffer (M
 // times); then concurrently attach_thread/detach_thread on each reader thread, release on reader
-// threads, and consume on the calling thread (inside its own attach/detach pair); then finish,
-// or abandon after an error; then free_buffer (M times).
+// threads, and consume on the calling thread; then, still on the calling thread, finish, or
+// abandon after an error; then free_buffer (M times). The calling thread's consume and finish
+// or abandon run inside its own attach_thread/detach_thread pair (an empty payload: begin, then
+// finish inside that pair, nothing else).
 class StagingSink {
  public:
   virtual ~StagingSink() = default;

@@ -219,6 +219,8 @@ TEST(Staging, EmptyPayloadFinishesWithoutBuffers) {
   voxpipe::cuda::stage(memory_source(empty), 2, sink, {});
   EXPECT_EQ(sink.finished_, 1);
   EXPECT_EQ(sink.allocated_, 0);
+  EXPECT_EQ(sink.attached_, 1);  // finish runs inside attach/detach, as a device sink needs
+  EXPECT_EQ(sink.detached_, 1);
 }
 
 TEST(Staging, ShortFileIsTruncatedNamingFileAndOffset) {
