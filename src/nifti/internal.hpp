@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/convert.hpp"
 #include "core/file.hpp"
 #include "voxpipe/nifti.hpp"
 
@@ -46,6 +47,10 @@ std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image,
 // check_data_size against `file_size`, the size of the data file as read now (compressed size for
 // gzip), without opening anything.
 void check_data_size(const NiftiImage& image, std::uint64_t file_size);
+
+// The conversion read_nifti_data applies for `spec` (byte swap, cast, scaling), for other
+// consumers of the same bytes (the device path, src/cuda/load.cpp) to apply the same one.
+core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec);
 
 // read_nifti_data through a given source.
 void read_selection(core::ByteSource& source, const NiftiImage& image,

@@ -43,17 +43,6 @@ struct RowShape {
   std::int64_t dst_stride;   // bytes between elements of a row in the destination
 };
 
-core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec) {
-  core::Conversion c;
-  c.source = image.dtype;
-  c.dest = spec.type;
-  c.swap = spec.file_byte_order ? false : image.swapped();
-  c.scale = spec.apply_scaling && image.scaling.active();
-  c.slope = image.scaling.slope;
-  c.inter = image.scaling.inter;
-  c.raw = spec.type == image.dtype && !c.scale && !spec.real_part;
-  return c;
-}
 
 // Converts one row whose bytes arrive in pieces of any size, from several threads at once
 // (ByteSource::read_range). Elements inside a piece are converted in one call; an element
@@ -250,6 +239,18 @@ class Executor {
 
 }  // namespace
 
+core::Conversion nifti::make_conversion(const NiftiImage& image, const OutputSpec& spec) {
+  core::Conversion c;
+  c.source = image.dtype;
+  c.dest = spec.type;
+  c.swap = spec.file_byte_order ? false : image.swapped();
+  c.scale = spec.apply_scaling && image.scaling.active();
+  c.slope = image.scaling.slope;
+  c.inter = image.scaling.inter;
+  c.raw = spec.type == image.dtype && !c.scale && !spec.real_part;
+  return c;
+}
+
 bool conversion_supported(DType source, const OutputSpec& spec) {
   if (spec.file_byte_order && (spec.type != source || spec.apply_scaling)) return false;
   if (dtype_is_rgb(source)) return spec.type == source;
@@ -363,7 +364,7 @@ void nifti::read_selection(core::ByteSource& source, const NiftiImage& image,
     }
     n_out *= static_cast<std::uint64_t>(a.count);
   }
-  core::Conversion conv = make_conversion(image, spec);
+  core::Conversion conv = nifti::make_conversion(image, spec);
   core::ConvertFn fn = conversion_supported(image.dtype, spec) ? core::select_conversion(conv) : nullptr;
   if (!fn)
     throw Error(ErrorCode::invalid_argument, image.header_path, "dtype",

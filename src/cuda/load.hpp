@@ -1,0 +1,37 @@
+// Loading into device memory: a NIfTI image's data (plain or gzip-compressed) or host bytes,
+// through the staging pipeline (staging.hpp) and the device sink (device_sink.hpp), converted on
+// the device exactly as the CPU path converts them (nifti::make_conversion -> nifti_element_op).
+// Everything here is synchronous: when a function returns, the output is complete on the device
+// (the sink's finish() has synchronised its streams). Needs cuda_status().available, or a driver
+// passed through `ctx`. Internal.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cuda/device_sink.hpp"
+#include "cuda/staging.hpp"
+#include "voxpipe/nifti.hpp"
+
+namespace voxpipe::cuda {
+
+// Reads all of `image`'s data, converted as read_nifti_data would convert it for `spec` (F
+// order, the shape of the image), into `dst`, device memory of exactly voxels * size of
+// spec.type bytes in `ctx`. Uncompressed data are read with concurrent preads at
+// image.data_offset; gzip data through the CPU path's data source (concurrent reads of sized
+// members or through a seek index, otherwise one sequential inflate). Errors: as
+// read_nifti_data (Error(invalid_argument) for a conversion the CPU path refuses or a wrong
+// dst_bytes, Error(truncated) for a short file, gzip errors), and the driver's errors.
+void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
+                          const PrimaryContext& ctx, drv::CUdeviceptr dst,
+                          std::uint64_t dst_bytes, const StagingOptions& options = {});
+
+// Copies host bytes to `dst` (device memory of at least src.size() bytes in `ctx`) through
+// pinned staging buffers.
+void copy_to_device(std::span<const std::byte> src, const PrimaryContext& ctx,
+                    drv::CUdeviceptr dst, const StagingOptions& options = {});
+
+// Copies device memory back to the host (cuMemcpyDtoH, synchronous), in `ctx`.
+void copy_to_host(const PrimaryContext& ctx, drv::CUdeviceptr src, std::span<std::byte> dst);
+
+}  // namespace voxpipe::cuda
