@@ -23,6 +23,7 @@ void bind_dicom_pixels(nb::module_& m);
 void bind_resample(nb::module_& m);  // resample_bindings.cpp
 void bind_transforms(nb::module_& m);  // transform_bindings.cpp
 void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
+void bind_device(nb::module_& m);  // device_bindings.cpp
 
 namespace {
 
@@ -228,4 +229,5 @@ NB_MODULE(_core, m) {
   bind_resample(m);
   bind_transforms(m);
   bind_resample_series(m);
+  bind_device(m);
 }

@@ -23,10 +23,11 @@ from ._image import (
     save,
 )
 from ._dicom_series import load_dicom
+from ._device import CudaStatus, DeviceArray, cuda_status, to_device
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
-from .errors import SkippedFileWarning, VoxpipeError
+from .errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,5 @@ __all__ = [
     "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
     "affine_transform", "map_coordinates", "resample",
+    "CudaStatus", "DeviceArray", "DeviceUnavailableError", "cuda_status", "to_device",
 ]

@@ -342,17 +342,28 @@ class Nifti1Image:
         self._header.set_sform(self._affine, code="aligned")
         self._header.set_qform(self._affine, code="unknown")
 
-    def get_fdata(self, caching="fill", dtype=np.float64, *, out=None):
+    def get_fdata(self, caching="fill", dtype=np.float64, *, out=None, device=None):
         """The data as floating point (nibabel's get_fdata, cache semantics included).
 
         `out` (voxpipe only): an F-contiguous array of `dtype` and the image's shape to decode
         into, e.g. a buffer reused across files; it is filled, returned and not cached.
+        `device` (voxpipe only): None or 'cpu' for a NumPy array; 'cuda', 'cuda:N' or a
+        torch.device for a DeviceArray (DLPack) holding the same values, decoded on that device
+        and not cached (docs/python.md, "Loading to the GPU").
         """
         if caching not in ("fill", "unchanged"):
             raise ValueError('caching value should be "fill" or "unchanged"')
         dtype = np.dtype(dtype)
         if not issubclass(dtype.type, np.inexact):
             raise ValueError(f"{dtype} should be floating point type")
+        if device is not None:
+            from . import _device
+
+            ordinal = _device.parse_device(device)
+            if ordinal is not None:
+                if out is not None:
+                    raise ValueError("out is a host array: it cannot be combined with a device")
+                return _device.image_to_device(self, dtype, ordinal)
         if out is not None:
             if isinstance(self._dataobj, ArrayProxy):
                 return self._dataobj._get_scaled(dtype, self._dataobj._full_ranges(), out=out)

@@ -259,8 +259,13 @@ def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
 
 def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
               io_threads: int | None = None, max_inflight_bytes: int | None = None,
-              on_error: str = "raise", images: bool = False, index=None) -> list:
+              on_error: str = "raise", images: bool = False, index=None,
+              device=None) -> list:
     """The data of many NIfTI files, decoded in parallel, as a list in input order.
+
+    ``device`` 'cuda', 'cuda:N' or a torch.device: each item is a DeviceArray (DLPack) decoded
+    on that device, one file after another (images=True, on_error and max_inflight_bytes are
+    host-only); None or 'cpu': NumPy arrays as below.
 
     Items and arguments as ``iter_load``; files that fail with ``on_error="skip"`` are left out
     (with a SkippedFileWarning naming them). The list holds every result, so memory is their
@@ -268,6 +273,24 @@ def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
     a bounded-memory pass over many files, iterate with ``iter_load``; for equal shapes,
     ``load_batch`` decodes straight into one array.
     """
+    from . import _device
+
+    ordinal = _device.parse_device(device)
+    if ordinal is not None:
+        if images or on_error != "raise":
+            raise ValueError("load_many to a device supports neither images=True nor on_error")
+        _device.require_device(ordinal)
+        dtype = _check_dtype(dtype)
+        kwargs = {} if index is None else {"index": index}
+        out = []
+        for p in paths:
+            p = os.fspath(p)
+            try:
+                out.append(_device.image_to_device(load(p, threads=threads, **kwargs), dtype,
+                                                   ordinal))
+            except Exception as exc:  # noqa: BLE001 - re-raised, naming the file
+                raise _note(exc, p)
+        return out
     with iter_load(paths, dtype, threads=threads, io_threads=io_threads,
                    max_inflight_bytes=max_inflight_bytes, on_error=on_error, images=images,
                    index=index) as it:
@@ -284,7 +307,7 @@ def empty_batch(n: int, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
 
 def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32, *,
                threads: int | None = None, io_threads: int | None = None,
-               index=None) -> np.ndarray:
+               index=None, device=None) -> np.ndarray:
     """Decode files of equal shape straight into one (batch, *shape) array.
 
     Item ``i`` is what ``iter_load`` gives for ``paths[i]``, written into ``out[i]`` without an
@@ -293,7 +316,18 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
     ``empty_batch`` makes; by default one is allocated that way. Every header is read and the
     shapes and dtypes are checked before anything is decoded: mixed shapes raise ValueError
     naming the first file that differs. Decode errors raise, naming the file.
+
+    ``device`` 'cuda', 'cuda:N' or a torch.device: the batch is one DeviceArray (DLPack) on that
+    device, in the same layout (items F-ordered), decoded there file by file; ``out`` must then
+    be None. None or 'cpu': a NumPy array as above.
     """
+    from . import _device
+
+    ordinal = _device.parse_device(device)
+    if ordinal is not None:
+        if out is not None:
+            raise ValueError("out is a host array: it cannot be combined with a device")
+        _device.require_device(ordinal)
     paths = [os.fspath(p) for p in paths]
     dtype = _check_dtype(dtype)
     if not paths:
@@ -311,6 +345,8 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
             raise ValueError(f"load_batch with dtype=None needs files of one data dtype: "
                              f"{paths[0]} gives {out_dtype}, but {p} gives "
                              f"{_out_dtype(img, dtype)}; pass a dtype")
+    if ordinal is not None:
+        return _device.batch_to_device(imgs, dtype, ordinal, note=lambda exc, i: _note(exc, paths[i]))
     want = (len(paths),) + shape
     if out is None:
         out = empty_batch(len(paths), shape, out_dtype)

@@ -91,3 +91,10 @@ _BY_CODE = {
 def _make(code: str, message: str, path: str, field: str, offset: int | None) -> VoxpipeError:
     """Build the exception for a C++ error code (called from the extension module)."""
     return _BY_CODE.get(code, VoxpipeError)(message, path, field, offset)
+
+
+class DeviceUnavailableError(VoxpipeError, RuntimeError):
+    """A CUDA device was asked for, but cannot be used here; the message says why (the reason
+    of ``vp.cuda_status()``, e.g. no NVIDIA driver, no device, a build without CUDA kernels)."""
+
+    code = "device_unavailable"

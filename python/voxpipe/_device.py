@@ -1,0 +1,314 @@
+"""Device (GPU) loading: the status report, the device argument, and the DLPack-exporting array.
+
+A ``DeviceArray`` is memory on a CUDA device (or, for tests of the export, on the host) with a
+shape, a dtype and strides; ``torch.from_dlpack`` / ``cupy.from_dlpack`` take it without a copy.
+Every load to the device is synchronous: when the call returns, the data are complete on the
+device, so a consumer may use them on any stream (the ``stream`` argument of ``__dlpack__``
+needs no event and is only checked). See docs/python.md, "Loading to the GPU".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from . import _core
+from .errors import DeviceUnavailableError
+
+_KDLCPU, _KDLCUDA = 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class CudaStatus:
+    """Whether the CUDA path can run in this process, and if not, why (docs/gpu.md)."""
+
+    available: bool
+    reason: str
+    kernels_built: bool
+    driver_version: int
+    device_count: int
+    device_names: tuple
+    cufile_available: bool
+    cufile_reason: str
+
+
+def cuda_status() -> CudaStatus:
+    """The CUDA status of this process, probed once (loads libcuda.so.1 and calls cuInit on the
+    first call; never raises)."""
+    d = _core.cuda_status()
+    d["device_names"] = tuple(d["device_names"])
+    return CudaStatus(**d)
+
+
+def parse_device(device) -> int | None:
+    """None for the host (None, 'cpu', torch.device('cpu')); the CUDA ordinal for 'cuda',
+    'cuda:N' or a torch.device of type cuda. ValueError for anything else. Does not check that
+    the device exists (``require_device`` does)."""
+    if device is None:
+        return None
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        kind, index = device.type, device.index
+        if kind == "cpu":
+            return None
+        if kind == "cuda":
+            return 0 if index is None else int(index)
+        raise ValueError(f"expected a cpu or cuda device, but received {device!r}")
+    if isinstance(device, str):
+        if device == "cpu":
+            return None
+        if device == "cuda":
+            return 0
+        if device.startswith("cuda:"):
+            n = device[5:]
+            if n.isdigit() and n.isascii():
+                return int(n)
+    raise ValueError(f"expected None, 'cpu', 'cuda', 'cuda:N' or a torch.device, but received "
+                     f"{device!r}")
+
+
+def require_device(ordinal: int) -> None:
+    """Raise DeviceUnavailableError (with the status reason) unless CUDA device `ordinal` can be
+    used here."""
+    s = cuda_status()
+    if not s.available:
+        raise DeviceUnavailableError(f"CUDA device {ordinal} requested, but CUDA is not "
+                                     f"available: {s.reason}", field="device")
+    if ordinal >= s.device_count:
+        raise DeviceUnavailableError(f"CUDA device {ordinal} requested, but this machine has "
+                                     f"{s.device_count} CUDA device(s)", field="device")
+
+
+def _f_strides(shape) -> tuple:
+    """Fortran-order strides in elements."""
+    out, acc = [], 1
+    for s in shape:
+        out.append(acc)
+        acc *= int(s)
+    return tuple(out)
+
+
+class DeviceArray:
+    """An array in device memory (``device`` 'cuda:N'), or host memory ('cpu', tests only),
+    exported through DLPack. ``strides`` are in bytes, as NumPy's; the DLPack strides are the
+    same in elements. ``a[i]`` is item i along axis 0 (a view of the same memory)."""
+
+    __slots__ = ("_memory", "_offset", "_shape", "_dtype", "_strides", "_view")
+
+    def __init__(self, memory, offset: int, shape, dtype, strides):
+        self._memory = memory
+        self._offset = int(offset)
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = np.dtype(dtype)
+        self._strides = tuple(int(s) for s in strides)  # elements
+        self._view = None
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def strides(self) -> tuple:
+        return tuple(s * self._dtype.itemsize for s in self._strides)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self._memory.ordinal}" if self._memory.on_device else "cpu"
+
+    def _exported(self):
+        if self._view is None:
+            self._view = self._memory.view(self._offset, list(self._shape), list(self._strides),
+                                           self._dtype.name)
+        return self._view
+
+    def __dlpack_device__(self) -> tuple:
+        return (_KDLCUDA, self._memory.ordinal) if self._memory.on_device else (_KDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this memory: versioned ("dltensor_versioned") when max_version
+        allows DLPack 1.x, else legacy ("dltensor"). The data are already complete, so any
+        `stream` is valid without synchronisation (None, -1, 1, 2 or a stream pointer on CUDA;
+        None on the host). copy=True raises BufferError: the export never copies."""
+        if stream is not None:
+            if not self._memory.on_device:
+                raise ValueError(f"stream must be None for host memory, but received {stream!r}")
+            if not isinstance(stream, int) or stream == 0 or stream < -1:
+                raise ValueError(f"expected a CUDA stream (None, -1, 1, 2 or a pointer), but "
+                                 f"received {stream!r}")
+        return self._exported().__dlpack__(max_version=max_version, dl_device=dl_device,
+                                           copy=copy)
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)) or not self._shape:
+            raise TypeError("DeviceArray supports integer indexing along the first axis only")
+        n = self._shape[0]
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} is out of bounds for axis 0 with size {n}")
+        return DeviceArray(self._memory, self._offset + i * self._strides[0] * self._dtype.itemsize,
+                           self._shape[1:], self._dtype, self._strides[1:])
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def cpu(self) -> np.ndarray:
+        """A NumPy copy (device to host, synchronous), with the same strides."""
+        if self.size == 0:
+            return np.empty(self._shape, self._dtype)
+        itemsize = self._dtype.itemsize
+        extent = itemsize + sum((s - 1) * st * itemsize for s, st in zip(self._shape, self._strides))
+        raw = np.empty(extent, np.uint8)
+        self._memory.copy_to_host(self._offset, raw)
+        return np.ndarray(self._shape, self._dtype, buffer=raw, strides=self.strides)
+
+    numpy = cpu
+
+    def __repr__(self) -> str:
+        return f"<DeviceArray shape={self._shape} dtype={self._dtype} device={self.device}>"
+
+
+def _new(ordinal: int | None, shape, dtype, strides=None) -> DeviceArray:
+    """Uninitialised memory for an array (F order unless strides are given, in elements)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    memory = (_core._host_memory_for_tests(nbytes) if ordinal is None
+              else _core.device_memory(ordinal, nbytes))
+    return DeviceArray(memory, 0, shape, dtype, _f_strides(shape) if strides is None else strides)
+
+
+def _dlpack_dtype_ok(dtype: np.dtype) -> bool:
+    return dtype.kind in "uifc" and not dtype.fields
+
+
+def array_to_device(arr: np.ndarray, ordinal: int | None) -> DeviceArray:
+    """A device copy of a NumPy array, keeping its layout (F-contiguous arrays stay F-ordered;
+    other layouts are made C-contiguous first). Native byte order only."""
+    arr = np.asanyarray(arr)
+    if not _dlpack_dtype_ok(arr.dtype):
+        raise TypeError(f"cannot export {arr.dtype} through DLPack")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.flags.f_contiguous and not arr.flags.c_contiguous:
+        strides = _f_strides(arr.shape)
+        flat = arr.reshape(-1, order="F")
+    else:
+        arr = np.ascontiguousarray(arr)
+        strides = tuple(s // arr.dtype.itemsize for s in arr.strides) if arr.ndim else ()
+        flat = arr.reshape(-1)
+    out = _new(ordinal, arr.shape, arr.dtype, strides)
+    if arr.size:
+        out._memory.copy_from_host(0, flat.view(np.uint8))
+    return out
+
+
+def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
+    """Decode img's data as the host path would give it (np.asanyarray(img.dataobj, dtype), or
+    the natural dtype for None) into out's memory at `offset` (F order). The reader converts
+    straight on the device where the host reader would decode the dtype directly; otherwise the
+    host result is copied."""
+    from ._image import ArrayProxy
+
+    proxy = img.dataobj
+    if isinstance(proxy, ArrayProxy) and proxy._natural_dtype().fields is None:
+        if dtype is None:
+            scaled = proxy._scaled()
+            direct_dtype = proxy._natural_dtype() if scaled else np.dtype(proxy._dtype)
+            if _dlpack_dtype_ok(direct_dtype):
+                _core.nifti_to_device(out._memory, offset, proxy._img,
+                                      direct_dtype.newbyteorder("=").name, scaled, False)
+                return
+        elif proxy._decodes_directly(dtype):
+            real_part = proxy._natural_dtype().kind == "c" and dtype.kind == "f"
+            if real_part:
+                import warnings
+                warnings.warn("Casting complex values to real discards the imaginary part",
+                              np.exceptions.ComplexWarning, stacklevel=4)
+            _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part)
+            return
+    host = np.asanyarray(proxy) if dtype is None else np.asanyarray(proxy, dtype=dtype)
+    host = np.asfortranarray(host).astype(host.dtype.newbyteorder("="), copy=False)
+    if host.size:
+        out._memory.copy_from_host(offset, host.reshape(-1, order="F").view(np.uint8))
+
+
+def _out_dtype(img, dtype) -> np.dtype:
+    d = img.dataobj._natural_dtype() if dtype is None else np.dtype(dtype)
+    d = d.newbyteorder("=")
+    if not _dlpack_dtype_ok(d):
+        raise TypeError(f"cannot load {d} to a device: DLPack has no such dtype")
+    return d
+
+
+def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
+    """img's data (as the host path gives it for `dtype`; None: the natural dtype) in a new
+    F-ordered device array. `ordinal` None: host memory (tests of the export)."""
+    if ordinal is not None:
+        require_device(ordinal)
+    out_dtype = _out_dtype(img, dtype)
+    out = _new(ordinal, img.shape, out_dtype)
+    if ordinal is None:
+        host = np.asanyarray(img.dataobj) if dtype is None else np.asanyarray(img.dataobj, dtype=dtype)
+        if host.size:
+            out._memory.copy_from_host(0, np.asfortranarray(host, out_dtype).reshape(-1, order="F").view(np.uint8))
+        return out
+    _image_into(out, 0, img, None if dtype is None else out_dtype)
+    return out
+
+
+def batch_to_device(imgs, dtype, ordinal: int, note=lambda exc, i: exc) -> DeviceArray:
+    """Images of one shape decoded into one (n, *shape) device array whose items are F-ordered
+    (the layout of vp.empty_batch). `note(exc, i)` returns image i's error as raised."""
+    require_device(ordinal)
+    shape = tuple(imgs[0].shape)
+    out_dtype = _out_dtype(imgs[0], dtype)
+    item = _f_strides(shape)
+    volume = math.prod(shape)
+    out = _new(ordinal, (len(imgs),) + shape, out_dtype, (volume,) + item)
+    for i, img in enumerate(imgs):
+        try:
+            _image_into(out, i * volume * out_dtype.itemsize, img,
+                        None if dtype is None else out_dtype)
+        except Exception as exc:  # noqa: BLE001 - re-raised, naming the file
+            raise note(exc, i)
+    return out
+
+
+def to_device(obj, device="cuda", dtype=None) -> DeviceArray | np.ndarray:
+    """An image's data (as ``np.asanyarray(img.dataobj, dtype)``), or a NumPy array (cast to
+    `dtype` when given), on `device`. For the host (None/'cpu') the NumPy array itself."""
+    ordinal = parse_device(device)
+    from ._image import Nifti1Image
+
+    if isinstance(obj, Nifti1Image):
+        if ordinal is None:
+            return np.asanyarray(obj.dataobj) if dtype is None else np.asanyarray(obj.dataobj, dtype=dtype)
+        return image_to_device(obj, dtype, ordinal)
+    arr = np.asanyarray(obj)
+    if dtype is not None:
+        arr = arr.astype(dtype, copy=False)
+    if ordinal is None:
+        return arr
+    require_device(ordinal)
+    return array_to_device(arr, ordinal)

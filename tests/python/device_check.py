@@ -1,0 +1,124 @@
+"""The device path against the host path, bit for bit, over the NIfTI differential matrix
+(test_nifti_matrix's generated files: every dtype, both byte orders, both versions, scaled and
+unscaled, .nii / .nii.gz / pairs, odd data offsets).
+
+Run as a script in a process whose CUDA driver is either a real GPU's (test_device_gpu) or the
+stand-in libcuda of tests/cpp/cuda/fake_cuda.cpp (test_device_fake_driver, which puts it first on
+LD_LIBRARY_PATH): ``python device_check.py DIR [--counters]``. Prints one line per problem and
+"checked N" at the end; exits 1 on any problem.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import voxpipe as vp  # noqa: E402
+from test_nifti_matrix import CASES, build  # noqa: E402
+
+
+def outcome(fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return True, fn()
+    except Exception as exc:  # noqa: BLE001 - compared below
+        return False, exc
+
+
+def same(host, dev) -> str:
+    """'' when the device array holds the host array's bytes, dtype, shape and strides."""
+    got = dev.cpu()
+    if got.shape != host.shape or got.dtype != host.dtype.newbyteorder("="):
+        return f"{got.dtype}{got.shape} != {host.dtype}{host.shape}"
+    want = host.astype(got.dtype, copy=False)
+    if got.strides != want.strides:
+        return f"strides {got.strides} != {want.strides}"
+    if got.tobytes(order="A") == want.tobytes(order="A"):
+        return ""
+    if got.dtype.kind == "c":
+        # The one case the CPU path itself does not define bit for bit (docs/gpu.md): scaling a
+        # value whose real and imaginary parts are both NaN leaves either operand's NaN in the
+        # imaginary part. Everything else must be identical; there, a NaN is required.
+        g, w = got.ravel(order="A"), want.ravel(order="A")
+        both = np.isnan(w.real) & np.isnan(w.imag)
+        bits = np.dtype(f"u{got.dtype.itemsize // 2}")
+        if (g.real.astype(w.real.dtype).view(bits) == w.real.view(bits)).all() \
+                and (g.imag[~both].view(bits) == w.imag[~both].view(bits)).all() \
+                and np.isnan(g.imag[both]).all():
+            return ""
+    return "values differ"
+
+
+def main() -> int:
+    directory = Path(sys.argv[1])
+    problems, checked = [], 0
+    for case in CASES:
+        path = build(case, directory)
+        img = vp.load(path)
+        calls = [("get_fdata(float32)", lambda i, d: i.get_fdata(dtype=np.float32, device=d)),
+                 ("get_fdata(float64)", lambda i, d: i.get_fdata(dtype=np.float64, device=d)),
+                 ("to_device(None)", lambda i, d: vp.to_device(i, d)),
+                 ("to_device(float32)", lambda i, d: vp.to_device(i, d, dtype=np.float32))]
+        for name, call in calls:
+            ok_h, host = outcome(lambda: call(vp.load(path), "cpu"))
+            ok_d, dev = outcome(lambda: call(img, "cuda"))
+            if not ok_h:  # the device refuses what the host refuses (or what DLPack cannot hold)
+                if ok_d:
+                    problems.append(f"{case.id} {name}: host raised {host!r}, device did not")
+                continue
+            if not ok_d:
+                if host.dtype.fields is None:
+                    problems.append(f"{case.id} {name}: device raised {dev!r}")
+                continue
+            why = same(host, dev)
+            if why:
+                problems.append(f"{case.id} {name}: {why}")
+            checked += 1
+    # One batch of equal shapes.
+    paths = [build(c, directory) for c in CASES if c.dtype == "int16" and c.ndim == 3][:6]
+    by_shape = [p for p in paths if vp.load(p).shape == vp.load(paths[0]).shape]
+    host = vp.load_batch(by_shape)
+    dev = vp.load_batch(by_shape, device="cuda")
+    why = same(host, dev)
+    if why or dev.strides != host.strides:
+        problems.append(f"load_batch: {why} {dev.strides} {host.strides}")
+    for h, d in zip(vp.load_many(by_shape), vp.load_many(by_shape, device="cuda")):
+        why = same(h, d)
+        if why:
+            problems.append(f"load_many: {why}")
+    checked += 2
+    del dev, d, host
+    gc.collect()
+    if "--counters" in sys.argv:
+        # The stand-in driver counts what is outstanding: with every array gone, nothing is.
+        class Counters(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_long) for n in (
+                "device_allocations", "host_allocations", "streams", "events", "modules",
+                "retains", "launches", "copies", "context_depth")]
+
+        fn = ctypes.CDLL("libcuda.so.1").voxpipe_fake_cuda_counters
+        fn.restype = Counters
+        c = fn()
+        for field in ("device_allocations", "host_allocations", "streams", "events", "modules",
+                      "retains", "context_depth"):
+            if getattr(c, field):
+                problems.append(f"stand-in driver: {field} = {getattr(c, field)} outstanding")
+        if c.launches == 0:
+            problems.append("stand-in driver: no kernel launched")
+    for p in problems:
+        print(p)
+    print(f"checked {checked}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
