@@ -1,0 +1,319 @@
+#!/usr/bin/env python
+"""Issue 7's GPU benchmark: files -> float32 on a CUDA device, voxpipe against the reference
+tools in one run. Writes the "GPU" section of BENCHMARKS.md (between its markers) and prints it.
+
+Rows (medians of --repeat runs in this process, page cache warm; first runs reported apart):
+  1. pinned host-to-device bandwidth (cuMemAllocHost + cuMemcpyHtoD through the driver, 256 MiB)
+  2. .nii (int16, scaled) -> float32 on the device: vp get_fdata(device='cuda') against that
+     bandwidth (payload bytes moved per second) and against nibabel get_fdata(float32) + copy
+  3. .nii.gz -> float32 on the device: voxpipe-written (parallel members) and nibabel-written
+     (one member) files, against voxpipe's CPU-only decode with the same threads and against
+     nibabel + copy
+  4. DICOM series (176 x 256x256 int16, Explicit VR LE; bench_dicom.py's) -> float32 on the
+     device: vp.load_dicom + vp.to_device (the host decode: DICOM has no device path yet)
+     against pydicom + copy
+"+ copy" is torch.from_numpy(a).cuda() where torch has CUDA, else the same pageable copy
+through the driver (cuMemAlloc + cuMemcpyHtoD), labelled as such.
+
+--cpu-only runs the host parts only (voxpipe CPU decode, nibabel, pydicom) on small inputs and
+writes nothing unless --output is given: the check that this script works on a machine without a
+GPU. Usage: .venv/bin/python bench/gpu/bench_gpu.py [--cpu-only] [--repeat R] [--output PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+REPO = os.path.dirname(BENCH)
+sys.path.insert(0, BENCH)
+
+from benchlib import MIB, cpu_name, versions, warm, write_section  # noqa: E402
+
+DATA = os.path.join(BENCH, "data", "gpu")
+BEGIN = "<!-- gpu benchmark: begin -->"
+END = "<!-- gpu benchmark: end -->"
+SPEC = dict(shape=(96, 96, 60, 100), zooms=(2.5, 2.5, 2.5, 2.0), gain=0.25, sigma=4.0)
+SMALL = dict(shape=(64, 64, 32, 4), zooms=(2.5, 2.5, 2.5, 2.0), gain=0.25, sigma=4.0)
+SLOPE, INTER = 0.73, -12.5
+
+
+# ---- the driver, through ctypes (no CUDA build of torch needed) ------------------------------
+
+class Driver:
+    """The few driver calls the baselines need, on device 0's primary context."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self._check(self.lib.cuInit(0), "cuInit")
+        dev = ctypes.c_int()
+        self._check(self.lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+        self.ctx = ctypes.c_void_p()
+        self._check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), dev), "retain")
+        self._check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+
+    @staticmethod
+    def _check(r, what):
+        if r != 0:
+            raise RuntimeError(f"{what}: CUDA error {r}")
+
+    def alloc(self, n):
+        p = ctypes.c_uint64()
+        self._check(self.lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)), "cuMemAlloc")
+        return p
+
+    def free(self, p):
+        self.lib.cuMemFree_v2(p)
+
+    def htod(self, dst, src_ptr, n):
+        self._check(self.lib.cuMemcpyHtoD_v2(dst, ctypes.c_void_p(src_ptr), ctypes.c_size_t(n)),
+                    "cuMemcpyHtoD")
+
+    def pinned_bandwidth(self, n=256 * MIB, repeat=5):
+        host = ctypes.c_void_p()
+        self._check(self.lib.cuMemAllocHost_v2(ctypes.byref(host), ctypes.c_size_t(n)), "host")
+        ctypes.memset(host, 1, n)
+        dev = self.alloc(n)
+        times = []
+        for _ in range(repeat + 1):
+            t0 = time.perf_counter()
+            self.htod(dev, host.value, n)
+            times.append(time.perf_counter() - t0)
+        self.free(dev)
+        self.lib.cuMemFreeHost(host)
+        return n / statistics.median(times[1:])
+
+
+def copy_to_gpu(a: np.ndarray, drv):
+    """What users write after a CPU load: torch.from_numpy(a).cuda() (pageable memory), or the
+    same copy through the driver where torch has no CUDA."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            t = torch.from_numpy(a).cuda()
+            torch.cuda.synchronize()
+            return t
+    except ImportError:
+        pass
+    a = np.ascontiguousarray(a) if not (a.flags.c_contiguous or a.flags.f_contiguous) else a
+    p = drv.alloc(a.nbytes)
+    drv.htod(p, a.ctypes.data, a.nbytes)
+    drv.free(p)
+    return None
+
+
+def baseline_label():
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "torch.from_numpy(...).cuda()"
+    except ImportError:
+        pass
+    return "pageable cuMemcpyHtoD (torch without CUDA)"
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+
+def make_inputs(spec, tag):
+    """<tag>.nii (int16, scaled), <tag>_vp.nii.gz (voxpipe members), <tag>_nib.nii.gz (nibabel,
+    one member) in bench/data/gpu/, unless present."""
+    import nibabel as nib
+
+    import make_data
+    import voxpipe as vp
+
+    os.makedirs(DATA, exist_ok=True)
+    nii = os.path.join(DATA, f"{tag}.nii")
+    out = {"nii": nii, "vp.gz": os.path.join(DATA, f"{tag}_vp.nii.gz"),
+           "nib.gz": os.path.join(DATA, f"{tag}_nib.nii.gz")}
+    if not os.path.exists(nii):
+        raw = os.path.join(DATA, f"{tag}_unscaled.nii")
+        make_data.write_nii(raw, spec, np.random.default_rng([make_data.SEED, 7]))
+        img = nib.load(raw)
+        img.header.set_slope_inter(SLOPE, INTER)
+        nib.save(nib.Nifti1Image(np.asanyarray(img.dataobj), img.affine, img.header),
+                 nii[:-4] + "_part.nii")
+        os.remove(raw)
+        os.replace(nii[:-4] + "_part.nii", nii)
+    if not os.path.exists(out["vp.gz"]):
+        part = out["vp.gz"][:-7] + "_part.nii.gz"
+        vp.save(vp.load(nii), part)
+        os.replace(part, out["vp.gz"])
+    if not os.path.exists(out["nib.gz"]):
+        part = out["nib.gz"][:-7] + "_part.nii.gz"
+        nib.save(nib.load(nii), part)
+        os.replace(part, out["nib.gz"])
+    return out
+
+
+def dicom_folder():
+    import bench_dicom
+
+    bench_dicom.make_inputs()
+    return bench_dicom.FOLDERS["explicit"]
+
+
+# ---- timing ------------------------------------------------------------------------------
+
+def timed(fn, repeat):
+    """(first, median of the next `repeat`) seconds."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return first, statistics.median(times)
+
+
+def fmt_s(s):
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def run(args):
+    import nibabel as nib
+
+    import voxpipe as vp
+
+    gpu = not args.cpu_only
+    if gpu:
+        st = vp.cuda_status()
+        if not st.available:
+            raise SystemExit(f"no usable CUDA device: {st.reason} (use --cpu-only)")
+    files = make_inputs(SMALL if args.cpu_only else SPEC, "small" if args.cpu_only else "bold")
+    folder = dicom_folder()
+    warm(*files.values(), *[os.path.join(folder, f) for f in os.listdir(folder)])
+    threads = os.cpu_count()
+    drv = Driver() if gpu else None
+    rows, notes = [], []
+    payload = os.path.getsize(files["nii"]) - 352
+    out_bytes = payload * 2  # int16 -> float32
+
+    def add(name, fn, unit_bytes, ref=None):
+        first, med = timed(fn, args.repeat)
+        rows.append(dict(name=name, first=first, med=med, rate=unit_bytes / med, ref=ref))
+        print(f"  {name}: first {fmt_s(first)}, median {fmt_s(med)}", flush=True)
+        return med
+
+    def sync_free(d):  # the load is synchronous; dropping it frees the device memory
+        del d
+
+    print("1. pinned host-to-device bandwidth", flush=True)
+    bw = drv.pinned_bandwidth() if gpu else None
+    if bw:
+        notes.append(f"Pinned host-to-device bandwidth (cuMemcpyHtoD of 256 MiB from "
+                     f"cuMemAllocHost memory): **{bw / 1e9:.1f} GB/s**.")
+
+    print("2. .nii -> float32", flush=True)
+    nib_nii = add("nibabel get_fdata(float32)" + (" + " + baseline_label() if gpu else ""),
+                  lambda: copy_to_gpu(nib.load(files["nii"]).get_fdata(dtype=np.float32), drv)
+                  if gpu else nib.load(files["nii"]).get_fdata(dtype=np.float32), out_bytes)
+    add("vp get_fdata(float32), CPU", lambda: vp.load(files["nii"]).get_fdata(dtype=np.float32),
+        out_bytes, nib_nii)
+    if gpu:
+        med = add("vp get_fdata(float32, device='cuda')",
+                  lambda: sync_free(vp.load(files["nii"]).get_fdata(dtype=np.float32,
+                                                                     device="cuda")),
+                  out_bytes, nib_nii)
+        notes.append(f".nii -> device moves {payload / med / 1e9:.1f} GB/s of file payload: "
+                     f"**{payload / med / bw:.0%}** of the pinned bandwidth (target >= 70%).")
+
+    for kind in ("vp.gz", "nib.gz"):
+        what = "voxpipe-written, members" if kind == "vp.gz" else "nibabel-written, one member"
+        print(f"3. .nii.gz ({what}) -> float32", flush=True)
+        path = files[kind]
+        nib_gz = add(f"[{what}] nibabel get_fdata(float32)" + (" + copy" if gpu else ""),
+                     lambda: copy_to_gpu(nib.load(path).get_fdata(dtype=np.float32), drv)
+                     if gpu else nib.load(path).get_fdata(dtype=np.float32), out_bytes)
+        cpu = add(f"[{what}] vp get_fdata(float32), CPU, {threads} threads",
+                  lambda: vp.load(path, threads=threads).get_fdata(dtype=np.float32),
+                  out_bytes, nib_gz)
+        if gpu:
+            med = add(f"[{what}] vp get_fdata(float32, device='cuda')",
+                      lambda: sync_free(vp.load(path, threads=threads).get_fdata(
+                          dtype=np.float32, device="cuda")), out_bytes, nib_gz)
+            notes.append(f".nii.gz ({what}) -> device runs at **{cpu / med:.0%}** of voxpipe's "
+                         f"CPU-only decode rate (target >= 90%) and **{nib_gz / med:.1f}x** "
+                         f"nibabel + copy (target >= 5x).")
+
+    print("4. DICOM series -> float32", flush=True)
+    sys.path.insert(0, BENCH)
+    import bench_dicom
+
+    vol_bytes = 256 * 256 * 176 * 4
+    pyd = add("pydicom loop" + (" + copy" if gpu else ""),
+              lambda: copy_to_gpu(bench_dicom.pydicom_volume(folder), drv)
+              if gpu else bench_dicom.pydicom_volume(folder), vol_bytes)
+    add("vp.load_dicom, CPU", lambda: vp.load_dicom(folder).get_fdata(dtype=np.float32),
+        vol_bytes, pyd)
+    if gpu:
+        med = add("vp.load_dicom + vp.to_device (host decode, then copy)",
+                  lambda: sync_free(vp.to_device(vp.load_dicom(folder), "cuda",
+                                                 dtype=np.float32)), vol_bytes, pyd)
+        notes.append(f"DICOM series -> device: **{pyd / med:.1f}x** pydicom + copy (target >= "
+                     f"5x); decoded on the host (no DICOM device path yet).")
+    return rows, notes, files
+
+
+def report(args, rows, notes, files):
+    import voxpipe as vp
+
+    st = vp.cuda_status()
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    gpu = ", ".join(st.device_names) if st.available else f"none ({st.reason})"
+    lines = [BEGIN, "", "## GPU: bench/gpu/bench_gpu.py", "",
+             f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; {cpu_name()}, {os.cpu_count()} "
+             f"cores; GPU: {gpu}; driver {st.driver_version}; commit {commit}; "
+             f"{'CPU-only run' if args.cpu_only else 'GPU run'}; medians of {args.repeat} runs "
+             f"after a first one, page cache warm. "
+             + ", ".join(f"{k} {v}" for k, v in versions(
+                 ("voxpipe", "numpy", "nibabel", "pydicom", "torch")).items()) + ".",
+             "",
+             f"Input: {os.path.basename(files['nii'])} ({os.path.getsize(files['nii']) / MIB:.0f} "
+             f"MiB int16, scl_slope {SLOPE}, scl_inter {INTER}), its gzip versions "
+             f"({os.path.getsize(files['vp.gz']) / MIB:.0f} MiB voxpipe members, "
+             f"{os.path.getsize(files['nib.gz']) / MIB:.0f} MiB nibabel single member); "
+             f"bench_dicom.py's Explicit VR LE series. Rates are output (float32) bytes per second.",
+             "", "| case | first | median | output rate | speedup vs the reference above |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        sp = f"**{r['ref'] / r['med']:.2f}x**" if r["ref"] else "1.00x (reference)"
+        lines.append(f"| {r['name']} | {fmt_s(r['first'])} | {fmt_s(r['med'])} | "
+                     f"{r['rate'] / 1e9:.2f} GB/s | {sp} |")
+    lines += [""] + [f"- {n}" for n in notes] + ["", END, ""]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu-only", action="store_true", help="host parts only, small inputs")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--output", default=None,
+                    help="file to write the section into (default: BENCHMARKS.md for a GPU run, "
+                         "nothing for --cpu-only)")
+    args = ap.parse_args()
+    rows, notes, files = run(args)
+    text = report(args, rows, notes, files)
+    print(text)
+    out = args.output or (None if args.cpu_only else os.path.join(REPO, "BENCHMARKS.md"))
+    if out:
+        write_section(out, text, BEGIN, END)
+
+
+if __name__ == "__main__":
+    main()
