@@ -20,6 +20,7 @@
 #include "cuda/device_sink.hpp"
 #include "cuda/load.hpp"
 #include "voxpipe/device.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
 
@@ -230,4 +231,21 @@ void bind_device(nb::module_& m) {
       nb::arg("apply_scaling"), nb::arg("real_part"), nb::call_guard<nb::gil_scoped_release>(),
       "Read all of a NIfTI image's data, converted as the host read would convert it, into "
       "device memory at `offset` (F order); complete on return.");
+
+  m.def(
+      "dicom_series_to_device",
+      [](Memory& mem, std::uint64_t offset, const DicomSeries& series, const std::string& dtype,
+         unsigned threads) {
+        device_memory(mem);
+        const DType t = parse_dtype(dtype);
+        std::uint64_t bytes = dtype_size(t);
+        for (auto d : series.shape()) bytes *= d;
+        mem.check_range(offset, bytes, "destination");
+        cuda::load_dicom_series_to_device(series, t, mem.context(), mem.address() + offset, bytes,
+                                          threads);
+      },
+      nb::arg("memory"), nb::arg("offset"), nb::arg("series"), nb::arg("dtype"),
+      nb::arg("threads") = 0, nb::call_guard<nb::gil_scoped_release>(),
+      "Read a DICOM series, as dicom_read_series would, into device memory at `offset` (F "
+      "order); complete on return.");
 }

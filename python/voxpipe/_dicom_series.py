@@ -65,11 +65,21 @@ class Series:
                                                          os.stat(core_file.path).st_size)
         return ds
 
-    def get_data(self, dtype=np.float32, out=None, threads: int | None = None) -> np.ndarray:
+    def get_data(self, dtype=np.float32, out=None, threads: int | None = None, *,
+                 device=None) -> np.ndarray:
         """The volume: ``dtype`` float32 (default) or float64 with each image's Rescale Slope
         and Intercept applied (in float64, then rounded), or None for the stored values
         (pixel_array's dtype; ``slope``/``intercept`` say how to scale them when
-        ``uniform_rescale``). ``out``: a Fortran-ordered array of ``shape`` to fill."""
+        ``uniform_rescale``). ``out``: a Fortran-ordered array of ``shape`` to fill.
+        ``device`` 'cuda', 'cuda:N' or a torch.device: the same values in a DeviceArray on that
+        device (native pixel data converted there; other series decoded here and copied)."""
+        from . import _device
+
+        ordinal = _device.parse_device(device)
+        if ordinal is not None and out is not None:
+            raise ValueError("out is a host array: it cannot be combined with a device")
+        if ordinal is not None:
+            _device.require_device(ordinal)
         if self._s.problem:
             raise FormatError(f"series {self.series_number} ({self.series_description!r}, "
                               f"{self.series_instance_uid}) cannot be assembled: {self._s.problem}")
@@ -80,6 +90,11 @@ class Series:
             if dt not in _FLOATS and dt != self.stored_dtype:
                 raise InvalidArgumentError(
                     f"dtype must be float32, float64 or None (stored {self.stored_dtype}), not {dt}")
+        if ordinal is not None:
+            arr = _device._new(ordinal, self.shape, dt)
+            _core.dicom_series_to_device(arr._memory, 0, self._s, dt.name,
+                                         threads=self._threads if threads is None else threads)
+            return arr
         if out is None:
             out = np.empty(self.shape, dtype=dt, order="F")
         elif out.shape != self.shape or out.dtype != dt or not out.flags.f_contiguous:

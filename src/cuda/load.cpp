@@ -2,10 +2,13 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "core/checked.hpp"
 #include "core/file.hpp"
 #include "cuda/element_op.hpp"
+#include "dicom/modality.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 
@@ -61,6 +64,110 @@ void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
     core::read_exact(*data, image.data_offset + offset, out, "voxel data");
   };
   stage(source, element, sink, options);
+}
+
+namespace {
+
+// The device conversion of image `im` into `out_type`, as read_dicom_series converts it, or
+// nullopt where it is not element-wise on the file's bytes (then the CPU decodes the series).
+std::optional<ElementOp> dicom_image_op(const DicomSlice& im, DType out_type) {
+  const DicomPixelInfo& info = *im.pixel;
+  if (im.tile_grid != 0 || info.codec != DicomCodec::native || !im.file->pixel_data ||
+      im.file->pixel_data->encapsulated || im.file->transfer_syntax.deflated)
+    return std::nullopt;
+  DicomDecodeOptions options;
+  dicom::Modality transform;
+  if (out_type != info.dtype) {  // read_dicom_series: the rescale, always, to f32/f64
+    options.modality = out_type;
+    transform.kind = dicom::Modality::Kind::rescale;
+    transform.slope = im.slope;
+    transform.intercept = im.intercept;
+  }
+  try {
+    return dicom_element_op(info, im.file->transfer_syntax.big_endian, options, transform);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::unsupported) return std::nullopt;
+    throw;
+  }
+}
+
+bool same_op(const ElementOp& a, const ElementOp& b) {
+  return a.source == b.source && a.dest == b.dest && a.kind == b.kind && a.swap == b.swap &&
+         a.scaling == b.scaling && a.unused_bits == b.unused_bits && a.modality == b.modality &&
+         a.slope == b.slope && a.inter == b.inter;
+}
+
+}  // namespace
+
+void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
+                                 const PrimaryContext& ctx, drv::CUdeviceptr dst,
+                                 std::uint64_t dst_bytes, unsigned threads,
+                                 const StagingOptions& options) {
+  std::vector<ElementOp> ops;
+  bool device_path = series.problem.empty() && !series.images.empty();
+  for (const DicomSlice& im : series.images) {
+    if (!device_path) break;
+    const std::optional<ElementOp> op = dicom_image_op(im, out_type);
+    if (op) ops.push_back(*op);
+    else device_path = false;
+  }
+  if (device_path) {
+    // read_dicom_series's argument checks, before anything is read.
+    if (out_type != series.stored_dtype && out_type != DType::f32 && out_type != DType::f64)
+      device_path = false;  // the CPU path raises its error
+    const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;
+    for (const DicomSlice& im : series.images)
+      if (std::uint64_t(im.pixel->rows) * im.pixel->columns != plane || im.pixel->samples_per_pixel != 1)
+        device_path = false;
+    if (dst_bytes != plane * dtype_size(out_type) * series.images.size()) device_path = false;
+  }
+  if (!device_path) {
+    std::vector<std::uint8_t> host(dst_bytes);
+    read_dicom_series(series, host, out_type, threads);
+    copy_to_device(std::as_bytes(std::span(host)), ctx, dst, options);
+    return;
+  }
+  const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;
+  const std::uint64_t out_plane = plane * dtype_size(out_type);
+  // Runs of consecutive images with one conversion: one pipeline each, whose payload is the
+  // images' pixel bytes one after another (a chunk may span two files).
+  for (std::size_t first = 0; first < series.images.size();) {
+    std::size_t last = first + 1;
+    while (last < series.images.size() && same_op(ops[last], ops[first])) ++last;
+    const std::size_t element = dtype_size(ops[first].source);
+    const std::uint64_t in_plane = plane * element;
+    std::vector<std::unique_ptr<core::InputFile>> files;
+    std::vector<std::uint64_t> offsets;
+    for (std::size_t n = first; n < last; ++n) {
+      const DicomSlice& im = series.images[n];
+      const DicomPixelData& px = *im.file->pixel_data;
+      if (im.frame >= im.pixel->number_of_frames || (im.frame + 1) * in_plane > px.length)
+        throw Error(ErrorCode::truncated, im.file->path, "PixelData",
+                    "frame " + std::to_string(im.frame) + " is not inside the pixel data");
+      files.push_back(std::make_unique<core::InputFile>(im.file->path));
+      offsets.push_back(px.offset + im.frame * in_plane);
+    }
+    ChunkSource source;
+    source.name = series.images[first].file->path;
+    source.base_offset = offsets.front();
+    source.size = in_plane * (last - first);
+    source.fill = [&files, &offsets, in_plane](std::uint64_t offset, std::span<std::byte> out) {
+      while (!out.empty()) {
+        const std::size_t k = static_cast<std::size_t>(offset / in_plane);
+        const std::uint64_t within = offset % in_plane;
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), in_plane - within));
+        const std::size_t got = files[k]->read_at(offsets[k] + within, out.first(n));
+        if (got != n)
+          throw Error(ErrorCode::truncated, files[k]->path(), "PixelData",
+                      "the file ends inside its pixel data", offsets[k] + within + got);
+        out = out.subspan(n);
+        offset += n;
+      }
+    };
+    DeviceConvertSink sink(ctx, ops[first], dst + first * out_plane, out_plane * (last - first));
+    stage(source, element, sink, options);
+    first = last;
+  }
 }
 
 void copy_to_device(std::span<const std::byte> src, const PrimaryContext& ctx,

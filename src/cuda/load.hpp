@@ -11,6 +11,7 @@
 
 #include "cuda/device_sink.hpp"
 #include "cuda/staging.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/nifti.hpp"
 
 namespace voxpipe::cuda {
@@ -25,6 +26,19 @@ namespace voxpipe::cuda {
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
                           std::uint64_t dst_bytes, const StagingOptions& options = {});
+
+// Reads a DICOM series into `dst` (device memory of exactly the bytes read_dicom_series needs
+// for `out_type`), with read_dicom_series's values and layout. When every image is native pixel
+// data, one value per element (dicom_element_op accepts it) and not a mosaic tile, the files'
+// pixel bytes are read with concurrent preads (consecutive images with the same conversion in
+// one pipeline, across file boundaries) and converted on the device (BitsStored correction,
+// each image's Rescale Slope/Intercept for f32/f64). Otherwise the series is decoded on the CPU
+// with read_dicom_series (compressed frames in parallel on `threads`) and the result copied.
+// Errors: read_dicom_series's, and the driver's.
+void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
+                                 const PrimaryContext& ctx, drv::CUdeviceptr dst,
+                                 std::uint64_t dst_bytes, unsigned threads = 0,
+                                 const StagingOptions& options = {});
 
 // Copies host bytes to `dst` (device memory of at least src.size() bytes in `ctx`) through
 // pinned staging buffers.

@@ -58,6 +58,50 @@ def same(host, dev) -> str:
     return "values differ"
 
 
+def dicom_series(directory: Path):
+    """(name, folder) of DICOM series: single-frame 3D and 4D (one rescale), BitsStored 12 (bits
+    above it to correct), an enhanced multi-frame file (a rescale per frame), RLE (decoded on
+    the CPU, then copied)."""
+    import pydicom
+    from pydicom.uid import RLELossless
+
+    from test_dicom_series import enhanced_multiframe, write_series
+
+    out = []
+    for name, kw in (("3d", {}), ("4d", {"volumes": 2, "n": 3}), ("bits12", {}), ("rle", {})):
+        folder = directory / name
+        folder.mkdir(parents=True)
+        written = write_series(str(folder), seed=len(out), **kw)
+        if name in ("bits12", "rle"):
+            for path, _ in written.values():
+                ds = pydicom.dcmread(path)
+                if name == "bits12":
+                    ds.BitsStored, ds.HighBit = 12, 11
+                else:
+                    ds.compress(RLELossless)
+                ds.save_as(path, enforce_file_format=True)
+        out.append((name, folder))
+    folder = directory / "enhanced"
+    folder.mkdir(parents=True)
+    enhanced_multiframe(folder / "enhanced.dcm")
+    out.append(("enhanced", folder))
+    return out
+
+
+def check_dicom(directory: Path, problems: list) -> int:
+    checked = 0
+    for name, folder in dicom_series(directory):
+        series = vp.dicom.scan(str(folder))[0]
+        for dtype in (None, np.float32, np.float64):
+            host = series.get_data(dtype)
+            dev = series.get_data(dtype, device="cuda")
+            why = same(host, dev)
+            if why:
+                problems.append(f"DICOM {name} {dtype}: {why}")
+            checked += 1
+    return checked
+
+
 def main() -> int:
     directory = Path(sys.argv[1])
     problems, checked = [], 0
@@ -96,6 +140,7 @@ def main() -> int:
         if why:
             problems.append(f"load_many: {why}")
     checked += 2
+    checked += check_dicom(directory / "dicom", problems)
     del dev, d, host
     gc.collect()
     if "--counters" in sys.argv:

@@ -4,7 +4,8 @@ copy, strides, dtypes, versioned and legacy capsules, one free after the last co
 
 The device path itself runs here against the stand-in libcuda of tests/cpp/cuda/fake_cuda.cpp
 (compiled by the test, put first on LD_LIBRARY_PATH of a child process) over the NIfTI matrix,
-bit for bit against the host path (device_check.py); on a machine with a GPU the same check runs
+bit for bit against the host path (device_check.py), and over DICOM series (native 3D/4D,
+BitsStored 12, enhanced multi-frame with a rescale per frame, RLE); on a machine with a GPU the same check runs
 on the real device, plus torch.from_dlpack on CUDA. Those skip, with the reason, where they
 cannot run.
 """
@@ -119,6 +120,18 @@ def test_cuda_without_a_device_raises_with_the_reason(nii, call):
     assert STATUS.reason in str(e.value)
 
 
+@pytest.mark.skipif(STATUS.available, reason="CUDA is available here")
+def test_dicom_series_without_a_device_raises_with_the_reason(tmp_path):
+    from test_dicom_series import write_series
+
+    write_series(str(tmp_path), n=3)
+    series = vp.dicom.scan(str(tmp_path))[0]
+    with pytest.raises(DeviceUnavailableError) as e:
+        series.get_data(device="cuda")
+    assert STATUS.reason in str(e.value)
+    assert np.array_equal(series.get_data(device="cpu"), series.get_data())
+
+
 def test_device_cpu_is_todays_behaviour(nii):
     for p in nii:
         for dtype in (np.float32, np.float64):
@@ -221,9 +234,8 @@ def test_owner_freed_once_after_the_last_consumer():
     d = host_array(np.arange(1000, dtype=np.float64))
     t = torch.from_dlpack(d)
     n = np.from_dlpack(d)
-    item = d[0] if d.ndim > 1 else None
     caps = d.__dlpack__(max_version=(1, 0))  # never consumed: its destructor releases it
-    del d, item, caps
+    del d, caps
     gc.collect()
     assert _core._memory_frees() == before
     assert t[999].item() == 999.0 and n[10] == 10.0
