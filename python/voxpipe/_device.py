@@ -254,7 +254,14 @@ def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
 
 
 def _out_dtype(img, dtype) -> np.dtype:
-    d = img.dataobj._natural_dtype() if dtype is None else np.dtype(dtype)
+    from ._image import ArrayProxy
+
+    if dtype is not None:
+        d = np.dtype(dtype)
+    elif isinstance(img.dataobj, ArrayProxy):
+        d = img.dataobj._natural_dtype()
+    else:  # an image made in memory
+        d = np.asanyarray(img.dataobj).dtype
     d = d.newbyteorder("=")
     if not _dlpack_dtype_ok(d):
         raise TypeError(f"cannot load {d} to a device: DLPack has no such dtype")
@@ -264,9 +271,14 @@ def _out_dtype(img, dtype) -> np.dtype:
 def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
     """img's data (as the host path gives it for `dtype`; None: the natural dtype) in a new
     F-ordered device array. `ordinal` None: host memory (tests of the export)."""
+    from ._image import ArrayProxy
+
     if ordinal is not None:
         require_device(ordinal)
     out_dtype = _out_dtype(img, dtype)
+    if not isinstance(img.dataobj, ArrayProxy):  # an image made in memory: its array's layout
+        host = np.asanyarray(img.dataobj) if dtype is None else np.asanyarray(img.dataobj, dtype=dtype)
+        return array_to_device(host, ordinal)
     out = _new(ordinal, img.shape, out_dtype)
     if ordinal is None:
         host = np.asanyarray(img.dataobj) if dtype is None else np.asanyarray(img.dataobj, dtype=dtype)

@@ -140,6 +140,18 @@ def main() -> int:
         if why:
             problems.append(f"load_many: {why}")
     checked += 2
+    # An image made in memory (its data are copied) and arrays in either order.
+    a = np.random.default_rng(0).standard_normal((4, 5, 6)).astype(np.float32)
+    mem = vp.Nifti1Image(a, np.eye(4))
+    for host, dev in ((mem.get_fdata(dtype=np.float64), mem.get_fdata(dtype=np.float64, device="cuda")),
+                      (a, vp.to_device(mem, "cuda")),
+                      (a, vp.to_device(a, "cuda")),
+                      (np.asfortranarray(a), vp.to_device(np.asfortranarray(a), "cuda")),
+                      (a.astype(">f4"), vp.to_device(a.astype(">f4"), "cuda"))):
+        why = same(host, dev)
+        if why:
+            problems.append(f"in-memory data: {why}")
+        checked += 1
     checked += check_dicom(directory / "dicom", problems)
     del dev, d, host
     gc.collect()
