@@ -34,14 +34,16 @@ if not s.available:
 PY
 
 step "C++ device tests (voxpipe_cuda_tests: CudaDevice.* run on the GPU)"
+mkdir -p build/gpu
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DVOXPIPE_BUILD_TESTS=ON \
-  -DVOXPIPE_BUILD_PYTHON=OFF -DVOXPIPE_BUILD_FUZZERS=OFF -DVOXPIPE_CUDA=ON >build/gpu-configure.log 2>&1 ||
-  { cat build/gpu-configure.log; exit 1; }
+  -DVOXPIPE_BUILD_PYTHON=OFF -DVOXPIPE_BUILD_FUZZERS=OFF -DVOXPIPE_CUDA=ON >build/gpu/configure.log 2>&1 ||
+  { cat build/gpu/configure.log; exit 1; }
 cmake --build build/gpu -j "$JOBS" --target voxpipe_cuda_tests voxpipe_fake_cuda
 build/gpu/tests/voxpipe_cuda_tests
 
 step "Python device tests (device == host bit for bit over the NIfTI matrix, torch.from_dlpack)"
-.venv/bin/python -m pytest -q -rs tests/python/test_device.py
+VOXPIPE_FAKE_CUDA=$(find build/gpu -name 'libvoxpipe_fake_cuda*.so' | head -n 1) \
+  .venv/bin/python -m pytest -q -rs tests/python/test_device.py
 
 if [ "$bench" -eq 1 ]; then
   step "GPU benchmark -> BENCHMARKS.md"
