@@ -177,7 +177,7 @@ class DeviceArray:
         if self.size == 0:
             return np.empty(self._shape, self._dtype)
         itemsize = self._dtype.itemsize
-        extent = itemsize + sum((s - 1) * st * itemsize for s, st in zip(self._shape, self._strides))
+        extent = itemsize * (1 + sum((s - 1) * st for s, st in zip(self._shape, self._strides)))
         raw = np.empty(extent, np.uint8)
         self._memory.copy_to_host(self._offset, raw)
         return np.ndarray(self._shape, self._dtype, buffer=raw, strides=self.strides)
@@ -247,10 +247,17 @@ def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
                               np.exceptions.ComplexWarning, stacklevel=4)
             _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part)
             return
-    host = np.asanyarray(proxy) if dtype is None else np.asanyarray(proxy, dtype=dtype)
+    host = _host_data(img, dtype)
     host = np.asfortranarray(host).astype(host.dtype.newbyteorder("="), copy=False)
     if host.size:
         out._memory.copy_from_host(offset, host.reshape(-1, order="F").view(np.uint8))
+
+
+def _host_data(img, dtype) -> np.ndarray:
+    """What the host path gives: np.asanyarray(img.dataobj[, dtype])."""
+    if dtype is None:
+        return np.asanyarray(img.dataobj)
+    return np.asanyarray(img.dataobj, dtype=dtype)
 
 
 def _out_dtype(img, dtype) -> np.dtype:
@@ -276,15 +283,11 @@ def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
     if ordinal is not None:
         require_device(ordinal)
     out_dtype = _out_dtype(img, dtype)
-    if not isinstance(img.dataobj, ArrayProxy):  # an image made in memory: its array's layout
-        host = np.asanyarray(img.dataobj) if dtype is None else np.asanyarray(img.dataobj, dtype=dtype)
-        return array_to_device(host, ordinal)
+    if not isinstance(img.dataobj, ArrayProxy) or ordinal is None:
+        # An image made in memory (its array's layout), or host memory for tests: the host
+        # path's array, copied.
+        return array_to_device(_host_data(img, dtype), ordinal)
     out = _new(ordinal, img.shape, out_dtype)
-    if ordinal is None:
-        host = np.asanyarray(img.dataobj) if dtype is None else np.asanyarray(img.dataobj, dtype=dtype)
-        if host.size:
-            out._memory.copy_from_host(0, np.asfortranarray(host, out_dtype).reshape(-1, order="F").view(np.uint8))
-        return out
     _image_into(out, 0, img, None if dtype is None else out_dtype)
     return out
 
@@ -315,7 +318,7 @@ def to_device(obj, device="cuda", dtype=None) -> DeviceArray | np.ndarray:
 
     if isinstance(obj, Nifti1Image):
         if ordinal is None:
-            return np.asanyarray(obj.dataobj) if dtype is None else np.asanyarray(obj.dataobj, dtype=dtype)
+            return _host_data(obj, dtype)
         return image_to_device(obj, dtype, ordinal)
     arr = np.asanyarray(obj)
     if dtype is not None:
