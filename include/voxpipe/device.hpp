@@ -6,8 +6,16 @@
 // usable here (docs/gpu.md lists the reason strings).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "voxpipe/dicom_series.hpp"
+#include "voxpipe/dtype.hpp"
+#include "voxpipe/nifti.hpp"
 
 namespace voxpipe {
 
@@ -36,5 +44,67 @@ struct CudaStatus {
 // which can take a fraction of a second; no context is created). Thread-safe; never throws.
 // Call it after any fork(): CUDA does not survive fork in a process that initialised it.
 const CudaStatus& cuda_status() noexcept;
+
+// ---- Device memory and loads into it -------------------------------------------------------
+// Everything below needs cuda_status().available and throws Error(unsupported) carrying
+// cuda_status().reason otherwise. Driver errors are Errors naming the driver call. Copies and
+// loads are synchronous: when a function returns, the bytes are complete on the device.
+
+// `bytes` of device memory (cuMemAlloc) on CUDA device `ordinal`, in that device's primary
+// context (retained while any DeviceMemory of the device lives, shared by all of them, and
+// made current only around voxpipe's own calls: the caller's current context is restored).
+// Freed exactly once, with its context current, by the destructor of the object that owns it.
+// Movable (a moved-from object owns nothing: size() 0, address() 0), not copyable. The
+// address is a CUdeviceptr, usable by other CUDA code in the same context (PyTorch, CuPy,
+// cudaMemcpy with the runtime's primary context).
+class DeviceMemory {
+ public:
+  DeviceMemory(int ordinal, std::size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&&) noexcept;
+  DeviceMemory& operator=(DeviceMemory&&) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  std::uintptr_t address() const noexcept;  // 0 when size() is 0 or the object was moved from
+  std::size_t size() const noexcept;
+  int device() const noexcept;  // the CUDA device ordinal
+
+  // Copies host bytes to [offset, offset + src.size()) through pinned staging buffers.
+  // Error(invalid_argument) when that range is not inside the memory.
+  void copy_from_host(std::size_t offset, std::span<const std::byte> src);
+  // Copies [offset, offset + dst.size()) to the host (cuMemcpyDtoH).
+  // Error(invalid_argument) when that range is not inside the memory.
+  void copy_to_host(std::size_t offset, std::span<std::byte> dst) const;
+
+  struct Impl;  // internal
+
+ private:
+  friend void read_nifti_data_to_device(const NiftiImage&, const OutputSpec&, DeviceMemory&,
+                                        std::size_t);
+  friend void read_dicom_series_to_device(const DicomSeries&, DType, DeviceMemory&, std::size_t,
+                                          unsigned);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads all of `image`'s data into `dst` at `offset`, with the values read_nifti_data writes for
+// `spec` and an empty selection (F order, the shape of the image), converted on the device:
+// voxels * dtype_size(spec.type) bytes. Uncompressed data are read with concurrent preads;
+// gzip data through the host path's data source (sized members or a seek index read
+// concurrently, otherwise one sequential inflate). Errors: read_nifti_data's
+// (Error(invalid_argument) for a conversion it refuses, and for spec.file_byte_order;
+// Error(truncated) for a short file; gzip errors), Error(invalid_argument) when the bytes do not
+// fit in `dst` after `offset`, and the driver's.
+void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, DeviceMemory& dst,
+                               std::size_t offset = 0);
+
+// Reads a DICOM series into `dst` at `offset`, with read_dicom_series's values and layout
+// (F order, series.shape(); prod(shape) * dtype_size(out_type) bytes). Native pixel data are
+// read with concurrent preads and converted on the device (BitsStored, Rescale Slope/Intercept
+// for f32/f64); anything else is decoded on the host by read_dicom_series (compressed frames in
+// parallel on `threads`, 0: all cores) and copied. Errors: read_dicom_series's,
+// Error(invalid_argument) when the bytes do not fit in `dst` after `offset`, and the driver's.
+void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
+                                 std::size_t offset = 0, unsigned threads = 0);
 
 }  // namespace voxpipe
