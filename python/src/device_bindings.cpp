@@ -13,12 +13,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 
-#include "cuda/device_sink.hpp"
-#include "cuda/load.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
@@ -34,26 +31,11 @@ using ConstByteArray = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig
 
 std::atomic<long> g_frees{0};  // Memory objects destroyed (the test hook)
 
-// One retained primary context per device, shared by the memory allocated on it and released
-// with the last of them.
-std::shared_ptr<cuda::PrimaryContext> primary_context(int ordinal) {
-  static std::mutex mutex;
-  static std::map<int, std::weak_ptr<cuda::PrimaryContext>> contexts;
-  std::lock_guard lock(mutex);
-  std::shared_ptr<cuda::PrimaryContext> ctx = contexts[ordinal].lock();
-  if (!ctx) {
-    ctx = std::make_shared<cuda::PrimaryContext>(ordinal);
-    contexts[ordinal] = ctx;
-  }
-  return ctx;
-}
-
 class Memory {
  public:
   // Device memory on device `ordinal`.
   Memory(int ordinal, std::size_t bytes) : ordinal_(ordinal), bytes_(bytes) {
-    ctx_ = primary_context(ordinal);
-    buffer_ = std::make_unique<cuda::DeviceBuffer>(*ctx_, bytes);
+    device_.emplace(ordinal, bytes);
   }
   // Host memory (the export's kDLCPU variant, for tests).
   explicit Memory(std::size_t bytes) : bytes_(bytes) {
@@ -61,22 +43,20 @@ class Memory {
     if (!host_) throw std::bad_alloc();
   }
   ~Memory() {
-    buffer_.reset();  // cuMemFree with the context current (DeviceBuffer), before the context
-    ctx_.reset();
+    device_.reset();  // cuMemFree with the context current (DeviceMemory)
     std::free(host_);
     ++g_frees;
   }
   Memory(const Memory&) = delete;
   Memory& operator=(const Memory&) = delete;
 
-  bool on_device() const noexcept { return buffer_ != nullptr; }
+  bool on_device() const noexcept { return device_.has_value(); }
   int ordinal() const noexcept { return ordinal_; }
   std::size_t size() const noexcept { return bytes_; }
   std::uintptr_t address() const noexcept {
-    return on_device() ? static_cast<std::uintptr_t>(buffer_->get())
-                       : reinterpret_cast<std::uintptr_t>(host_);
+    return on_device() ? device_->address() : reinterpret_cast<std::uintptr_t>(host_);
   }
-  const cuda::PrimaryContext& context() const { return *ctx_; }
+  DeviceMemory& device() { return *device_; }
 
   void check_range(std::uint64_t offset, std::uint64_t bytes, const char* what) const {
     if (offset > bytes_ || bytes > bytes_ - offset)
@@ -88,8 +68,7 @@ class Memory {
  private:
   int ordinal_ = 0;
   std::size_t bytes_ = 0;
-  std::shared_ptr<cuda::PrimaryContext> ctx_;
-  std::unique_ptr<cuda::DeviceBuffer> buffer_;
+  std::optional<DeviceMemory> device_;
   std::byte* host_ = nullptr;
 };
 
@@ -183,7 +162,7 @@ void bind_device(nb::module_& m) {
               std::memcpy(dst, reinterpret_cast<const std::byte*>(mem.address() + offset), out.size());
               return;
             }
-            cuda::copy_to_host(mem.context(), mem.address() + offset, std::span(dst, out.size()));
+            mem.device().copy_to_host(offset, std::span(dst, out.size()));
           },
           nb::arg("offset"), nb::arg("out"), nb::call_guard<nb::gil_scoped_release>(),
           "Copy bytes [offset, offset + out.size) into `out` (synchronous).")
@@ -196,7 +175,7 @@ void bind_device(nb::module_& m) {
               std::memcpy(reinterpret_cast<std::byte*>(mem.address() + offset), src, data.size());
               return;
             }
-            cuda::copy_to_device(std::span(src, data.size()), mem.context(), mem.address() + offset);
+            mem.device().copy_from_host(offset, std::span(src, data.size()));
           },
           nb::arg("offset"), nb::arg("data"), nb::call_guard<nb::gil_scoped_release>(),
           "Copy host bytes to [offset, offset + data.size) through pinned staging buffers; "
@@ -225,7 +204,7 @@ void bind_device(nb::module_& m) {
         std::uint64_t bytes = dtype_size(spec.type);
         for (auto d : image.shape) bytes *= static_cast<std::uint64_t>(d);
         mem.check_range(offset, bytes, "destination");
-        cuda::load_nifti_to_device(image, spec, mem.context(), mem.address() + offset, bytes);
+        read_nifti_data_to_device(image, spec, mem.device(), offset);
       },
       nb::arg("memory"), nb::arg("offset"), nb::arg("image"), nb::arg("dtype"),
       nb::arg("apply_scaling"), nb::arg("real_part"), nb::call_guard<nb::gil_scoped_release>(),
@@ -241,8 +220,7 @@ void bind_device(nb::module_& m) {
         std::uint64_t bytes = dtype_size(t);
         for (auto d : series.shape()) bytes *= d;
         mem.check_range(offset, bytes, "destination");
-        cuda::load_dicom_series_to_device(series, t, mem.context(), mem.address() + offset, bytes,
-                                          threads);
+        read_dicom_series_to_device(series, t, mem.device(), offset, threads);
       },
       nb::arg("memory"), nb::arg("offset"), nb::arg("series"), nb::arg("dtype"),
       nb::arg("threads") = 0, nb::call_guard<nb::gil_scoped_release>(),
