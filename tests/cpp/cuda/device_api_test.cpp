@@ -1,0 +1,225 @@
+// The public device API (voxpipe/device.hpp), through public headers only. Without a usable
+// driver (PublicDeviceApiUnavailable.*, this machine unless it has a GPU): DeviceMemory and the
+// loads refuse with Error(unsupported) carrying cuda_status().reason. On the stand-in libcuda
+// (fake_cuda.cpp): PublicDeviceApi.OnTheStandInDriver runs this executable again with the
+// stand-in first on LD_LIBRARY_PATH as libcuda.so.1 (the process-wide probe loads the driver
+// once, by name), where PublicDeviceApiChild.* load NIfTI files into DeviceMemory and compare
+// what comes back with read_nifti_data bit for bit. That tests the API's plumbing (contexts,
+// ranges, offsets, moves, frees), not a real GPU.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "test_support.hpp"
+#include "voxpipe/device.hpp"
+#include "voxpipe/nifti.hpp"
+
+extern char** environ;
+
+namespace {
+
+using voxpipe::DType;
+using voxpipe::DeviceMemory;
+using voxpipe::ErrorCode;
+using vptest::Bytes;
+
+constexpr const char* kChildVariable = "VOXPIPE_PUBLIC_DEVICE_API_CHILD";
+
+TEST(PublicDeviceApiUnavailable, ThrowsUnsupportedWithTheStatusReason) {
+  const voxpipe::CudaStatus& status = voxpipe::cuda_status();
+  if (status.available) GTEST_SKIP() << "CUDA is available here";
+  ASSERT_FALSE(status.reason.empty());
+  const auto e = vptest::catch_error([] { DeviceMemory m(0, 64); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), ErrorCode::unsupported);
+  EXPECT_NE(std::string(e->what()).find(status.reason), std::string::npos) << e->what();
+}
+
+// ---- on the stand-in driver (in a child process) ---------------------------------------------
+
+TEST(PublicDeviceApi, OnTheStandInDriver) {
+  if (!voxpipe::cuda_status().kernels_built) GTEST_SKIP() << voxpipe::cuda_status().reason;
+  vptest::TempDir dir;
+  std::filesystem::create_symlink(VOXPIPE_FAKE_CUDA_PATH, dir.file("libcuda.so.1"));
+  const char* old = std::getenv("LD_LIBRARY_PATH");
+  const std::string library_path = "LD_LIBRARY_PATH=" + dir.path() + (old && *old ? ":" + std::string(old) : "");
+  const std::string child = std::string(kChildVariable) + "=1";
+  std::vector<std::string> env_strings{library_path, child};
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("LD_LIBRARY_PATH=", 0) != 0) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=PublicDeviceApiChild.*";
+  std::vector<char*> argv{exe.data(), filter.data(), nullptr};
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  const std::string log = dir.file("child.log");
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ASSERT_EQ(rc, 0) << "posix_spawn failed";
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  std::ifstream in(log);
+  std::stringstream output;
+  output << in.rdbuf();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output.str();
+  // Every child test ran: none skipped.
+  EXPECT_EQ(output.str().find("SKIPPED"), std::string::npos) << output.str();
+  EXPECT_NE(output.str().find("[  PASSED  ] 3 tests"), std::string::npos) << output.str();
+}
+
+// The stand-in driver's counters (fake_cuda.cpp).
+struct Counters {
+  long device_allocations, host_allocations, streams, events, modules, retains, launches, copies,
+      context_depth;
+};
+
+class PublicDeviceApiChild : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::getenv(kChildVariable)) GTEST_SKIP() << "run by PublicDeviceApi.OnTheStandInDriver";
+    const voxpipe::CudaStatus& status = voxpipe::cuda_status();
+    ASSERT_TRUE(status.available) << status.reason;
+    ASSERT_EQ(status.device_names, std::vector<std::string>{"voxpipe fake device"});
+    // The same file as the loaded libcuda.so.1, so dlopen returns that instance.
+    handle_ = ::dlopen(VOXPIPE_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(handle_, nullptr);
+    counters_ = reinterpret_cast<Counters (*)()>(::dlsym(handle_, "voxpipe_fake_cuda_counters"));
+    ASSERT_NE(counters_, nullptr);
+  }
+  void TearDown() override {
+    if (!counters_) return;
+    // Every allocation freed once, every context retained released, every push popped.
+    const Counters c = counters_();
+    EXPECT_EQ(c.device_allocations, 0);
+    EXPECT_EQ(c.host_allocations, 0);
+    EXPECT_EQ(c.streams, 0);
+    EXPECT_EQ(c.events, 0);
+    EXPECT_EQ(c.modules, 0);
+    EXPECT_EQ(c.retains, 0);
+    EXPECT_EQ(c.context_depth, 0);
+    ::dlclose(handle_);
+  }
+  void* handle_ = nullptr;
+  Counters (*counters_)() = nullptr;
+};
+
+// Writes a NIfTI-1 image of `type` and `shape` with random data (and scaling) at `path`.
+voxpipe::NiftiImage write_image(const std::string& path, DType type, const std::vector<std::int64_t>& shape,
+                                bool big_endian, double slope, double inter, std::uint64_t seed) {
+  voxpipe::NiftiHeader h = vptest::make_header(1, type, shape, big_endian);
+  h.scl_slope = slope;
+  h.scl_inter = inter;
+  std::size_t n = voxpipe::dtype_size(type);
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  Bytes data = vptest::random_bytes(n, seed);
+  if (type == DType::f32)  // finite values only, so that the comparison is about bits, not NaNs
+    for (std::size_t i = 0; i + 4 <= data.size(); i += 4) data[i + (big_endian ? 0 : 3)] &= 0x3F;
+  voxpipe::write_nifti(path, h, {}, voxpipe::producer_from_bytes(vptest::as_bytes(data)));
+  return voxpipe::open_nifti(path);
+}
+
+Bytes host_read(const voxpipe::NiftiImage& image, const voxpipe::OutputSpec& spec) {
+  std::size_t n = voxpipe::dtype_size(spec.type);
+  for (auto d : image.shape) n *= static_cast<std::size_t>(d);
+  Bytes out(n);
+  voxpipe::read_nifti_data(image, {}, spec, std::as_writable_bytes(std::span(out)));
+  return out;
+}
+
+TEST_F(PublicDeviceApiChild, NiftiLoadsEqualReadNiftiDataBitForBit) {
+  vptest::TempDir dir;
+  struct Case {
+    std::string name;
+    DType type;
+    bool big_endian;
+    double slope, inter;
+    voxpipe::OutputSpec spec;
+  };
+  const std::vector<Case> cases{
+      {"i16_scaled.nii", DType::i16, false, 0.37, -1024.5, {DType::f32, true, false, false}},
+      {"i16_swapped.nii.gz", DType::i16, true, 2.0, 1.0, {DType::f64, true, false, false}},
+      {"u8_raw.nii", DType::u8, false, 0, 0, {DType::u8, false, false, false}},
+      {"f32_swapped.nii", DType::f32, true, 0, 0, {DType::f32, false, false, false}},
+  };
+  const std::vector<std::int64_t> shape{37, 29, 11, 3};
+  for (const Case& c : cases) {
+    const auto image = write_image(dir.file(c.name), c.type, shape, c.big_endian, c.slope, c.inter,
+                                   static_cast<std::uint64_t>(c.type) + 17);
+    const Bytes want = host_read(image, c.spec);
+    // At an offset inside a larger allocation, with guard bytes on both sides left alone.
+    const std::size_t offset = 24;
+    DeviceMemory mem(0, offset + want.size() + 40);
+    EXPECT_EQ(mem.device(), 0);
+    EXPECT_NE(mem.address(), 0u);
+    const Bytes guard(mem.size(), 0xA5);
+    mem.copy_from_host(0, vptest::as_bytes(guard));
+    voxpipe::read_nifti_data_to_device(image, c.spec, mem, offset);
+    Bytes all(mem.size());
+    mem.copy_to_host(0, std::as_writable_bytes(std::span(all)));
+    const Bytes got(all.begin() + offset, all.begin() + static_cast<std::ptrdiff_t>(offset + want.size()));
+    EXPECT_EQ(got, want) << c.name;
+    EXPECT_TRUE(std::all_of(all.begin(), all.begin() + offset, [](auto b) { return b == 0xA5; })) << c.name;
+    EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>(offset + want.size()), all.end(),
+                            [](auto b) { return b == 0xA5; }))
+        << c.name;
+  }
+}
+
+TEST_F(PublicDeviceApiChild, RangesAreChecked) {
+  vptest::TempDir dir;
+  const auto image = write_image(dir.file("a.nii"), DType::i16, {8, 8, 4}, false, 0, 0, 3);
+  DeviceMemory mem(0, 8 * 8 * 4 * 4);
+  // f32 fits at 0 only; f64 does not fit; a copy past the end is refused.
+  EXPECT_VP_ERROR(voxpipe::read_nifti_data_to_device(image, {DType::f32, true, false, false}, mem, 4),
+                  ErrorCode::invalid_argument);
+  EXPECT_VP_ERROR(voxpipe::read_nifti_data_to_device(image, {DType::f64, true, false, false}, mem),
+                  ErrorCode::invalid_argument);
+  Bytes out(16);
+  EXPECT_VP_ERROR(mem.copy_to_host(mem.size() - 8, std::as_writable_bytes(std::span(out))),
+                  ErrorCode::invalid_argument);
+  EXPECT_VP_ERROR(mem.copy_from_host(mem.size() + 1, {}), ErrorCode::invalid_argument);
+  // A conversion the host path refuses is refused here too.
+  EXPECT_VP_ERROR(voxpipe::read_nifti_data_to_device(image, {DType::i16, false, true, false}, mem),
+                  ErrorCode::invalid_argument);
+  voxpipe::read_nifti_data_to_device(image, {DType::f32, true, false, false}, mem);
+  EXPECT_EQ(mem.size(), 8u * 8 * 4 * 4);
+}
+
+TEST_F(PublicDeviceApiChild, MovesTransferOwnership) {
+  const Bytes data = vptest::random_bytes(1000, 9);
+  DeviceMemory a(0, data.size());
+  a.copy_from_host(0, vptest::as_bytes(data));
+  const std::uintptr_t address = a.address();
+  DeviceMemory b(std::move(a));
+  EXPECT_EQ(a.size(), 0u);  // NOLINT(bugprone-use-after-move): moved from, owns nothing
+  EXPECT_EQ(a.address(), 0u);
+  EXPECT_EQ(b.address(), address);
+  DeviceMemory c(0, 10);
+  c = std::move(b);  // frees c's own memory
+  Bytes back(data.size());
+  c.copy_to_host(0, std::as_writable_bytes(std::span(back)));
+  EXPECT_EQ(back, data);
+  DeviceMemory empty(0, 0);
+  EXPECT_EQ(empty.size(), 0u);
+  empty.copy_to_host(0, {});
+  EXPECT_EQ(counters_().device_allocations, 1);  // a's, now c's; c's own was freed
+  EXPECT_EQ(counters_().retains, 1);              // one primary context, shared
+}
+
+}  // namespace
