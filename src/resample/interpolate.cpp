@@ -277,10 +277,10 @@ void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* t
 // the scalar path's operations in the scalar path's order (no FMA: the target is "avx2" alone
 // and the build passes -ffp-contract=off), so the values are bit-identical; what changes is
 // that the per-axis setup (floor, weights with their divisions) and the 3 products and the sum
-// per tap run for four points per instruction, and that four independent sums hide each
-// other's latency. A group takes this path only when every tap of every point lies inside the
-// array, where no mode changes the coordinate or a tap (setup_axis); any other group, and the
-// n % 4 points left at the end, take the scalar path.
+// per tap run for four points per instruction, and that the sums of several groups hide each
+// other's latency. A point's value is kept from this path only when all its taps lie inside
+// the array, where no mode changes the coordinate or a tap (setup_axis); the group's other
+// points, and the n % 4 points left at the end, are evaluated on the scalar path.
 // --------------------------------------------------------------------------------------------
 using v4d = double __attribute__((vector_size(32)));
 using v4l = std::int64_t __attribute__((vector_size(32)));
@@ -295,9 +295,6 @@ __attribute__((target("avx2"), always_inline)) inline v4d load4(const T* p, cons
              static_cast<double>(p[base[2] + r]), static_cast<double>(p[base[3] + r])};
 }
 
-// One group's setup: the weights and the first tap's index of each axis. Returns the mask of
-// the points (bit l: point l) whose taps all lie inside the array; the others (outside, near an
-// edge, NaN) get base 0, whose taps are inside too, and are evaluated again by the scalar path.
 // v[c][l] = p[base[l] + r + c] for c = 0, 1: two adjacent elements per point, as float64.
 template <typename T>
 __attribute__((target("avx2"), always_inline)) inline void load_pairs(const T* p,
@@ -321,12 +318,16 @@ __attribute__((target("avx2"), always_inline)) inline void load_pairs(const T* p
   }
 }
 
+// One group's weights and first-tap offsets (setup_group).
 template <int ORDER, int ND>
 struct Group {
   v4d w[ND][ORDER + 1];
   std::int64_t base[4];  // element offset of each point's first tap
 };
 
+// One group's setup: the weights and the first tap's offset of each point. Returns the mask of
+// the points (bit l: point l) whose taps all lie inside the array; the others (outside, near an
+// edge, NaN) get base 0, whose taps are inside too, and are evaluated again by the scalar path.
 template <int ORDER, int ND>
 VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std::int64_t cs,
                                     const v4d* hi, bool small, Group<ORDER, ND>& g) {
@@ -398,8 +399,8 @@ VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, int un
         const std::int64_t r = a * stride[0] + b * stride[1];
         if constexpr (std::is_same_v<T, double> && K == 4) {
           if (contiguous) {
-            // The 4 taps along the last axis of each point are adjacent: one load per point,
-            // then a 4x4 transpose puts tap c of the four points in one vector.
+            // The 4 taps along the last axis of each point are adjacent: two 128-bit loads per
+            // point, then unpacks put tap c of the four points in one vector.
             v4d v[NG][4];
             for (int q = 0; q < NG; ++q) {
               // Halves of the four rows paired across 128-bit lanes as they are loaded (point 0
