@@ -55,7 +55,7 @@ ArrayRef view(const A& a, const char* field) {
 }
 
 InterpOptions options(int order, const std::string& mode, double cval, bool prefilter,
-                      unsigned threads, std::optional<double> pad_value) {
+                      unsigned threads, std::optional<double> pad_value, bool fast) {
   InterpOptions o;
   o.order = order;
   const auto m = interp_mode_from_name(mode);
@@ -68,6 +68,7 @@ InterpOptions options(int order, const std::string& mode, double cval, bool pref
   o.prefilter = prefilter;
   o.threads = threads;
   o.pad_value = pad_value;
+  o.fast = fast;
   return o;
 }
 
@@ -77,32 +78,34 @@ void bind_resample(nb::module_& m) {
   m.def(
       "resample_map_coordinates",
       [](InArray input, InArray coordinates, OutArray output, int order, const std::string& mode,
-         double cval, bool prefilter, unsigned threads, std::optional<double> pad_value) {
+         double cval, bool prefilter, unsigned threads, std::optional<double> pad_value,
+         bool fast) {
         const ArrayRef in = view(input, "input");
         const ArrayRef co = view(coordinates, "coordinates");
         const ArrayRef out = view(output, "output");
-        const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value);
+        const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value, fast);
         nb::gil_scoped_release release;
         map_coordinates(in, co, out, o);
       },
       nb::arg("input"), nb::arg("coordinates"), nb::arg("output"), nb::arg("order"),
-      nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"), nb::arg("threads") = 0, nb::arg("pad_value") = nb::none(),
+      nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"), nb::arg("threads") = 0, nb::arg("pad_value") = nb::none(), nb::arg("fast") = false,
       "Fill `output` with `input` interpolated at `coordinates` (scipy.ndimage.map_coordinates).");
 
   m.def(
       "resample_affine_transform",
       [](InArray input, const std::vector<double>& matrix, bool diagonal,
          const std::vector<double>& offset, OutArray output, int order, const std::string& mode,
-         double cval, bool prefilter, unsigned threads, std::optional<double> pad_value) {
+         double cval, bool prefilter, unsigned threads, std::optional<double> pad_value,
+         bool fast) {
         const ArrayRef in = view(input, "input");
         const ArrayRef out = view(output, "output");
-        const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value);
+        const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value, fast);
         nb::gil_scoped_release release;
         affine_transform(in, matrix, diagonal, offset, out, o);
       },
       nb::arg("input"), nb::arg("matrix"), nb::arg("diagonal"), nb::arg("offset"),
       nb::arg("output"), nb::arg("order"), nb::arg("mode"), nb::arg("cval"),
-      nb::arg("prefilter"), nb::arg("threads") = 0, nb::arg("pad_value") = nb::none(),
+      nb::arg("prefilter"), nb::arg("threads") = 0, nb::arg("pad_value") = nb::none(), nb::arg("fast") = false,
       "Fill `output` with `input` interpolated at matrix @ index + offset "
       "(scipy.ndimage.affine_transform; `matrix` row-major input.ndim x output.ndim, or its "
       "diagonal).");

@@ -143,11 +143,13 @@ void run(const Moving& moving, const std::vector<std::int64_t>& ref_shape,
          const std::string& mode, double cval, bool prefilter, const std::string& dtype,
          unsigned threads, std::uint64_t memory_limit, const std::optional<OutArray>& out,
          const std::optional<std::string>& out_path,
-         const std::optional<nb::bytes>& reference_header, const nb::object& progress) {
+         const std::optional<nb::bytes>& reference_header, const nb::object& progress,
+         bool fast) {
   const Grid ref = grid_of(ref_shape, ref_affine);
   const auto cs = chains_of(chains, fields);
   SeriesResampleOptions o =
       options_of(order, mode, cval, prefilter, dtype, threads, memory_limit, reference_header);
+  o.interp.fast = fast;
   if (!progress.is_none())
     o.progress = [progress](std::int64_t done, std::int64_t total) {
       nb::gil_scoped_acquire gil;
@@ -187,15 +189,16 @@ void bind_resample_series(nb::module_& m) {
          const std::string& mode, double cval, bool prefilter, const std::string& dtype,
          unsigned threads, std::uint64_t memory_limit, std::optional<OutArray> out,
          const std::optional<std::string>& out_path,
-         const std::optional<nb::bytes>& reference_header, nb::object progress) {
+         const std::optional<nb::bytes>& reference_header, nb::object progress, bool fast) {
         const NiftiImage moving = open_nifti(moving_path);
         run(moving, ref_shape, ref_affine, chains, fields, order, mode, cval, prefilter, dtype,
-            threads, memory_limit, out, out_path, reference_header, progress);
+            threads, memory_limit, out, out_path, reference_header, progress, fast);
       },
       nb::arg("moving_path"), nb::arg("ref_shape"), nb::arg("ref_affine"), nb::arg("chains"),
       nb::arg("fields"), nb::arg("order"), nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"),
       nb::arg("dtype"), nb::arg("threads"), nb::arg("memory_limit"), nb::arg("out").none(),
       nb::arg("out_path").none(), nb::arg("reference_header").none(), nb::arg("progress").none(),
+      nb::arg("fast") = false,
       "Resample a NIfTI series onto a grid into a Fortran-ordered array or a file.");
 
   m.def(
@@ -208,18 +211,19 @@ void bind_resample_series(nb::module_& m) {
          const std::string& mode, double cval, bool prefilter, const std::string& dtype,
          unsigned threads, std::uint64_t memory_limit, std::optional<OutArray> out,
          const std::optional<std::string>& out_path,
-         const std::optional<nb::bytes>& reference_header, nb::object progress) {
+         const std::optional<nb::bytes>& reference_header, nb::object progress, bool fast) {
         // `moving` holds a reference to the array until the call returns.
         const SeriesArray series =
             series_array_of(moving, moving_dtype, moving_affine, time_step, xyzt_units);
         run(series, ref_shape, ref_affine, chains, fields, order, mode, cval, prefilter, dtype,
-            threads, memory_limit, out, out_path, reference_header, progress);
+            threads, memory_limit, out, out_path, reference_header, progress, fast);
       },
       nb::arg("moving"), nb::arg("moving_dtype"), nb::arg("moving_affine"), nb::arg("time_step"),
       nb::arg("xyzt_units"), nb::arg("ref_shape"), nb::arg("ref_affine"), nb::arg("chains"),
       nb::arg("fields"), nb::arg("order"), nb::arg("mode"), nb::arg("cval"), nb::arg("prefilter"),
       nb::arg("dtype"), nb::arg("threads"), nb::arg("memory_limit"), nb::arg("out").none(),
       nb::arg("out_path").none(), nb::arg("reference_header").none(), nb::arg("progress").none(),
+      nb::arg("fast") = false,
       "Resample a 3-D or 4-D array (any layout, read in place) with its affine onto a grid.");
 
   m.def(

@@ -103,14 +103,23 @@ def _finish(out: np.ndarray, target: np.ndarray) -> np.ndarray:
     return out
 
 
+_FAST_DOC = """``fast``: False (the default) gives scipy's values bit for bit. True lets orders 2 to 5 sum
+    the spline taps separably with fused multiply-adds (on CPUs with AVX2 and FMA), about 1.4x
+    faster for cubic: values then differ from scipy's by a few ulps (of the order of 1e-15 of
+    the data range), and an integer output can differ by one where a value lies that close to
+    a half."""
+
+
 def map_coordinates(input, coordinates, output=None, order=3, mode="constant", cval=0.0,
-                    prefilter=True, *, threads=None):
+                    prefilter=True, *, threads=None, fast=False):
     """Map the input array to new coordinates by spline interpolation (scipy's semantics).
 
     ``coordinates[k]`` are array indices along axis k; the result has shape
     ``coordinates.shape[1:]``. ``output`` is None (the input's dtype), a dtype, or an array to
     fill. ``order`` 0 to 5, ``mode`` one of constant, grid-constant, nearest, reflect,
     grid-mirror, mirror, wrap, grid-wrap. ``threads``: None for all cores.
+
+    {fast}
     """
     pad = _pad_value(input, mode, cval, order, prefilter)
     input = _real_array(input, "input")
@@ -130,7 +139,8 @@ def map_coordinates(input, coordinates, output=None, order=3, mode="constant", c
             f"{coordinates.shape[0]}", field="coordinates")
     out, target = _output(output, input, coordinates.shape[1:])
     _core.resample_map_coordinates(input, coordinates, target, operator.index(order), mode,
-                                   float(cval), bool(prefilter), _threads(threads), pad)
+                                   float(cval), bool(prefilter), _threads(threads), pad,
+                                   bool(fast))
     return _finish(out, target)
 
 
@@ -148,12 +158,14 @@ def _offsets(offset, rank: int) -> list[float]:
 
 
 def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, order=3,
-                     mode="constant", cval=0.0, prefilter=True, *, threads=None):
+                     mode="constant", cval=0.0, prefilter=True, *, threads=None, fast=False):
     """Apply an affine transformation (scipy's semantics): output[o] = input[matrix @ o + offset].
 
     ``matrix``: (ndim, output ndim), a homogeneous (ndim + 1, ndim + 1) or (ndim, ndim + 1)
     matrix whose last column is the offset, or a 1-D diagonal. Coordinates are generated per
     output row on the fly, never held for the whole output.
+
+    {fast}
     """
     pad = _pad_value(input, mode, cval, order, prefilter)
     input = _real_array(input, "input")
@@ -189,5 +201,9 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
     out, target = _output(output, input, output_shape)
     _core.resample_affine_transform(input, matrix.ravel().tolist(), matrix.ndim == 1, offsets,
                                     target, operator.index(order), mode, float(cval),
-                                    bool(prefilter), _threads(threads), pad)
+                                    bool(prefilter), _threads(threads), pad, bool(fast))
     return _finish(out, target)
+
+
+map_coordinates.__doc__ = map_coordinates.__doc__.format(fast=_FAST_DOC)
+affine_transform.__doc__ = affine_transform.__doc__.format(fast=_FAST_DOC)

@@ -8,10 +8,13 @@
 #include <new>
 #include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/checked.hpp"
 #include "core/convert.hpp"
 #include "core/thread_pool.hpp"
+#include "resample/boundary.hpp"
 #include "resample/dispatch.hpp"
 #include "voxpipe/error.hpp"
 
@@ -345,13 +348,13 @@ typedef long long Mask4 __attribute__((vector_size(32)));
 }
 #undef VOXPIPE_SHUFFLE
 
-// Filters the `count` contiguous lines of `len` samples at `p` (len >= 2), L at a time through
-// `buf` (len * L doubles), with vectors V.
+// Filters the `count` lines of `len` contiguous samples at `p`, `pitch` apart (len >= 2), L at a
+// time through `buf` (len * L doubles), with vectors V.
 template <std::int64_t L, class V>
 [[gnu::always_inline]] inline void filter_contiguous(double* p, std::int64_t count,
-                                                     std::int64_t len, double* buf,
-                                                     const double* poles, int npoles,
-                                                     InterpMode mode) {
+                                                     std::int64_t len, std::int64_t pitch,
+                                                     double* buf, const double* poles,
+                                                     int npoles, InterpMode mode) {
   using Lanes = Fixed<L, V>;
   constexpr std::int64_t W = Lanes::W;
   const double gain = filter_gain(poles, npoles);
@@ -359,26 +362,26 @@ template <std::int64_t L, class V>
   const std::int64_t whole = len - len % W;  // samples transposed W x W at a time
   for (std::int64_t l0 = 0; l0 < count; l0 += L) {
     const std::int64_t m = std::min(L, count - l0);
-    double* block = p + l0 * len;
+    double* block = p + l0 * pitch;
     // In, times the gain (the same product as the gain pass): a partial block's spare lanes
     // filter zeros, which no real lane reads.
     if (m == L) {
       for (std::int64_t j = 0; j < L; j += W) {
-        const double* s = block + j * len;
+        const double* s = block + j * pitch;
         for (std::int64_t i = 0; i < whole; i += W) {
           V r[W];
 #pragma GCC unroll 4
-          for (std::int64_t k = 0; k < W; ++k) r[k] = load<V>(s + k * len + i);
+          for (std::int64_t k = 0; k < W; ++k) r[k] = load<V>(s + k * pitch + i);
           transpose(r);
 #pragma GCC unroll 4
           for (std::int64_t k = 0; k < W; ++k) store(buf + (i + k) * L + j, r[k] * gain);
         }
         for (std::int64_t i = whole; i < len; ++i)
-          for (std::int64_t k = 0; k < W; ++k) buf[i * L + j + k] = s[k * len + i] * gain;
+          for (std::int64_t k = 0; k < W; ++k) buf[i * L + j + k] = s[k * pitch + i] * gain;
       }
     } else {
       for (std::int64_t j = 0; j < m; ++j) {
-        const double* s = block + j * len;
+        const double* s = block + j * pitch;
         for (std::int64_t i = 0; i < len; ++i) buf[i * L + j] = s[i] * gain;
       }
       for (std::int64_t j = m; j < L; ++j)
@@ -387,21 +390,21 @@ template <std::int64_t L, class V>
     filter_lines(c, len, poles, npoles, mode, true);
     if (m == L) {
       for (std::int64_t j = 0; j < L; j += W) {
-        double* s = block + j * len;
+        double* s = block + j * pitch;
         for (std::int64_t i = 0; i < whole; i += W) {
           V r[W];
 #pragma GCC unroll 4
           for (std::int64_t k = 0; k < W; ++k) r[k] = load<V>(buf + (i + k) * L + j);
           transpose(r);
 #pragma GCC unroll 4
-          for (std::int64_t k = 0; k < W; ++k) store(s + k * len + i, r[k]);
+          for (std::int64_t k = 0; k < W; ++k) store(s + k * pitch + i, r[k]);
         }
         for (std::int64_t i = whole; i < len; ++i)
-          for (std::int64_t k = 0; k < W; ++k) s[k * len + i] = buf[i * L + j + k];
+          for (std::int64_t k = 0; k < W; ++k) s[k * pitch + i] = buf[i * L + j + k];
       }
     } else {
       for (std::int64_t j = 0; j < m; ++j) {
-        double* s = block + j * len;
+        double* s = block + j * pitch;
         for (std::int64_t i = 0; i < len; ++i) s[i] = buf[i * L + j];
       }
     }
@@ -416,9 +419,9 @@ void strided_default(double* line, std::int64_t len, std::int64_t stride, std::i
                      const double* poles, int npoles, InterpMode mode) {
   filter_lines(Lines<Dynamic>{line, stride, {lanes}}, len, poles, npoles, mode, false);
 }
-void contiguous_default(double* p, std::int64_t count, std::int64_t len, double* buf,
-                        const double* poles, int npoles, InterpMode mode) {
-  filter_contiguous<kLastBlock, Vec2>(p, count, len, buf, poles, npoles, mode);
+void contiguous_default(double* p, std::int64_t count, std::int64_t len, std::int64_t pitch,
+                        double* buf, const double* poles, int npoles, InterpMode mode) {
+  filter_contiguous<kLastBlock, Vec2>(p, count, len, pitch, buf, poles, npoles, mode);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -430,10 +433,10 @@ __attribute__((target("avx2"))) void strided_avx2(double* line, std::int64_t len
   filter_lines(Lines<Dynamic>{line, stride, {lanes}}, len, poles, npoles, mode, false);
 }
 __attribute__((target("avx2"))) void contiguous_avx2(double* p, std::int64_t count,
-                                                     std::int64_t len, double* buf,
-                                                     const double* poles, int npoles,
-                                                     InterpMode mode) {
-  filter_contiguous<kLastBlockAvx, Vec4>(p, count, len, buf, poles, npoles, mode);
+                                                     std::int64_t len, std::int64_t pitch,
+                                                     double* buf, const double* poles,
+                                                     int npoles, InterpMode mode) {
+  filter_contiguous<kLastBlockAvx, Vec4>(p, count, len, pitch, buf, poles, npoles, mode);
 }
 
 bool use_avx2() {
@@ -455,14 +458,15 @@ void filter_strided(double* line, std::int64_t len, std::int64_t stride, std::in
   strided_default(line, len, stride, lanes, poles, npoles, mode);
 }
 
-void filter_contiguous_lines(double* p, std::int64_t count, std::int64_t len, double* buf,
-                             const double* poles, int npoles, InterpMode mode, SplineSimd simd) {
+void filter_contiguous_lines(double* p, std::int64_t count, std::int64_t len, std::int64_t pitch,
+                             double* buf, const double* poles, int npoles, InterpMode mode,
+                             SplineSimd simd) {
 #ifdef VOXPIPE_BSPLINE_AVX2
   if (simd == SplineSimd::best && use_avx2())
-    return contiguous_avx2(p, count, len, buf, poles, npoles, mode);
+    return contiguous_avx2(p, count, len, pitch, buf, poles, npoles, mode);
 #endif
   (void)simd;
-  contiguous_default(p, count, len, buf, poles, npoles, mode);
+  contiguous_default(p, count, len, pitch, buf, poles, npoles, mode);
 }
 
 }  // namespace
@@ -480,14 +484,19 @@ void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, st
   spline_filter_lines(line, len, stride, lanes, order, mode, SplineSimd::best);
 }
 
-void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, int order,
-                              InterpMode mode, SplineSimd simd) {
+void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, std::int64_t pitch,
+                              int order, InterpMode mode, SplineSimd simd) {
   double poles[2];
   const int npoles = spline_poles(order, poles);
   if (npoles == 0 || len <= 1 || count <= 0) return;
   const auto n = static_cast<std::size_t>(len * std::max(kLastBlock, kLastBlockAvx));
   const std::unique_ptr<double[]> buf(new double[n]);
-  filter_contiguous_lines(p, count, len, buf.get(), poles, npoles, mode, simd);
+  filter_contiguous_lines(p, count, len, pitch, buf.get(), poles, npoles, mode, simd);
+}
+
+void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, int order,
+                              InterpMode mode, SplineSimd simd) {
+  spline_filter_contiguous(p, count, len, len, order, mode, simd);
 }
 
 double cast_to_dtype(double v, DType t) {
@@ -524,6 +533,15 @@ std::int64_t product(const std::vector<std::int64_t>& v, std::size_t from, std::
 
 }  // namespace
 
+std::int64_t spline_margin(const std::vector<std::int64_t>& shape, int order, InterpMode mode) {
+  // Not for the padded modes (their padding already holds the taps), and not where the last
+  // axis is short: the axes before it are then filtered a row at a time, in blocks of lanes
+  // too narrow to fill a vector, which costs more than the edge points save.
+  if (mode == InterpMode::nearest || mode == InterpMode::grid_constant) return 0;
+  if (shape.empty() || shape.back() < 16) return 0;
+  return order / 2 + 1;
+}
+
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
                                  unsigned threads) {
   const std::size_t nd = input.shape.size();
@@ -531,12 +549,17 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
   out.npad = mode == InterpMode::nearest || mode == InterpMode::grid_constant ? 12 : 0;
   out.shape.resize(nd);
   for (std::size_t d = 0; d < nd; ++d) out.shape[d] = input.shape[d] + 2 * out.npad;
+  const std::int64_t m = spline_margin(out.shape, order, mode);
+  out.margin = m;
+  std::vector<std::int64_t> stored(nd);
+  for (std::size_t d = 0; d < nd; ++d) stored[d] = out.shape[d] + 2 * m;
   out.strides.assign(nd, 1);
-  for (std::size_t d = nd; d-- > 1;) out.strides[d - 1] = out.strides[d] * out.shape[d];
-  const std::int64_t total = product(out.shape, 0, nd);
+  for (std::size_t d = nd; d-- > 1;) out.strides[d - 1] = out.strides[d] * stored[d];
+  const std::int64_t logical = product(out.shape, 0, nd);
   const std::int64_t row_len = nd ? out.shape[nd - 1] : 1;
-  const std::int64_t rows = row_len ? total / row_len : 0;
-  if (total == 0) return out;
+  const std::int64_t rows = row_len ? logical / row_len : 0;
+  if (logical == 0) return out;
+  const std::int64_t total = product(stored, 0, nd);
   {
     constexpr std::size_t kHuge = std::size_t{2} << 20;
     std::size_t bytes = static_cast<std::size_t>(total) * sizeof(double);
@@ -551,6 +574,20 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     if (!p) throw std::bad_alloc();
     out.data.reset(static_cast<double*>(p));
   }
+  std::int64_t origin = 0;
+  for (std::size_t d = 0; d < nd; ++d) origin += m * out.strides[d];
+  out.origin = out.data.get() + origin;
+  double* const base = out.origin;
+  // The offset of the element whose indices along axes [from, to) are those of `index`, a
+  // position in C order over out.shape[from, to) (inside, no margin).
+  auto offset_of = [&](std::int64_t index, std::size_t from, std::size_t to) {
+    std::int64_t off = 0;
+    for (std::size_t d = to; d-- > from;) {
+      off += index % out.shape[d] * out.strides[d];
+      index /= out.shape[d];
+    }
+    return off;
+  };
 
   // 1. Copy (and pad) the input into float64, one output row per index, converted by the
   //    library's one cast kernel.
@@ -570,27 +607,29 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     const std::int64_t r0 = static_cast<std::int64_t>(task) * chunk_rows;
     const std::int64_t r1 = std::min(rows, r0 + chunk_rows);
     for (std::int64_t r = r0; r < r1; ++r) {
-      double* dst = out.data.get() + r * row_len;
       // Source index of this row along every axis but the last; outside: cval or clamp.
-      std::int64_t rest = r, src = 0;
+      std::int64_t rest = r, src = 0, at = 0;
       bool outside = false;
       for (std::size_t d = nd - 1; d-- > 0;) {
-        std::int64_t i = rest % out.shape[d] - npad;
+        const std::int64_t k = rest % out.shape[d];
         rest /= out.shape[d];
+        at += k * out.strides[d];
+        std::int64_t i = k - npad;
         if (i < 0 || i >= input.shape[d]) {
           if (mode == InterpMode::grid_constant) outside = true;
           i = std::clamp<std::int64_t>(i, 0, input.shape[d] - 1);
         }
         src += i * input.strides[d];
       }
+      double* dst = base + at;
       if (outside) {
         std::fill(dst, dst + row_len, cval);
         continue;
       }
       const std::int64_t n = input.shape[nd - 1];
       const std::int64_t s = input.strides[nd - 1];
-      const auto* base = static_cast<const std::byte*>(input.data) + src * esize;
-      convert(conv, base, s * esize, reinterpret_cast<std::byte*>(dst + npad),
+      const auto* from = static_cast<const std::byte*>(input.data) + src * esize;
+      convert(conv, from, s * esize, reinterpret_cast<std::byte*>(dst + npad),
               static_cast<std::ptrdiff_t>(sizeof(double)), static_cast<std::size_t>(n));
       const double left = mode == InterpMode::grid_constant ? cval : dst[npad];
       const double right = mode == InterpMode::grid_constant ? cval : dst[npad + n - 1];
@@ -599,34 +638,88 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     }
   });
 
-  // 2. Prefilter along each axis in turn (scipy's order): outer x lanes blocks, each block of
-  //    lanes filtered in lockstep down the axis.
+  // 2. Prefilter along each axis in turn (scipy's order), inside the margin.
   for (std::size_t d = 0; d < nd; ++d) {
     const std::int64_t len = out.shape[d];
     if (len <= 1) continue;
     const std::int64_t outer = product(out.shape, 0, d);
-    const std::int64_t inner = product(out.shape, d + 1, nd);
-    if (inner == 1) {
-      // The last axis: contiguous lines, several per task, filtered in blocks in lockstep
-      // (whole blocks in every task but the last).
+    if (d == nd - 1) {
+      // The last axis: lines `pitch` apart in planes (all of them in one plane without a
+      // margin), several per task, filtered in blocks in lockstep (whole blocks in every task
+      // but a plane's last).
+      const std::int64_t planes = m && nd >= 2 ? product(out.shape, 0, nd - 2) : 1;
+      const std::int64_t lines = rows / planes;
+      const std::int64_t pitch = m && nd >= 2 ? out.strides[nd - 2] : len;
       const std::int64_t per_task =
           std::max<std::int64_t>(1, 16384 / len / kLastBlockAvx) * kLastBlockAvx;
-      const auto tasks = static_cast<std::size_t>((outer + per_task - 1) / per_task);
-      core::parallel_for(tasks, threads, [&](std::size_t t) {
-        const std::int64_t l0 = static_cast<std::int64_t>(t) * per_task;
-        const std::int64_t l1 = std::min(outer, l0 + per_task);
-        spline_filter_contiguous(out.data.get() + l0 * len, l1 - l0, len, order, mode);
+      const std::int64_t per_plane = (lines + per_task - 1) / per_task;
+      core::parallel_for(static_cast<std::size_t>(planes * per_plane), threads, [&](std::size_t t) {
+        const std::int64_t plane = static_cast<std::int64_t>(t) / per_plane;
+        const std::int64_t l0 = static_cast<std::int64_t>(t) % per_plane * per_task;
+        const std::int64_t l1 = std::min(lines, l0 + per_task);
+        double* p = base + (m && nd >= 2 ? offset_of(plane, 0, nd - 2) : 0) + l0 * pitch;
+        spline_filter_contiguous(p, l1 - l0, len, pitch, order, mode);
       });
     } else {
-      const std::int64_t blocks = (inner + kLaneBlock - 1) / kLaneBlock;
-      core::parallel_for(static_cast<std::size_t>(outer * blocks), threads, [&](std::size_t t) {
-        const std::int64_t o = static_cast<std::int64_t>(t) / blocks;
+      // Lanes: runs of adjacent elements along the axes after d (one run per outer index
+      // without a margin; with one, a run per row of the last axis), in blocks.
+      const std::int64_t runs = m ? product(out.shape, d + 1, nd - 1) : 1;
+      const std::int64_t run_len = m ? out.shape[nd - 1] : product(out.shape, d + 1, nd);
+      const std::int64_t blocks = (run_len + kLaneBlock - 1) / kLaneBlock;
+      const std::int64_t stride = out.strides[d];
+      core::parallel_for(static_cast<std::size_t>(outer * runs * blocks), threads,
+                         [&](std::size_t t) {
         const std::int64_t b = static_cast<std::int64_t>(t) % blocks;
+        const std::int64_t run = static_cast<std::int64_t>(t) / blocks % runs;
+        const std::int64_t o = static_cast<std::int64_t>(t) / blocks / runs;
         const std::int64_t j0 = b * kLaneBlock;
-        const std::int64_t lanes = std::min(kLaneBlock, inner - j0);
-        spline_filter_lines(out.data.get() + o * len * inner + j0, len, inner, lanes, order,
-                            mode);
+        const std::int64_t lanes = std::min(kLaneBlock, run_len - j0);
+        double* line = base + offset_of(o, 0, d) + (m ? offset_of(run, d + 1, nd - 1) : 0) + j0;
+        spline_filter_lines(line, len, stride, lanes, order, mode);
       });
+    }
+  }
+
+  // 3. The margin, axis by axis: the planes at indices [-m, 0) and [n, n + m) of axis d are
+  //    copies of those at map_tap's index, over the margins of the axes before d (already
+  //    filled) and inside the axes after it; so the element at any indices in the margin is the
+  //    coefficient at map_tap of each.
+  if (m > 0) {
+    const InterpMode tmode = tap_mode(mode);
+    for (std::size_t d = 0; d < nd; ++d) {
+      const std::int64_t len = out.shape[d];
+      std::vector<std::pair<std::int64_t, std::int64_t>> copies;  // (to, from) along d
+      for (std::int64_t i = -m; i < 0; ++i) copies.emplace_back(i, map_tap(i, len, tmode));
+      for (std::int64_t i = len; i < len + m; ++i) copies.emplace_back(i, map_tap(i, len, tmode));
+      // Positions along every axis before the last but d; the last axis is axis d itself, or
+      // copied a row at a time.
+      const std::size_t last = nd - 1;
+      std::vector<std::int64_t> lo(nd, 0), hi(nd, 1), idx(nd, 0);
+      for (std::size_t e = 0; e < last; ++e) {
+        if (e == d) continue;
+        lo[e] = e < d ? -m : 0;
+        hi[e] = e < d ? out.shape[e] + m : out.shape[e];
+      }
+      for (std::size_t e = 0; e < nd; ++e) idx[e] = lo[e];
+      for (;;) {
+        std::int64_t at = 0;
+        for (std::size_t e = 0; e < nd; ++e) at += idx[e] * out.strides[e];
+        double* q = base + at;
+        if (d == nd - 1) {
+          for (const auto& [to, from] : copies) q[to] = q[from];
+        } else {
+          const auto bytes = static_cast<std::size_t>(out.shape[nd - 1]) * sizeof(double);
+          for (const auto& [to, from] : copies)
+            std::memcpy(q + to * out.strides[d], q + from * out.strides[d], bytes);
+        }
+        std::size_t e = last;
+        while (e-- > 0) {
+          if (e == d) continue;
+          if (++idx[e] < hi[e]) break;
+          idx[e] = lo[e];
+        }
+        if (e == static_cast<std::size_t>(-1)) break;
+      }
     }
   }
   return out;

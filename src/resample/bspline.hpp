@@ -62,11 +62,21 @@ void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, st
 // each, bit for bit: blocks of lines are transposed so that they filter in lockstep.
 void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, int order,
                               InterpMode mode, SplineSimd simd = SplineSimd::best);
+// The same for lines `pitch` >= len apart (line l is p[l * pitch, l * pitch + len)).
+void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, std::int64_t pitch,
+                              int order, InterpMode mode, SplineSimd simd = SplineSimd::best);
 
 // The float64 spline coefficients of `input` (C order), as scipy's map_coordinates computes them
 // before interpolating: for nearest and grid-constant the input is first padded by `npad` = 12
 // samples on each side of every axis (edge values, or cval), as _prepad_for_spline_filter does;
 // then every axis is prefiltered in turn. Lines are filtered in parallel on `threads` threads.
+//
+// For the other modes, whose taps beyond an edge read the coefficient map_tap names, the array
+// is stored with a `margin` of order / 2 + 1 samples on each side of every axis holding exactly
+// those coefficients (coefficient index i at map_tap(i) along each axis). A point whose
+// coordinate lies inside [0, n - 1] on every axis then finds all its taps in memory, at their
+// plain offsets, and the interpolation kernel treats it as an interior point: the same values,
+// read without the per-tap boundary logic.
 struct Coefficients {
   struct Free {
     void operator()(double* p) const noexcept;
@@ -75,10 +85,14 @@ struct Coefficients {
   // with transparent huge pages when large: fresh 4 KiB pages cost ~13 us each on first touch
   // here (DESIGN.md), more than the filter itself.
   std::unique_ptr<double[], Free> data;
+  double* origin = nullptr;           // coefficient (0, ..., 0), margin samples into data
   std::vector<std::int64_t> shape;    // input.shape + 2 * npad
-  std::vector<std::int64_t> strides;  // C order, elements
+  std::vector<std::int64_t> strides;  // C order over shape + 2 * margin, elements
   std::int64_t npad = 0;
+  std::int64_t margin = 0;
 };
+// The margin spline_coefficients gives an array of `shape` (input.shape + 2 * npad).
+std::int64_t spline_margin(const std::vector<std::int64_t>& shape, int order, InterpMode mode);
 // `cval` is the padding value of grid-constant (InterpOptions::pad_value, resolved).
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
                                  unsigned threads);

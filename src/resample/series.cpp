@@ -26,6 +26,7 @@
 
 #include "core/checked.hpp"
 #include "core/thread_pool.hpp"
+#include "resample/bspline.hpp"
 #include "resample/interpolator.hpp"
 #include "resample/matrix4.hpp"
 #include "voxpipe/error.hpp"
@@ -180,10 +181,13 @@ Sizes sizes(const Source& moving, const Grid& reference, bool field, bool to_fil
   const bool prefilter = o.interp.prefilter && o.interp.order > 1;
   const std::int64_t npad =
       (o.interp.mode == InterpMode::nearest || o.interp.mode == InterpMode::grid_constant) ? 12 : 0;
+  std::vector<std::int64_t> logical(3);
+  for (int d = 0; d < 3; ++d) logical[d] = moving.shape[d] + 2 * npad;
+  const std::int64_t margin = spline_margin(logical, o.interp.order, o.interp.mode);
   std::uint64_t padded = 1;
   for (int d = 0; d < 3; ++d) {
     s.moving_voxels = mul(s.moving_voxels, static_cast<std::uint64_t>(moving.shape[d]), "moving");
-    padded = mul(padded, static_cast<std::uint64_t>(moving.shape[d] + 2 * npad), "moving");
+    padded = mul(padded, static_cast<std::uint64_t>(logical[d] + 2 * margin), "moving");
     if (reference.shape[d] < 0) invalid("reference", "expected a grid of non-negative dimensions");
     s.reference_voxels =
         mul(s.reference_voxels, static_cast<std::uint64_t>(reference.shape[d]), "reference");

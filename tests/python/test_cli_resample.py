@@ -131,6 +131,21 @@ def test_fsl_mat_and_options(series, tmp_path):
         np.testing.assert_allclose(got.dataobj[..., t], e, rtol=0, atol=1e-9 * np.ptp(data))
 
 
+def test_fast_option_stays_within_ulps_of_the_exact_output(series, tmp_path):
+    d, moving, ref, mats = series
+    mat = tmp_path / 'one.txt'
+    np.savetxt(mat, mats[1])
+    exact, fast = tmp_path / 'exact.nii', tmp_path / 'fast.nii'
+    for out, extra in ((exact, []), (fast, ['--fast'])):
+        r = run(moving, '--reference', ref, '--affine', mat, '-o', out, '--dtype', 'float64',
+                *extra)
+        assert r.returncode == 0, r.stderr
+    e = np.asarray(nib.load(exact).dataobj)
+    f = np.asarray(nib.load(fast).dataobj)
+    np.testing.assert_allclose(f, e, rtol=0, atol=1e-13 * np.max(np.abs(e)))
+    assert '--fast' in run('--help').stdout
+
+
 def test_warp_then_affines_matches_nitransforms(series, tmp_path):
     nitl = pytest.importorskip('nitransforms.linear')
     from nitransforms.linear import Affine, LinearTransformsMapping
