@@ -47,7 +47,7 @@ const char* const kResampleUsage =
     "                      grid-wrap, grid-mirror: scipy.ndimage's boundary modes\n"
     "  --cval V            value outside the moving image (default 0)\n"
     "  --no-prefilter      use the samples as spline coefficients (scipy's prefilter=False)\n"
-    "  --fast              sum spline taps separably with fused multiply-adds (orders 2..5):\n"
+    "  --fast              sum spline taps separably with fused multiply-adds (orders 3..5):\n"
     "                      faster; values within a few ulps of scipy's instead of identical\n"
     "  --dtype T           output type: float32 (default), float64, int16, uint8, ...\n"
     "  --threads N         threads, 0 = all cores (default)\n"

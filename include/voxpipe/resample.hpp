@@ -65,7 +65,7 @@ struct InterpOptions {
   // does on x86-64; NaN and values beyond 64 bits give 0).
   std::optional<double> pad_value;
   // Allows the kernel to sum the taps in another order, with fused multiply-adds, where that is
-  // faster (orders 2 to 5 on float64/float32 data or coefficients, AVX2 and FMA). Values then
+  // faster (orders 3 to 5 on float64/float32 data or coefficients, AVX2 and FMA). Values then
   // differ from scipy's by a few ulps (about 1e-15 of the data range) instead of being equal bit
   // for bit, and an integer output can differ by one where the value lies that close to a half.
   bool fast = false;

@@ -103,7 +103,7 @@ def _finish(out: np.ndarray, target: np.ndarray) -> np.ndarray:
     return out
 
 
-_FAST_DOC = """``fast``: False (the default) gives scipy's values bit for bit. True lets orders 2 to 5 sum
+_FAST_DOC = """``fast``: False (the default) gives scipy's values bit for bit. True lets orders 3 to 5 sum
     the spline taps separably with fused multiply-adds (on CPUs with AVX2 and FMA), about 1.4x
     faster for cubic: values then differ from scipy's by a few ulps (of the order of 1e-15 of
     the data range), and an integer output can differ by one where a value lies that close to

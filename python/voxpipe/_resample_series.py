@@ -237,7 +237,7 @@ def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, 
     volume.
     ``progress``: called as ``progress(done, total)`` after each volume.
     ``fast``: as for ``voxpipe.map_coordinates``: True trades bit-identity with scipy for speed
-    (orders 2 to 5 sum separably with fused multiply-adds; values within a few ulps).
+    (orders 3 to 5 sum separably with fused multiply-adds; values within a few ulps).
     """
     moving_path = _moving_path(moving)
     if moving_path is not None:

@@ -221,8 +221,10 @@ double gather_with_cval(const T* p, const Taps* t, int ts, int nd, double cval) 
   return sum;
 }
 
-// Values at n points; coordinate of point k along axis d at coords[d * n + k].
-using EvalFn = void (*)(const Plan&, const double* coords, std::int64_t n, Taps* taps, double* out);
+// Values at n points; coordinate of point k along axis d at coords[d * cs + k] (cs of any sign:
+// rows of a caller's coordinate array are read in place).
+using EvalFn = void (*)(const Plan&, const double* coords, std::int64_t cs, std::int64_t n,
+                        Taps* taps, double* out);
 
 // The scalar evaluation, for every point: n points whose coordinate along axis d is at
 // coords[d * cs + k]. taps: room for nd * kGroup entries (axis d of group slot g at
@@ -270,8 +272,9 @@ void eval_scalar(const Plan& plan, const double* coords, std::int64_t cs, std::i
 }
 
 template <typename T, int ORDER>
-void eval_points(const Plan& plan, const double* coords, std::int64_t n, Taps* taps, double* out) {
-  eval_scalar<T, ORDER>(plan, coords, n, n, taps, out);
+void eval_points(const Plan& plan, const double* coords, std::int64_t cs, std::int64_t n,
+                 Taps* taps, double* out) {
+  eval_scalar<T, ORDER>(plan, coords, cs, n, taps, out);
 }
 
 #if VOXPIPE_RESAMPLE_AVX2
@@ -364,7 +367,7 @@ bool small_offsets(const Plan& plan) {
   return reach < 2147483647.0;
 }
 
-template <int ORDER, int ND>
+template <int ORDER, int ND, bool EXACT = true>
 VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std::int64_t cs,
                                     const Bounds<ND>& bounds, bool small, Group<ORDER, ND>& g) {
   const v4d npad = v4d{} + plan.npad;
@@ -378,7 +381,7 @@ VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std:
     start[d] = knot - static_cast<double>(ORDER / 2);
     ok &= (start[d] >= bounds.lo[d]) & (start[d] <= bounds.hi[d]);
     if (bounds.margin) ok &= (c >= v4d{}) & (c <= bounds.cmax[d]);
-    spline_weights_at<ORDER>(c - knot, g.w[d]);
+    spline_weights_at<ORDER, v4d, EXACT>(c - knot, g.w[d]);
   }
   const int mask = _mm256_movemask_pd((__m256d)ok);
   for (int d = 0; d < ND; ++d) start[d] = (v4d)_mm256_and_pd((__m256d)start[d], (__m256d)ok);
@@ -490,7 +493,8 @@ VOXPIPE_AVX2 inline void tap_sums(const T* p, const std::int64_t* stride, int un
 constexpr int kInterleave = 3;
 
 template <typename T, int ORDER, int ND>
-VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t n, Taps* taps,
+VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t cs,
+                            std::int64_t n, Taps* taps,
                             double* out) {
   const T* p = static_cast<const T*>(plan.data);
   const std::int64_t* stride = plan.strides.data();
@@ -503,7 +507,7 @@ VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t
   // Points whose taps are not all inside are redone one by one on the scalar path.
   auto redo = [&](int mask, std::int64_t k) {
     for (int l = 0; l < 4; ++l)
-      if (!(mask >> l & 1)) eval_scalar<T, ORDER>(plan, coords + k + l, n, 1, taps, out + k + l);
+      if (!(mask >> l & 1)) eval_scalar<T, ORDER>(plan, coords + k + l, cs, 1, taps, out + k + l);
   };
   Group<ORDER, ND> g[kInterleave];
   std::int64_t k = 0;
@@ -511,7 +515,7 @@ VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t
     int mask[kInterleave];
     bool all = true;
     for (int q = 0; q < kInterleave; ++q) {
-      mask[q] = setup_group(plan, coords + k + 4 * q, n, bounds, small, g[q]);
+      mask[q] = setup_group(plan, coords + k + 4 * q, cs, bounds, small, g[q]);
       all &= mask[q] == 0xF;
     }
     if (all) {
@@ -525,28 +529,29 @@ VOXPIPE_AVX2 void eval_avx2(const Plan& plan, const double* coords, std::int64_t
     }
   }
   for (; k + 4 <= n; k += 4) {
-    const int mask = setup_group(plan, coords + k, n, bounds, small, g[0]);
+    const int mask = setup_group(plan, coords + k, cs, bounds, small, g[0]);
     if (mask) tap_sums<T, ORDER, ND, 1>(p, stride, unit, g, out + k);
     redo(mask, k);
   }
-  if (k < n) eval_scalar<T, ORDER>(plan, coords + k, n, n - k, taps, out + k);
+  if (k < n) eval_scalar<T, ORDER>(plan, coords + k, cs, n - k, taps, out + k);
 }
 
 // --------------------------------------------------------------------------------------------
-// The fast mode (InterpOptions::fast), orders 2 to 5 on float64 or float32 data with an axis of
+// The fast mode (InterpOptions::fast), orders 3 to 5 on float64 or float32 data with an axis of
 // stride 1: the taps are summed separably, with fused multiply-adds. Along the unit axis a
 // point's order + 1 taps are adjacent, so each "row" of them is one or two vector loads; the
 // rows are weighted by the product of the other axes' weights and accumulated, then the row
 // sum is dotted with the unit axis' weights. For cubic in 3-D that is 16 row loads and 16
-// multiply-adds per point instead of 64 taps times 3 products and a sum. The weights are
-// scipy's; the sum rounds differently: values are within a few ulps of the exact path (of the
+// multiply-adds per point instead of 64 taps times 3 products and a sum; the weights multiply
+// by reciprocals where scipy divides. Values are within a few ulps of the exact path (of the
 // order of 1e-15 of the data range), and integer outputs can differ by one where a value lies
-// within that of a half. Points with a tap outside the array take the exact scalar path.
+// within that of a half. Points the vector paths do not take get the exact scalar path. Order
+// 2 is left exact: its 27 taps cost no more than the separable sum's rows of 3.
 // --------------------------------------------------------------------------------------------
 #define VOXPIPE_AVX2_FMA __attribute__((target("avx2,fma")))
 
-// The row of K adjacent taps at p as W = ceil(K / 4) vectors of float64, zero beyond K (masked
-// loads: nothing past the row is read).
+// The row of K adjacent taps at p as W = ceil(K / 4) vectors of float64, zero beyond K (nothing
+// past the row is read).
 template <typename T, int K>
 __attribute__((target("avx2,fma"), always_inline)) inline void load_row(const T* p, __m256d* v) {
   constexpr int W = (K + 3) / 4;
@@ -554,13 +559,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline void load_row(const T*
     constexpr int full = K / 4;
     const int left = K - 4 * w;  // taps in this vector
     if constexpr (std::is_same_v<T, double>) {
-      if (w < full) {
-        v[w] = _mm256_loadu_pd(p + 4 * w);
-      } else {
-        const __m256i m = _mm256_setr_epi64x(left > 0 ? -1 : 0, left > 1 ? -1 : 0,
-                                             left > 2 ? -1 : 0, 0);
-        v[w] = _mm256_maskload_pd(p + 4 * w, m);
-      }
+      // The tail by 128- and 64-bit loads, zero-extended (cheaper than a masked load here).
+      if (w < full) v[w] = _mm256_loadu_pd(p + 4 * w);
+      else if (left == 1) v[w] = _mm256_zextpd128_pd256(_mm_load_sd(p + 4 * w));
+      else if (left == 2) v[w] = _mm256_zextpd128_pd256(_mm_loadu_pd(p + 4 * w));
+      else v[w] = _mm256_insertf128_pd(_mm256_zextpd128_pd256(_mm_loadu_pd(p + 4 * w)),
+                                       _mm_load_sd(p + 4 * w + 2), 1);
     } else {
       if (w < full) {
         v[w] = _mm256_cvtps_pd(_mm_loadu_ps(p + 4 * w));
@@ -573,7 +577,8 @@ __attribute__((target("avx2,fma"), always_inline)) inline void load_row(const T*
 }
 
 template <typename T, int ORDER, int ND>
-VOXPIPE_AVX2_FMA void eval_fast(const Plan& plan, const double* coords, std::int64_t n, Taps* taps,
+VOXPIPE_AVX2_FMA void eval_fast(const Plan& plan, const double* coords, std::int64_t cs,
+                                std::int64_t n, Taps* taps,
                                 double* out) {
   constexpr int K = ORDER + 1;
   constexpr int W = (K + 3) / 4;
@@ -598,7 +603,7 @@ VOXPIPE_AVX2_FMA void eval_fast(const Plan& plan, const double* coords, std::int
   Group<ORDER, ND> g;
   std::int64_t k = 0;
   for (; k + 4 <= n; k += 4) {
-    const int mask = setup_group(plan, coords + k, n, bounds, small, g);
+    const int mask = setup_group<ORDER, ND, false>(plan, coords + k, cs, bounds, small, g);
     if (mask) {
       // Row weights, lane l for point l: the product of the other axes' weights.
       alignas(32) double wr[R][4];
@@ -647,9 +652,9 @@ VOXPIPE_AVX2_FMA void eval_fast(const Plan& plan, const double* coords, std::int
       _mm256_storeu_pd(out + k, res);
     }
     for (int l = 0; l < 4; ++l)
-      if (!(mask >> l & 1)) eval_scalar<T, ORDER>(plan, coords + k + l, n, 1, taps, out + k + l);
+      if (!(mask >> l & 1)) eval_scalar<T, ORDER>(plan, coords + k + l, cs, 1, taps, out + k + l);
   }
-  if (k < n) eval_scalar<T, ORDER>(plan, coords + k, n, n - k, taps, out + k);
+  if (k < n) eval_scalar<T, ORDER>(plan, coords + k, cs, n - k, taps, out + k);
 }
 
 bool cpu_has_avx2() {
@@ -673,7 +678,7 @@ template <typename T, int ORDER>
 EvalFn pick_kernel(const Plan& plan) {
   [[maybe_unused]] const int nd = plan.nd;
 #if VOXPIPE_RESAMPLE_AVX2
-  if constexpr (ORDER >= 2 && (std::is_same_v<T, double> || std::is_same_v<T, float>)) {
+  if constexpr (ORDER >= 3 && (std::is_same_v<T, double> || std::is_same_v<T, float>)) {
     const bool unit = plan.strides[nd - 1] == 1 || plan.strides[0] == 1;
     if (plan.fast && unit && simd_enabled() && cpu_has_fma() && nd == 3) return eval_fast<T, ORDER, 3>;
     if (plan.fast && unit && simd_enabled() && cpu_has_fma() && nd == 2) return eval_fast<T, ORDER, 2>;
@@ -817,7 +822,8 @@ constexpr std::int64_t kMinPointsPerTask = 4096;
 
 // Runs the plan over every output element. coords(row_index, k0, n, buf) writes the coordinates
 // of the n points from k0 along the row `row_index` (output indices of all axes but the last)
-// into buf[d * n + k].
+// into buf[d * n + k]. A CoordFn may instead take a fifth argument, std::int64_t& cs, and
+// return where the coordinates already are (coordinate d of point k at [d * cs + k]), or buf.
 template <typename CoordFn>
 void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& coords) {
   const int ond = static_cast<int>(output.shape.size());
@@ -857,8 +863,15 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
         rest /= output.shape[d];
         out_off += row_index[d] * output.strides[d];
       }
-      coords(row_index.data(), k0, n, buf.data());
-      eval(plan, buf.data(), n, taps.data(), vals.data());
+      if constexpr (std::is_invocable_v<CoordFn&, const std::int64_t*, std::int64_t, std::int64_t,
+                                        double*, std::int64_t&>) {
+        std::int64_t cs = n;
+        const double* c = coords(row_index.data(), k0, n, buf.data(), cs);
+        eval(plan, c, cs, n, taps.data(), vals.data());
+      } else {
+        coords(row_index.data(), k0, n, buf.data());
+        eval(plan, buf.data(), n, n, taps.data(), vals.data());
+      }
       put(vals.data(), n, static_cast<std::byte*>(output.data) + out_off * esize, output.strides[ond - 1]);
     }
   });
@@ -917,13 +930,13 @@ void Interpolator::evaluate(const double* coords, std::int64_t n, double* out) c
     // needs its own contiguous block.
     const std::int64_t m = std::min(kSegment, n - k0);
     if (m == n) {
-      state_->eval(state_->plan, coords, n, taps.data(), out);
+      state_->eval(state_->plan, coords, n, n, taps.data(), out);
       return;
     }
     buf.resize(static_cast<std::size_t>(state_->plan.nd * kSegment));
     for (int d = 0; d < state_->plan.nd; ++d)
       std::copy(coords + d * n + k0, coords + d * n + k0 + m, buf.data() + d * m);
-    state_->eval(state_->plan, buf.data(), m, taps.data(), out + k0);
+    state_->eval(state_->plan, buf.data(), m, m, taps.data(), out + k0);
   }
 }
 
@@ -959,6 +972,19 @@ void map_coordinates(const ArrayRef& input, const ArrayRef& coordinates, const A
   };
   if (coordinates.dtype == DType::f64) {
     const auto* c = static_cast<const double*>(coordinates.data);
+    // Adjacent along the points: read in place, axis d cs[0] elements (any sign) after axis
+    // d - 1.
+    if (cs[ond] == 1) {
+      run(plan, output, options.threads,
+          [&](const std::int64_t* r, std::int64_t k0, std::int64_t, double*,
+              std::int64_t& stride) -> const double* {
+            std::int64_t base = k0;
+            for (int d = 0; d < ond - 1; ++d) base += r[d] * cs[d + 1];
+            stride = cs[0];
+            return c + base;
+          });
+      return;
+    }
     run(plan, output, options.threads, [&](const std::int64_t* r, std::int64_t k0, std::int64_t n, double* b) { read(c, r, k0, n, b); });
   } else {
     const auto* c = static_cast<const float*>(coordinates.data);
