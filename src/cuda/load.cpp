@@ -1,5 +1,6 @@
 #include "cuda/load.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "core/checked.hpp"
 #include "core/file.hpp"
 #include "cuda/element_op.hpp"
+#include "gz/gzip_source.hpp"
 #include "dicom/modality.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
@@ -28,7 +30,90 @@ std::uint64_t voxel_count(const NiftiImage& image) {
   return n;
 }
 
+// Where a random-access gzip source's spans (members, or the bytes between two seek points)
+// start, inside (begin, end); empty for other sources.
+std::vector<std::uint64_t> span_starts(const core::ByteSource& data, std::uint64_t begin,
+                                       std::uint64_t end) {
+  std::vector<std::uint64_t> starts;
+  const auto* gz = dynamic_cast<const gz::GzipSource*>(&data);
+  if (!gz) return starts;
+  if (gz->members()) {
+    for (const gz::Member& m : *gz->members())
+      if (m.uncompressed_offset > begin && m.uncompressed_offset < end) starts.push_back(m.uncompressed_offset);
+  } else if (gz->index()) {
+    for (const gz::SeekPoint& p : gz->index()->points)
+      if (p.uncompressed > begin && p.uncompressed < end) starts.push_back(p.uncompressed);
+  }
+  return starts;
+}
+
 }  // namespace
+
+// A random-access source (sized
+// members, a seek index) splits a range into tasks as large as the range allows, one per
+// thread at a time, so a single read_range over the payload would deliver up to a task's worth
+// of bytes ahead of the first missing one - about payload / 4 - and the staging overflow would
+// grow with the file. Read instead in consecutive ranges of about the ring's size, cut where a
+// span starts so that no span is inflated twice: the reordering distance, and with it the
+// overflow, is then at most the ring's bytes plus one span. The speculative engine (plain gzip)
+// always starts at the file's first byte, so it gets the payload in one call; its distance is
+// bounded by the chunks it holds in flight (parallel_inflate.hpp).
+PushSource nifti_push_source(const NiftiImage& image, core::ByteSource& data,
+                             const StagingOptions& options) {
+  const std::uint64_t payload = mul(image, voxel_count(image), dtype_size(image.dtype));
+  PushSource source;
+  source.name = image.data_path;
+  source.base_offset = image.data_offset;
+  source.size = payload;
+  const std::uint64_t begin = image.data_offset, end = begin + payload;
+  std::vector<std::uint64_t> cuts;  // range ends
+  const std::vector<std::uint64_t> starts = span_starts(data, begin, end);
+  if (!starts.empty()) {
+    const std::uint64_t ring = std::max<std::uint64_t>(
+        1, std::uint64_t{std::max(options.buffers, 1u)} * std::max<std::size_t>(options.chunk_bytes, 1));
+    std::uint64_t from = begin;
+    for (std::uint64_t s : starts)
+      if (s - from >= ring) cuts.push_back(from = s);
+  }
+  cuts.push_back(end);
+  const unsigned threads = options.decode_threads;
+  source.produce = [&data, begin, cuts = std::move(cuts), threads](const core::ByteSink& deliver) {
+    const core::ByteSink relay = [&](std::uint64_t at, std::span<const std::byte> bytes) {
+      deliver(at - begin, bytes);
+    };
+    std::uint64_t from = begin;
+    for (std::uint64_t to : cuts) {
+      data.read_range(from, to, threads, relay);
+      from = to;
+    }
+  };
+  return source;
+}
+
+void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options) {
+  const std::size_t element = dtype_size(image.dtype);
+  const std::uint64_t payload = mul(image, voxel_count(image), element);
+  if (image.data_compression == Compression::none) {
+    core::InputFile file(image.data_path);
+    stage(file_chunk_source(file, image.data_offset, payload), element, sink, options);
+    return;
+  }
+  // gzip: the CPU path's own source (member table, seek index or speculative parallel inflate).
+  std::unique_ptr<core::ByteSource> data = nifti::open_data_source(image);
+  if (data->prefers_read_range()) {
+    stage(nifti_push_source(image, *data, options), element, sink, options);
+    return;
+  }
+  ChunkSource source;
+  source.name = image.data_path;
+  source.base_offset = image.data_offset;
+  source.size = payload;
+  source.concurrent = data->random_access();
+  source.fill = [&data, &image](std::uint64_t offset, std::span<std::byte> out) {
+    core::read_exact(*data, image.data_offset + offset, out, "voxel data");
+  };
+  stage(source, element, sink, options);
+}
 
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
@@ -45,25 +130,8 @@ void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                 "expected " + std::to_string(want) + " bytes, but received " +
                     std::to_string(dst_bytes));
   if (n == 0) return;
-  const std::size_t element = dtype_size(image.dtype);
-  const std::uint64_t payload = mul(image, n, element);
   DeviceConvertSink sink(ctx, op, dst, dst_bytes);
-  if (image.data_compression == Compression::none) {
-    core::InputFile file(image.data_path);
-    stage(file_chunk_source(file, image.data_offset, payload), element, sink, options);
-    return;
-  }
-  // gzip: the CPU path's own source (member table, seek index or sequential inflate).
-  std::unique_ptr<core::ByteSource> data = nifti::open_data_source(image);
-  ChunkSource source;
-  source.name = image.data_path;
-  source.base_offset = image.data_offset;
-  source.size = payload;
-  source.concurrent = data->random_access();
-  source.fill = [&data, &image](std::uint64_t offset, std::span<std::byte> out) {
-    core::read_exact(*data, image.data_offset + offset, out, "voxel data");
-  };
-  stage(source, element, sink, options);
+  stage_nifti_data(image, sink, options);
 }
 
 namespace {

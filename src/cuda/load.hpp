@@ -19,13 +19,31 @@ namespace voxpipe::cuda {
 // Reads all of `image`'s data, converted as read_nifti_data would convert it for `spec` (F
 // order, the shape of the image), into `dst`, device memory of exactly voxels * size of
 // spec.type bytes in `ctx`. Uncompressed data are read with concurrent preads at
-// image.data_offset; gzip data through the CPU path's data source (concurrent reads of sized
-// members or through a seek index, otherwise one sequential inflate). Errors: as
+// image.data_offset; gzip data through the CPU path's data source, whose parallel inflate
+// (read_range on options.decode_threads threads, default all cores: sized members, a seek index, or speculative decoding
+// of a plain gzip) writes its pieces into the pinned staging buffers while earlier chunks go to
+// the device (stage(PushSource)). Errors: as
 // read_nifti_data (Error(invalid_argument) for a conversion the CPU path refuses or a wrong
 // dst_bytes, Error(truncated) for a short file, gzip errors), and the driver's errors.
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
                           std::uint64_t dst_bytes, const StagingOptions& options = {});
+
+// Streams all of `image`'s stored data bytes through `sink` (which converts them): concurrent
+// preads for uncompressed data; for gzip, the push source below when the data source prefers
+// read_range (GzipSource always does), else chunks read from it in order. load_nifti_to_device
+// with the device sink; the tests and the CPU-only benchmark with the host sink. Errors: those
+// of stage() and of the data source.
+void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options = {});
+
+// The payload of `image` (data bytes of a .nii.gz) pushed by `data`'s read_range on
+// options.decode_threads threads: the parallel inflate delivers its pieces into the staging ring as it
+// decodes them. For sized members and seek indexes the payload is read in consecutive ranges of
+// about the ring's bytes (M x chunk_bytes), cut where a member or seek span starts, so that
+// the pipeline's overflow stays within the ring's bytes plus a span (see load.cpp). `data`
+// (from nifti::open_data_source(image)) must outlive the source.
+PushSource nifti_push_source(const NiftiImage& image, core::ByteSource& data,
+                             const StagingOptions& options);
 
 // Reads a DICOM series into `dst` (device memory of exactly the bytes read_dicom_series needs
 // for `out_type`), with read_dicom_series's values and layout. When every image is native pixel

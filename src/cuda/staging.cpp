@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/element_op.hpp"
@@ -180,7 +184,8 @@ struct Plan {
   unsigned buffers, readers;
 };
 
-Plan plan(const ChunkSource& source, std::size_t element_size, const StagingOptions& o) {
+template <class Source>
+Plan plan(const Source& source, std::size_t element_size, const StagingOptions& o, bool concurrent) {
   const auto bad = [&](const std::string& what) {
     return Error(ErrorCode::invalid_argument, source.name, "staging", what);
   };
@@ -189,14 +194,31 @@ Plan plan(const ChunkSource& source, std::size_t element_size, const StagingOpti
     throw bad("expected a payload of whole " + std::to_string(element_size) +
               "-byte elements, but it has " + std::to_string(source.size) + " bytes");
   if (o.buffers == 0 || o.readers == 0) throw bad("the ring needs at least one buffer and one reader");
-  if (!source.fill) throw bad("the source has no fill function");
+  if constexpr (std::is_same_v<Source, ChunkSource>) {
+    if (!source.fill) throw bad("the source has no fill function");
+  } else {
+    if (!source.produce) throw bad("the source has no produce function");
+  }
   Plan p;
   p.chunk_bytes = std::max(o.chunk_bytes / element_size, std::size_t(1)) * element_size;
   p.chunks = (source.size + p.chunk_bytes - 1) / p.chunk_bytes;
   if (p.chunks < 2 && source.size) p.chunk_bytes = static_cast<std::size_t>(source.size);
   p.buffers = static_cast<unsigned>(std::min<std::uint64_t>(o.buffers, std::max<std::uint64_t>(p.chunks, 1)));
-  p.readers = source.concurrent ? static_cast<unsigned>(std::min<std::uint64_t>(o.readers, p.buffers)) : 1;
+  p.readers = concurrent ? static_cast<unsigned>(std::min<std::uint64_t>(o.readers, p.buffers)) : 1;
   return p;
+}
+
+// Nothing to move; the sink may still have an output to finish.
+void finish_empty(StagingSink& sink) {
+  sink.begin(0, 0);
+  sink.attach_thread();
+  try {
+    sink.finish();
+  } catch (...) {
+    sink.detach_thread();
+    throw;
+  }
+  sink.detach_thread();
 }
 
 }  // namespace
@@ -226,19 +248,8 @@ ChunkSource file_chunk_source(const core::InputFile& file, std::uint64_t payload
 
 void stage(const ChunkSource& source, std::size_t element_size, StagingSink& sink,
            const StagingOptions& options) {
-  const Plan p = plan(source, element_size, options);
-  if (p.chunks == 0) {  // nothing to move; the sink may still have an output to finish
-    sink.begin(0, 0);
-    sink.attach_thread();
-    try {
-      sink.finish();
-    } catch (...) {
-      sink.detach_thread();
-      throw;
-    }
-    sink.detach_thread();
-    return;
-  }
+  const Plan p = plan(source, element_size, options, source.concurrent);
+  if (p.chunks == 0) return finish_empty(sink);
   std::optional<Buffers> buffers_storage;
   try {
     sink.begin(p.buffers, p.chunk_bytes);
@@ -303,6 +314,423 @@ void stage(const ChunkSource& source, std::size_t element_size, StagingSink& sin
       sink.abandon();
       if (attached) sink.detach_thread();
       std::rethrow_exception(ring.error());
+    }
+    try {
+      sink.finish();
+    } catch (...) {
+      sink.abandon();
+      if (attached) sink.detach_thread();
+      std::rethrow_exception(with_context(std::current_exception(), source.name, source.base_offset, "sink"));
+    }
+    if (attached) sink.detach_thread();
+  }
+}
+
+namespace {
+
+// Thrown by a piece callback into the producer once the pipeline has stopped: it unwinds the
+// producer's threads (read_range lets a sink's exception out after joining them) and is
+// dropped on the producer thread, the error that stopped the pipeline being recorded already.
+struct PushStopped {};
+
+// The ring of a push pipeline. Chunks [0, hi_) have been given their buffer (chunk k uses slot
+// k % M) - the window is the last M of them - and the rest have not: bytes for those go to the
+// overflow, or their callback waits.
+//
+// Why this cannot deadlock. A piece callback waits only while every byte missing from the
+// window belongs to a callback in progress (its own part beyond the window excepted). Such a
+// callback copies whatever of its piece lies in the window before it ever waits, and one that
+// waits is woken by each move of the window and copies what the move brought in; so those bytes
+// arrive with no further work from the producer. The consumer then completes the window's
+// chunks, hands them to the sink, releases the oldest buffer (which waits on the sink's own work
+// only: a device copy) and gives it the next chunk, which wakes the waiting callbacks. At any
+// other time - some missing byte of the window is still to be produced - a callback never
+// waits: it copies what lies beyond the window into the overflow and returns. So no producer
+// thread is held while the window needs bytes that are not already in a callback, and whatever
+// the producer's threads wait on among themselves (inflate_parallel: accepted chunks queued
+// for delivery behind threads that decode; inflate_members and inflate_range: tasks that a
+// parallel_for runs one after another when the pool is busy) is never blocked by the pipeline.
+//
+// Why the overflow is bounded. Let D be the producer's reordering distance: when it starts
+// delivering a piece that ends at byte e, every byte before e - D has been delivered or is in a
+// callback in progress (let L be the first byte that is neither; L never decreases). Bytes
+// enter the overflow only while some byte of the window is missing and in no callback, so
+// L < W, the window's end, and the piece ends before L + D < W + D. The window's end only grows
+// and overflow bytes are copied out as it passes them, so the overflow holds distinct bytes in
+// [W, W + D), plus the rest of at most one piece that straddles W: at most D + one piece,
+// whatever the sink's speed (a slow sink makes callbacks wait instead). D is a property of the
+// producer: for gz::inflate_parallel, about the output of the chunks it has decoded and not yet
+// started to deliver (its in-flight chunks, parallel_inflate.hpp) - its decoding threads either
+// finish speculating and take queued chunks, or wait here only while the window is covered;
+// for a read_range over [a, b) split into consecutive calls (load.cpp does so for sized members
+// and seek indexes), at most b - a. The tests measure D and check the bound.
+class PushRing {
+ public:
+  PushRing(const Plan& p, std::uint64_t size, const Buffers& buffers)
+      : p_(p), size_(size), buffers_(buffers), arrived_(p.buffers, 0),
+        hi_(std::min<std::uint64_t>(p.buffers, p.chunks)),
+        missing_(std::min<std::uint64_t>(size, hi_ * p.chunk_bytes)) {}
+
+  std::uint64_t chunk_size(std::uint64_t k) const {
+    return std::min<std::uint64_t>(p_.chunk_bytes, size_ - k * p_.chunk_bytes);
+  }
+
+  // The piece callback: copies `data` (payload offset `offset`) into the window, waits, or
+  // puts the part beyond the window in the overflow. Throws PushStopped once stopped.
+  void deliver(std::uint64_t offset, std::span<const std::byte> data) {
+    if (offset > size_ || data.size() > size_ - offset)
+      throw Error(ErrorCode::invalid_argument, "", "staging",
+                  "the producer delivered bytes past the end of the payload");
+    std::unique_lock lock(mutex_);
+    Call call{offset, offset + data.size()};
+    const CallRegistration registration(calls_, &call);
+    while (!data.empty()) {
+      if (stopped_) throw PushStopped{};
+      const std::uint64_t k = offset / p_.chunk_bytes;
+      if (k + p_.buffers < hi_)  // its buffer holds a later chunk now
+        throw Error(ErrorCode::invalid_argument, "", "staging",
+                    "the producer delivered a byte twice (payload offset " + std::to_string(offset) + ")");
+      if (k < hi_) {  // up to the window's end: straight into the buffers
+        const std::size_t n = static_cast<std::size_t>(
+            std::min<std::uint64_t>(data.size(), hi_ * p_.chunk_bytes - offset));
+        lock.unlock();  // the chunks stay ours: incomplete, they cannot leave the window
+        copy_in(offset, data.first(n));
+        lock.lock();
+        count_in(offset, n);
+        offset += n;
+        call.offset = offset;
+        data = data.subspan(n);
+        continue;
+      }
+      if (missing_ == covered()) {
+        // The window moves without us: wait until it does, then look again (the chunk it
+        // takes in may need bytes that only this thread, or work queued behind it, delivers).
+        ++stats_.waits;
+        const std::uint64_t hi = hi_;
+        window_cv_.wait(lock, [&] { return stopped_ || hi_ != hi; });
+        continue;
+      }
+      to_overflow(lock, call, offset, data);
+      return;
+    }
+  }
+
+  // Consumer: waits until chunk k (in the window) is complete. False when the pipeline stopped,
+  // or the producer ended without delivering it (then the error is recorded).
+  bool wait_complete(std::uint64_t k) {
+    const unsigned s = static_cast<unsigned>(k % p_.buffers);
+    std::unique_lock lock(mutex_);
+    waiting_for_ = k;
+    consumer_cv_.wait(lock, [&] { return stopped_ || arrived_[s] == chunk_size(k) || producer_done_; });
+    if (stopped_) return false;
+    if (arrived_[s] == chunk_size(k)) return true;
+    lock.unlock();
+    fail(std::make_exception_ptr(Error(
+             ErrorCode::truncated, "", "data",
+             "expected " + std::to_string(size_) + " bytes of data, but the stream ended after " +
+                 std::to_string(delivered_))),
+         k);
+    return false;
+  }
+
+  // Consumer: gives the next chunk (hi_) the buffer just released, and copies its bytes from
+  // the overflow.
+  void advance() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t k = hi_++;
+    const unsigned s = static_cast<unsigned>(k % p_.buffers);
+    arrived_[s] = 0;
+    missing_ += chunk_size(k);
+    std::vector<Part> parts;
+    if (auto it = overflow_.find(k); it != overflow_.end()) {
+      parts = std::move(it->second);
+      overflow_.erase(it);
+    }
+    // Counted as arrived before they are copied (by this thread, which alone consumes): a
+    // chunk of the window lacks bytes only while some are still to be delivered, which the
+    // overflow bound relies on.
+    for (const Part& part : parts) {
+      count_in(part.offset, part.size);
+      drop(part);
+    }
+    window_cv_.notify_all();
+    lock.unlock();
+    for (const Part& part : parts) copy_in(part.offset, part.bytes());
+  }
+
+  void producer_done() {
+    {
+      std::lock_guard lock(mutex_);
+      producer_done_ = true;
+    }
+    consumer_cv_.notify_all();
+  }
+
+  // The chunk the consumer waits for: producer errors are charged to it.
+  std::uint64_t waiting_for() {
+    std::lock_guard lock(mutex_);
+    return waiting_for_;
+  }
+
+  // As Ring::fail: the error of the earliest chunk wins; everyone stops.
+  void fail(std::exception_ptr error, std::uint64_t k) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!error_ || k < error_chunk_) {
+        error_ = std::move(error);
+        error_chunk_ = k;
+      }
+      stopped_ = true;
+    }
+    consumer_cv_.notify_all();
+    window_cv_.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopped_ = true;
+    }
+    consumer_cv_.notify_all();
+    window_cv_.notify_all();
+  }
+  std::exception_ptr error() {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+  std::pair<std::exception_ptr, std::uint64_t> error_and_chunk() {
+    std::lock_guard lock(mutex_);
+    return {error_, error_chunk_};
+  }
+  StagingStats stats() {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  // A copy of the bytes of a piece that lay beyond the window, shared by its parts.
+  struct Held {
+    std::vector<std::byte> bytes;
+    std::size_t parts = 0;  // not yet copied into a buffer
+  };
+  // The part of a held piece inside one chunk.
+  struct Part {
+    std::shared_ptr<Held> held;
+    std::uint64_t offset;  // payload offset of its first byte
+    std::size_t from, size;  // where in held->bytes
+    std::span<const std::byte> bytes() const { return {held->bytes.data() + from, size}; }
+  };
+
+  // A piece callback in progress: the bytes it has yet to count in, [offset, end).
+  struct Call {
+    std::uint64_t offset, end;
+  };
+  // Registers a call for its lifetime (under the lock: constructed and destroyed with it held).
+  class CallRegistration {
+   public:
+    CallRegistration(std::vector<const Call*>& calls, const Call* call) : calls_(calls), call_(call) {
+      calls_.push_back(call);
+    }
+    ~CallRegistration() { calls_.erase(std::find(calls_.begin(), calls_.end(), call_)); }
+    CallRegistration(const CallRegistration&) = delete;
+    CallRegistration& operator=(const CallRegistration&) = delete;
+
+   private:
+    std::vector<const Call*>& calls_;
+    const Call* call_;
+  };
+
+  // Under the lock: the window's missing bytes that callbacks in progress hold, and so will copy
+  // in without waiting on anything (a callback copies what is in the window before it waits).
+  std::uint64_t covered() const {
+    const std::uint64_t end = std::min(size_, hi_ * p_.chunk_bytes);
+    std::uint64_t n = 0;
+    for (const Call* c : calls_)
+      if (c->offset < end) n += std::min(c->end, end) - c->offset;
+    return n;
+  }
+
+  // Copies payload bytes [offset, offset + data.size()) into their chunks' buffers, which must
+  // be in the window. Runs without the lock: nobody else writes these bytes, and the chunks
+  // cannot be consumed before count_in.
+  void copy_in(std::uint64_t offset, std::span<const std::byte> data) {
+    while (!data.empty()) {
+      const std::uint64_t k = offset / p_.chunk_bytes, within = offset - k * p_.chunk_bytes;
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(data.size(), p_.chunk_bytes - within));
+      std::memcpy(buffers_[static_cast<unsigned>(k % p_.buffers)] + within, data.data(), n);
+      offset += n;
+      data = data.subspan(n);
+    }
+  }
+
+  // Under the lock: `n` bytes at `offset` have been copied into their buffers.
+  void count_in(std::uint64_t offset, std::uint64_t n) {
+    delivered_ += n;
+    missing_ -= n;
+    while (n > 0) {
+      const std::uint64_t k = offset / p_.chunk_bytes, within = offset - k * p_.chunk_bytes;
+      const std::uint64_t part = std::min<std::uint64_t>(n, p_.chunk_bytes - within);
+      std::uint64_t& arrived = arrived_[static_cast<unsigned>(k % p_.buffers)];
+      arrived += part;
+      if (arrived == chunk_size(k) && k == waiting_for_) consumer_cv_.notify_all();
+      offset += part;
+      n -= part;
+    }
+  }
+
+  // Under the lock: one part of a held piece has been copied out.
+  void drop(const Part& part) {
+    if (--part.held->parts == 0) overflow_bytes_ -= part.held->bytes.size();
+  }
+
+  // Copies `data` (beyond the window, whose end may move while the lock is released) into the
+  // overflow, one part per chunk; parts the window has reached meanwhile (a prefix) go to their
+  // buffers. `call` then holds only those.
+  void to_overflow(std::unique_lock<std::mutex>& lock, Call& call, std::uint64_t offset,
+                   std::span<const std::byte> data) {
+    lock.unlock();
+    std::shared_ptr<Held> held;
+    try {
+      held = std::make_shared<Held>();
+      held->bytes.assign(data.begin(), data.end());
+    } catch (...) {
+      lock.lock();  // the caller's registration is undone under the lock
+      throw;
+    }
+    lock.lock();
+    if (stopped_) throw PushStopped{};
+    std::vector<Part> late;
+    for (std::size_t from = 0; from < data.size();) {
+      const std::uint64_t at = offset + from, k = at / p_.chunk_bytes;
+      const std::size_t n = static_cast<std::size_t>(
+          std::min<std::uint64_t>(data.size() - from, (k + 1) * p_.chunk_bytes - at));
+      ++held->parts;
+      Part part{held, at, from, n};
+      if (k < hi_) late.push_back(std::move(part));
+      else overflow_[k].push_back(std::move(part));
+      from += n;
+    }
+    call.end = late.empty() ? call.offset : late.back().offset + late.back().size;
+    overflow_bytes_ += held->bytes.size();
+    ++stats_.overflow_pieces;
+    stats_.overflow_peak_bytes = std::max(stats_.overflow_peak_bytes, overflow_bytes_);
+    if (late.empty()) return;
+    lock.unlock();
+    for (const Part& part : late) copy_in(part.offset, part.bytes());
+    lock.lock();
+    for (const Part& part : late) {
+      count_in(part.offset, part.size);
+      drop(part);
+    }
+    call.offset = call.end;
+  }
+
+  const Plan& p_;
+  const std::uint64_t size_;
+  const Buffers& buffers_;
+  std::mutex mutex_;
+  std::condition_variable consumer_cv_;  // a chunk completed, the producer ended, or stop
+  std::condition_variable window_cv_;    // the window moved, or stop
+  std::vector<std::uint64_t> arrived_;   // per slot: bytes of its chunk copied in
+  std::uint64_t hi_;                     // chunks [0, hi_) have had a buffer
+  std::uint64_t missing_;                // bytes of the window's chunks not yet counted in
+  std::vector<const Call*> calls_;       // piece callbacks in progress
+  std::uint64_t waiting_for_ = 0;
+  std::uint64_t delivered_ = 0;          // bytes copied into buffers
+  std::map<std::uint64_t, std::vector<Part>> overflow_;  // by chunk
+  std::uint64_t overflow_bytes_ = 0;
+  StagingStats stats_;
+  bool producer_done_ = false;
+  bool stopped_ = false;
+  std::exception_ptr error_;
+  std::uint64_t error_chunk_ = 0;
+};
+
+// The producer thread, stopped and joined on every exit path.
+class Producer {
+ public:
+  explicit Producer(PushRing& ring) : ring_(ring) {}
+  ~Producer() { join(); }
+  template <class F>
+  void start(F&& body) {
+    thread_ = std::thread(std::forward<F>(body));
+  }
+  void join() {
+    if (!thread_.joinable()) return;
+    ring_.stop();  // a no-op after a normal end: nobody is waiting then
+    thread_.join();
+  }
+
+ private:
+  PushRing& ring_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void stage(const PushSource& source, std::size_t element_size, StagingSink& sink,
+           const StagingOptions& options) {
+  const Plan p = plan(source, element_size, options, false);
+  if (p.chunks == 0) return finish_empty(sink);
+  std::optional<Buffers> buffers_storage;
+  try {
+    sink.begin(p.buffers, p.chunk_bytes);
+    buffers_storage.emplace(sink, p.buffers, p.chunk_bytes);
+  } catch (...) {
+    std::rethrow_exception(with_context(std::current_exception(), source.name, source.base_offset, "sink"));
+  }
+  const Buffers& buffers = *buffers_storage;
+  PushRing ring(p, source.size, buffers);
+  // A buffer is released one chunk after it was consumed, so that the sink's work on it (a
+  // device copy and kernel) overlaps the next chunk's; with one buffer, at once.
+  const std::uint64_t lag = p.buffers > 1 ? 1 : 0;
+  {
+    Producer producer(ring);
+    try {
+      producer.start([&] {
+        try {
+          source.produce([&ring](std::uint64_t offset, std::span<const std::byte> data) {
+            ring.deliver(offset, data);
+          });
+          ring.producer_done();
+        } catch (const PushStopped&) {
+          // stopped by an error recorded elsewhere
+        } catch (...) {
+          const std::uint64_t k = ring.waiting_for();
+          ring.fail(with_context(std::current_exception(), source.name,
+                                 source.base_offset + k * p.chunk_bytes, "read"),
+                    k);
+        }
+      });
+    } catch (...) {  // std::system_error: the thread could not be started
+      ring.fail(with_context(std::current_exception(), source.name, source.base_offset, "read"), 0);
+    }
+    bool attached = false;
+    std::uint64_t k = 0;
+    try {
+      sink.attach_thread();
+      attached = true;
+      for (; k < p.chunks && ring.wait_complete(k); ++k) {
+        const unsigned slot = static_cast<unsigned>(k % p.buffers);
+        sink.consume({k, k * p.chunk_bytes,
+                      std::span<const std::byte>(buffers[slot], static_cast<std::size_t>(ring.chunk_size(k))),
+                      slot});
+        if (k >= lag && k - lag + p.buffers < p.chunks) {
+          sink.release(static_cast<unsigned>((k - lag) % p.buffers));
+          ring.advance();
+        }
+      }
+    } catch (...) {
+      ring.fail(with_context(std::current_exception(), source.name,
+                             source.base_offset + k * p.chunk_bytes, "sink"),
+                k);
+    }
+    producer.join();
+    if (options.stats) *options.stats = ring.stats();
+    if (const auto [error, chunk] = ring.error_and_chunk(); error) {
+      sink.abandon();
+      if (attached) sink.detach_thread();
+      // A truncation found by the consumer is recorded without the file: add it here.
+      std::rethrow_exception(with_context(error, source.name, source.base_offset + chunk * p.chunk_bytes, "read"));
     }
     try {
       sink.finish();

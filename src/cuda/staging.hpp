@@ -6,7 +6,8 @@
 // the CPU and is done at once; the device sink (device_sink.hpp) starts an asynchronous copy and
 // conversion kernel and is done when the CUDA event recorded after them has completed.
 //
-// Memory: M buffers of chunk_bytes (plus what the sink holds), whatever the payload size.
+// Memory: M buffers of chunk_bytes (plus what the sink holds), whatever the payload size; a push
+// source (PushSource below) adds an overflow bounded by how far its producer delivers ahead.
 // Internal.
 #pragma once
 
@@ -21,11 +22,22 @@
 
 namespace voxpipe::cuda {
 
+// What a push pipeline measured (stage(PushSource) fills it when StagingOptions::stats is set).
+struct StagingStats {
+  std::uint64_t overflow_peak_bytes = 0;  // the most bytes held in the overflow at once
+  std::uint64_t overflow_pieces = 0;      // pieces (or their tails) that went to the overflow
+  std::uint64_t waits = 0;                // piece callbacks that waited for the window to move
+};
+
 struct StagingOptions {
   // Bytes per staging buffer, rounded down to whole elements (at least one element).
   std::size_t chunk_bytes = std::size_t(8) << 20;
   unsigned buffers = 8;  // M, the ring size (>= 1)
   unsigned readers = 4;  // reader threads (>= 1; 1 for a source that is not concurrent)
+  // Threads a push source's producer decodes on (load.cpp passes it to ByteSource::read_range);
+  // 0: all cores, as the CPU path's default. stage() itself does not use it.
+  unsigned decode_threads = 0;
+  StagingStats* stats = nullptr;  // when set, a push pipeline writes its measurements here
 };
 
 // Where the payload bytes come from. Offsets passed to `fill` are relative to the payload.
@@ -38,6 +50,21 @@ struct ChunkSource {
   bool concurrent = true;
   // Fills all of `dst` with payload bytes [offset, offset + dst.size()), or throws.
   std::function<void(std::uint64_t offset, std::span<std::byte> dst)> fill;
+};
+
+// A producer that pushes the payload instead of filling chunks on request: ByteSource::read_range
+// (a parallel inflater) delivers pieces from pool threads, concurrently, in any order.
+struct PushSource {
+  std::string name;               // names the file in errors
+  std::uint64_t base_offset = 0;  // offset of payload byte 0 in the file, for error messages
+  std::uint64_t size = 0;         // payload bytes
+  // Delivers every payload byte [0, size) to `deliver` exactly once, in pieces of any size, from
+  // any threads, concurrently for disjoint ranges, in any order (the ByteSink contract, offsets
+  // relative to the payload), and returns once all are delivered. Returning with bytes missing
+  // means the data ended early: Error(truncated). `deliver` may block (back-pressure) and may
+  // throw to stop the producer; the producer must then stop and let the exception out, after
+  // its own threads have finished (read_range does both).
+  std::function<void(const core::ByteSink& deliver)> produce;
 };
 
 // pread of bytes [payload_offset, payload_offset + payload_bytes) of `file`, which must outlive
@@ -55,8 +82,9 @@ struct StagedChunk {
 
 // The consumer end of the pipeline. stage() calls, in this order: begin; allocate_buffer (M
 // times); then concurrently attach_thread/detach_thread on each reader thread, release on reader
-// threads, and consume on the calling thread; then, still on the calling thread, finish, or
-// abandon after an error; then free_buffer (M times). The calling thread's consume and finish
+// threads, and consume on the calling thread (a push source: consume and release both on the
+// calling thread, no reader threads); then, still on the calling thread, finish, or abandon
+// after an error; then free_buffer (M times). The calling thread's consume and finish
 // or abandon run inside its own attach_thread/detach_thread pair (an empty payload: begin, then
 // finish inside that pair, nothing else).
 class StagingSink {
@@ -88,6 +116,23 @@ class StagingSink {
 // first error is rethrown as voxpipe::Error naming source.name and the file offset of the chunk
 // (std::bad_alloc stays std::bad_alloc). Throws Error(invalid_argument) for bad options.
 void stage(const ChunkSource& source, std::size_t element_size, StagingSink& sink,
+           const StagingOptions& options = {});
+
+// The same for a push source: source.produce runs on a thread of its own while the calling
+// thread hands chunks to the sink. Each piece is copied into the ring buffer(s) of the chunk(s)
+// it falls in; a chunk goes to the sink, in index order, once all its bytes have arrived, and a
+// buffer takes its next chunk after sink.release. A piece for a chunk beyond the ring's window
+// (whose buffer still holds an earlier chunk) waits only while every chunk of the window is
+// complete, so the window moves by the sink alone; otherwise its bytes go to an overflow that
+// the calling thread copies into buffers as they come free, and the callback returns. Never
+// blocking a producer thread while the window waits for bytes makes the pipeline deadlock-free
+// whatever the producer's threads wait on among themselves; the overflow then holds only bytes
+// delivered ahead of the first missing one, so it is bounded by the producer's own reordering
+// distance: at most the bytes the producer has decoded but not yet delivered (for
+// gz::inflate_parallel, its in-flight chunks), however slow the sink. Errors as stage() above,
+// the offset being that of the first incomplete chunk; a producer that returns early gives
+// Error(truncated).
+void stage(const PushSource& source, std::size_t element_size, StagingSink& sink,
            const StagingOptions& options = {});
 
 // A sink converting on the CPU with the shared element function: chunk elements go to their

@@ -8,7 +8,6 @@
 // ranges, offsets, moves, frees), not a real GPU.
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,9 +16,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
+#include "fake_cuda_counters.hpp"
 #include "test_support.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/nifti.hpp"
@@ -83,12 +84,6 @@ TEST(PublicDeviceApi, OnTheStandInDriver) {
   EXPECT_NE(output.str().find("[  PASSED  ] 3 tests"), std::string::npos) << output.str();
 }
 
-// The stand-in driver's counters (fake_cuda.cpp).
-struct Counters {
-  long device_allocations, host_allocations, streams, events, modules, retains, launches, copies,
-      context_depth;
-};
-
 class PublicDeviceApiChild : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,27 +91,13 @@ class PublicDeviceApiChild : public ::testing::Test {
     const voxpipe::CudaStatus& status = voxpipe::cuda_status();
     ASSERT_TRUE(status.available) << status.reason;
     ASSERT_EQ(status.device_names, std::vector<std::string>{"voxpipe fake device"});
-    // The same file as the loaded libcuda.so.1, so dlopen returns that instance.
-    handle_ = ::dlopen(VOXPIPE_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(handle_, nullptr);
-    counters_ = reinterpret_cast<Counters (*)()>(::dlsym(handle_, "voxpipe_fake_cuda_counters"));
-    ASSERT_NE(counters_, nullptr);
+    counters_.emplace(VOXPIPE_FAKE_CUDA_PATH);
+    ASSERT_TRUE(counters_->ok());
   }
   void TearDown() override {
-    if (!counters_) return;
-    // Every allocation freed once, every context retained released, every push popped.
-    const Counters c = counters_();
-    EXPECT_EQ(c.device_allocations, 0);
-    EXPECT_EQ(c.host_allocations, 0);
-    EXPECT_EQ(c.streams, 0);
-    EXPECT_EQ(c.events, 0);
-    EXPECT_EQ(c.modules, 0);
-    EXPECT_EQ(c.retains, 0);
-    EXPECT_EQ(c.context_depth, 0);
-    ::dlclose(handle_);
+    if (counters_ && counters_->ok()) counters_->expect_all_released();
   }
-  void* handle_ = nullptr;
-  Counters (*counters_)() = nullptr;
+  std::optional<vptest::FakeCudaCounterReader> counters_;
 };
 
 // Writes a NIfTI-1 image of `type` and `shape` with random data (and scaling) at `path`.
@@ -218,8 +199,8 @@ TEST_F(PublicDeviceApiChild, MovesTransferOwnership) {
   DeviceMemory empty(0, 0);
   EXPECT_EQ(empty.size(), 0u);
   empty.copy_to_host(0, {});
-  EXPECT_EQ(counters_().device_allocations, 1);  // a's, now c's; c's own was freed
-  EXPECT_EQ(counters_().retains, 1);              // one primary context, shared
+  EXPECT_EQ((*counters_)().device_allocations, 1);  // a's, now c's; c's own was freed
+  EXPECT_EQ((*counters_)().retains, 1);              // one primary context, shared
 }
 
 }  // namespace

@@ -1,17 +1,19 @@
 // The device sink. On a GPU (CudaDevice.*, skipped where cuda_status() says the GPU path is
 // unavailable, with the reason): a file staged to device memory through pinned buffers, streams
 // and the conversion kernels equals the host sink's output (hence core::select_conversion's) bit
-// for bit, for NIfTI conversions, raw copies and DICOM BitsStored + rescale. Everywhere
+// for bit, for NIfTI conversions, raw copies and DICOM BitsStored + rescale, and .nii.gz loads
+// (plain gzip, sized members, seek index) equal read_nifti_data. Everywhere
 // (FakeDriver.*): the same checks against a stand-in libcuda (fake_cuda.cpp) that runs the
 // kernels' shared function on the CPU, which tests the sink's own logic (slots, staging areas,
 // element offsets, the direct copy, context push/pop, resources released) and the driver probe
 // past dlopen; it proves nothing about a real GPU.
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <tuple>
 
 #include "core/convert.hpp"
@@ -19,8 +21,11 @@
 #include "cuda/device_sink.hpp"
 #include "cuda/element_op.hpp"
 #include "cuda/fatbin.hpp"
+#include "cuda/load.hpp"
 #include "cuda/staging.hpp"
 #include "cuda/status.hpp"
+#include "fake_cuda_counters.hpp"
+#include "gz_images.hpp"
 #include "test_support.hpp"
 #include "voxpipe/device.hpp"
 
@@ -106,6 +111,42 @@ void raw_and_dicom_equal_the_host_path(const vc::PrimaryContext& ctx) {
   }
 }
 
+// load_nifti_to_device on every kind of .nii.gz (the push path: the parallel inflate writes
+// into the pinned buffers while earlier chunks are copied and converted) equals read_nifti_data,
+// for small rings and chunks and for the defaults; a truncated file is Error(truncated).
+void gz_loads_equal_read_nifti_data(const vc::PrimaryContext& ctx) {
+  vptest::TempDir dir;
+  using voxpipe::GzipLayout;
+  // 4.7 MB of i16: ~2.6 MB as one gzip member, past GzipSource's 2 MiB parallel threshold.
+  const std::vector<std::int64_t> shape{64, 64, 48, 12};
+  const std::vector<voxpipe::NiftiImage> images{
+      vptest::write_noisy_gz_image(dir.file("plain.nii.gz"), shape, GzipLayout::single),
+      vptest::write_noisy_gz_image(dir.file("members.nii.gz"), shape, GzipLayout::members),
+      vptest::write_noisy_gz_image(dir.file("indexed.nii.gz"), shape, GzipLayout::single, 1 << 20)};
+  ASSERT_GT(std::filesystem::file_size(images[0].data_path), 2u << 20);
+  const voxpipe::OutputSpec spec{DType::f32, true, false, false};
+  const std::size_t bytes = 4 * 64 * 64 * 48 * 12;
+  for (const auto& image : images) {
+    Bytes want(bytes);
+    voxpipe::read_nifti_data(image, {}, spec, std::as_writable_bytes(std::span(want)));
+    for (const vc::StagingOptions& o :
+         {vc::StagingOptions{65536, 2, 4, 2}, vc::StagingOptions{1 << 20, 4, 4, 1}, vc::StagingOptions{}}) {
+      vc::DeviceBuffer dst(ctx, bytes);
+      vc::load_nifti_to_device(image, spec, ctx, dst.get(), bytes, o);
+      Bytes got(bytes, 0xEE);
+      vc::copy_to_host(ctx, dst.get(), std::as_writable_bytes(std::span(got)));
+      EXPECT_EQ(got, want) << image.data_path << " chunk " << o.chunk_bytes << " ring " << o.buffers;
+    }
+  }
+  Bytes file = vptest::read_file(images[0].data_path);
+  file.resize(file.size() * 3 / 4);
+  vptest::write_file(dir.file("truncated.nii.gz"), file);
+  const auto truncated = voxpipe::open_nifti(dir.file("truncated.nii.gz"));
+  vc::DeviceBuffer dst(ctx, bytes);
+  EXPECT_VP_ERROR(vc::load_nifti_to_device(truncated, spec, ctx, dst.get(), bytes, {65536, 2, 4, 2}),
+                  voxpipe::ErrorCode::truncated);
+}
+
 // ---- on a GPU -------------------------------------------------------------------------------
 
 class CudaDevice : public ::testing::Test {
@@ -125,6 +166,11 @@ TEST_F(CudaDevice, RawAndDicomEqualTheHostPathBitForBit) {
   raw_and_dicom_equal_the_host_path(ctx);
 }
 
+TEST_F(CudaDevice, GzipNiftiLoadsEqualReadNiftiDataBitForBit) {
+  vc::PrimaryContext ctx(0);
+  gz_loads_equal_read_nifti_data(ctx);
+}
+
 TEST(CudaDeviceUnavailable, SinkRefusesWithTheStatusReason) {
   if (voxpipe::cuda_status().available) GTEST_SKIP() << "a GPU is available";
   const auto e = vptest::catch_error([] { vc::PrimaryContext ctx(0); });
@@ -135,11 +181,6 @@ TEST(CudaDeviceUnavailable, SinkRefusesWithTheStatusReason) {
 
 // ---- on the stand-in driver -----------------------------------------------------------------
 
-struct Counters {
-  long device_allocations, host_allocations, streams, events, modules, retains, launches, copies,
-      context_depth;
-};
-
 class FakeDriver : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -148,29 +189,12 @@ class FakeDriver : public ::testing::Test {
     library_ = vc::DriverLibrary::open(VOXPIPE_FAKE_CUDA_PATH, &why);
     ASSERT_TRUE(library_) << why;
     ASSERT_EQ(library_->api().init(0), 0);
-    // The same file, so dlopen returns the same instance and its counters.
-    handle_ = ::dlopen(VOXPIPE_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(handle_, nullptr);
-    counters_ = reinterpret_cast<Counters (*)()>(::dlsym(handle_, "voxpipe_fake_cuda_counters"));
-    ASSERT_NE(counters_, nullptr);
+    counters_.emplace(VOXPIPE_FAKE_CUDA_PATH);
+    ASSERT_TRUE(counters_->ok());
   }
-  void TearDown() override {
-    if (handle_) ::dlclose(handle_);
-  }
-  // Everything allocated, created or pushed has been freed, destroyed or popped.
-  void expect_all_released() {
-    const Counters c = counters_();
-    EXPECT_EQ(c.device_allocations, 0);
-    EXPECT_EQ(c.host_allocations, 0);
-    EXPECT_EQ(c.streams, 0);
-    EXPECT_EQ(c.events, 0);
-    EXPECT_EQ(c.modules, 0);
-    EXPECT_EQ(c.retains, 0);
-    EXPECT_EQ(c.context_depth, 0);
-  }
+  void expect_all_released() { counters_->expect_all_released(); }
   std::unique_ptr<vc::DriverLibrary> library_;
-  void* handle_ = nullptr;
-  Counters (*counters_)() = nullptr;
+  std::optional<vptest::FakeCudaCounterReader> counters_;
 };
 
 TEST_F(FakeDriver, NiftiConversionsEqualTheHostPath) {
@@ -178,18 +202,26 @@ TEST_F(FakeDriver, NiftiConversionsEqualTheHostPath) {
     vc::PrimaryContext ctx(library_->api(), 0);
     nifti_conversions_equal_the_host_path(ctx);
   }
-  EXPECT_GT(counters_().launches, 0);
+  EXPECT_GT((*counters_)().launches, 0);
   expect_all_released();
 }
 
 TEST_F(FakeDriver, RawAndDicomEqualTheHostPath) {
   {
     vc::PrimaryContext ctx(library_->api(), 0);
-    const Counters before = counters_();
+    const vptest::FakeCudaCounters before = (*counters_)();
     raw_and_dicom_equal_the_host_path(ctx);
-    const Counters after = counters_();
+    const vptest::FakeCudaCounters after = (*counters_)();
     // The native-order raw copy went straight to the output: copies without kernels.
     EXPECT_GT(after.copies - before.copies, after.launches - before.launches);
+  }
+  expect_all_released();
+}
+
+TEST_F(FakeDriver, GzipNiftiLoadsEqualReadNiftiDataAndFailuresLeaveNothingBehind) {
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    gz_loads_equal_read_nifti_data(ctx);
   }
   expect_all_released();
 }
