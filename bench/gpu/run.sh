@@ -48,5 +48,10 @@ VOXPIPE_FAKE_CUDA=$(find build/gpu -name 'libvoxpipe_fake_cuda*.so' | head -n 1)
 if [ "$bench" -eq 1 ]; then
   step "GPU benchmark -> BENCHMARKS.md"
   .venv/bin/python bench/gpu/bench_gpu.py --repeat "$REPEAT"
+  # The same nibabel-written file through the staging pipeline with the host sink against the
+  # CPU decode on the same threads: the pipeline's own cost, without the device.
+  step "staging pipeline without the device (voxpipe_bench_push, all cores)"
+  cmake --build build/gpu -j "$JOBS" --target voxpipe_bench_push
+  build/gpu/tests/voxpipe_bench_push bench/data/gpu/bold_nib.nii.gz --rounds 5
 fi
 step "done"
