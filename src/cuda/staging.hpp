@@ -7,7 +7,7 @@
 // conversion kernel and is done when the CUDA event recorded after them has completed.
 //
 // Memory: M buffers of chunk_bytes (plus what the sink holds), whatever the payload size; a push
-// source (PushSource below) adds an overflow bounded by how far its producer delivers ahead.
+// source (PushSource below) adds an overflow bounded by how far ahead its producer delivers.
 // Internal.
 #pragma once
 
@@ -119,19 +119,20 @@ void stage(const ChunkSource& source, std::size_t element_size, StagingSink& sin
            const StagingOptions& options = {});
 
 // The same for a push source: source.produce runs on a thread of its own while the calling
-// thread hands chunks to the sink. Each piece is copied into the ring buffer(s) of the chunk(s)
-// it falls in; a chunk goes to the sink, in index order, once all its bytes have arrived, and a
-// buffer takes its next chunk after sink.release. A piece for a chunk beyond the ring's window
-// (whose buffer still holds an earlier chunk) waits only while every chunk of the window is
-// complete, so the window moves by the sink alone; otherwise its bytes go to an overflow that
-// the calling thread copies into buffers as they come free, and the callback returns. Never
-// blocking a producer thread while the window waits for bytes makes the pipeline deadlock-free
-// whatever the producer's threads wait on among themselves; the overflow then holds only bytes
-// delivered ahead of the first missing one, so it is bounded by the producer's own reordering
-// distance: at most the bytes the producer has decoded but not yet delivered (for
-// gz::inflate_parallel, its in-flight chunks), however slow the sink. Errors as stage() above,
-// the offset being that of the first incomplete chunk; a producer that returns early gives
-// Error(truncated).
+// thread hands chunks to the sink (and releases them). Each piece is copied into the ring
+// buffer(s) of the chunk(s) it falls in; a chunk goes to the sink, in index order, once all its
+// bytes have arrived, and a buffer takes its next chunk after sink.release. A piece for a chunk
+// beyond the ring's window (whose buffer still holds an earlier chunk) waits only while every
+// byte the window lacks is already in a piece being delivered, so the window moves without any
+// further producer work; otherwise its bytes go to an overflow that the calling thread copies
+// into buffers as they come free, and the callback returns. No producer thread is thus held
+// while the window needs work the producer has not done yet, whatever its threads wait on
+// among themselves: no deadlock. The overflow holds at most the producer's reordering distance
+// D (when it starts a piece ending at e, all bytes before e - D are delivered or being
+// delivered) plus one piece, however slow the sink (staging.cpp gives both arguments).
+// options.decode_threads is not used here (it is the producer's). Errors as stage() above, the
+// offset being that of the first incomplete chunk; a producer that returns with bytes missing
+// gives Error(truncated).
 void stage(const PushSource& source, std::size_t element_size, StagingSink& sink,
            const StagingOptions& options = {});
 
