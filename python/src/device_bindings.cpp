@@ -124,6 +124,12 @@ void bind_device(nb::module_& m) {
     return d;
   }, "voxpipe::cuda_status() as a dict.");
 
+  m.def("cuda_empty_cache", [] {
+    nb::gil_scoped_release release;
+    cuda_empty_cache();
+  }, "voxpipe::cuda_empty_cache(): frees the pinned buffers, staging areas and kernel modules "
+     "kept between loads.");
+
   nb::class_<Memory>(m, "Memory")
       .def_prop_ro("on_device", &Memory::on_device)
       .def_prop_ro("ordinal", &Memory::ordinal)

@@ -100,6 +100,8 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
   cuda::load_nifti_to_device(image, spec, *dst.impl_->ctx, dst.impl_->buffer->get() + offset, bytes);
 }
 
+void cuda_empty_cache() noexcept { cuda::empty_device_caches(); }
+
 void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
                                  std::size_t offset, unsigned threads) {
   std::uint64_t bytes = dtype_size(out_type);

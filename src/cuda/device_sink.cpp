@@ -1,6 +1,8 @@
 #include "cuda/device_sink.hpp"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "cuda/element_op.hpp"
 #include "cuda/fatbin.hpp"
@@ -36,7 +38,7 @@ const DriverApi& require_driver() {
 
 PrimaryContext::PrimaryContext(int ordinal) : PrimaryContext(require_driver(), ordinal) {}
 
-PrimaryContext::PrimaryContext(const DriverApi& api, int ordinal) : api_(api) {
+PrimaryContext::PrimaryContext(const DriverApi& api, int ordinal) : api_(api), ordinal_(ordinal) {
   check(api_, api_.device_get(&device_, ordinal), "cuDeviceGet");
   check(api_, api_.primary_ctx_retain(&ctx_, device_), "cuDevicePrimaryCtxRetain");
 }
@@ -66,6 +68,138 @@ DeviceBuffer::~DeviceBuffer() {
   if (pushed) api.ctx_pop_current(&popped);
 }
 
+namespace {
+
+// Every device's resources, by driver and ordinal. Never destroyed: at exit the driver may
+// already be unusable, and the process's end frees everything anyway.
+struct ResourceMap {
+  std::mutex mutex;
+  std::map<std::pair<const DriverApi*, int>, std::shared_ptr<DeviceResources>> map;
+};
+ResourceMap& resource_map() {
+  static ResourceMap* m = new ResourceMap;
+  return *m;
+}
+
+int kind_index(ElementKind kind) { return static_cast<int>(kind); }
+
+}  // namespace
+
+std::shared_ptr<DeviceResources> DeviceResources::of(const PrimaryContext& ctx) {
+  ResourceMap& m = resource_map();
+  std::lock_guard lock(m.mutex);
+  auto& r = m.map[{&ctx.api(), ctx.ordinal()}];
+  if (!r) r = std::make_shared<DeviceResources>(ctx);
+  return r;
+}
+
+DeviceResources::DeviceResources(const PrimaryContext& ctx)
+    : ctx_(std::make_unique<PrimaryContext>(ctx.api(), ctx.ordinal())) {}
+
+DeviceResources::~DeviceResources() {
+  const DriverApi& api = ctx_->api();
+  const bool pushed = api.ctx_push_current(ctx_->get()) == drv::CUDA_SUCCESS;
+  for (auto& [p, bytes] : pinned_.idle) api.mem_free_host(p);
+  for (auto& [p, bytes] : device_.idle) api.mem_free(p);
+  if (module_) api.module_unload(module_);
+  drv::CUcontext popped = nullptr;
+  if (pushed) api.ctx_pop_current(&popped);
+}  // then ctx_ releases this object's retain
+
+drv::CUfunction DeviceResources::kernel(ElementKind kind) {
+  std::lock_guard lock(mutex_);
+  const DriverApi& api = ctx_->api();
+  if (!module_) check(api, api.module_load_data(&module_, kernel_fatbin().data()), "cuModuleLoadData");
+  drv::CUfunction& f = kernels_[kind_index(kind)];
+  if (!f) check(api, api.module_get_function(&f, module_, kernel_name(kind)), "cuModuleGetFunction");
+  return f;
+}
+
+// The smallest idle entry of at least `bytes` and at most twice that (a larger one would hold
+// memory the caller does not use), taken out of the pool.
+template <typename T>
+bool DeviceResources::take_from(Pool<T>& pool, std::size_t bytes, T& out) {
+  auto best = pool.idle.end();
+  for (auto it = pool.idle.begin(); it != pool.idle.end(); ++it)
+    if (it->second >= bytes && it->second / 2 <= bytes &&
+        (best == pool.idle.end() || it->second < best->second))
+      best = it;
+  if (best == pool.idle.end()) return false;
+  out = best->first;
+  pool.bytes -= best->second;
+  pool.idle.erase(best);
+  return true;
+}
+
+std::byte* DeviceResources::take_pinned(std::size_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    std::byte* p = nullptr;
+    if (take_from(pinned_, bytes, p)) return p;
+  }
+  void* p = nullptr;
+  check(ctx_->api(), ctx_->api().mem_alloc_host(&p, bytes), "cuMemAllocHost_v2");
+  return static_cast<std::byte*>(p);
+}
+
+void DeviceResources::give_pinned(std::byte* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (pinned_.bytes + bytes <= kPoolBytes) {
+      pinned_.idle.emplace_back(p, bytes);
+      pinned_.bytes += bytes;
+      return;
+    }
+  }
+  ctx_->api().mem_free_host(p);
+}
+
+drv::CUdeviceptr DeviceResources::take_device(std::size_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    drv::CUdeviceptr p = 0;
+    if (take_from(device_, bytes, p)) return p;
+  }
+  drv::CUdeviceptr p = 0;
+  check(ctx_->api(), ctx_->api().mem_alloc(&p, bytes), "cuMemAlloc_v2");
+  return p;
+}
+
+void DeviceResources::give_device(drv::CUdeviceptr p, std::size_t bytes) noexcept {
+  if (!p) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (device_.bytes + bytes <= kPoolBytes) {
+      device_.idle.emplace_back(p, bytes);
+      device_.bytes += bytes;
+      return;
+    }
+  }
+  ctx_->api().mem_free(p);
+}
+
+std::size_t DeviceResources::idle_pinned_bytes() const {
+  std::lock_guard lock(mutex_);
+  return pinned_.bytes;
+}
+
+std::size_t DeviceResources::idle_device_bytes() const {
+  std::lock_guard lock(mutex_);
+  return device_.bytes;
+}
+
+void empty_device_caches() noexcept {
+  ResourceMap& m = resource_map();
+  decltype(m.map) dropped;
+  {
+    std::lock_guard lock(m.mutex);
+    dropped.swap(m.map);
+  }
+  // Destroyed here, outside the lock (each frees its pools with its context current), or by
+  // the last load still holding one.
+}
+
 DeviceConvertSink::DeviceConvertSink(const PrimaryContext& ctx, const ElementOp& op,
                                      drv::CUdeviceptr dst, std::uint64_t dst_bytes,
                                      unsigned streams)
@@ -77,8 +211,8 @@ DeviceConvertSink::DeviceConvertSink(const PrimaryContext& ctx, const ElementOp&
     throw Error(ErrorCode::unsupported, "", "device", "the library was built without CUDA kernels");
   ScopedContext scope(ctx_);
   try {
-    check(api_, api_.module_load_data(&module_, kernel_fatbin().data()), "cuModuleLoadData");
-    check(api_, api_.module_get_function(&kernel_, module_, kernel_name(op.kind)), "cuModuleGetFunction");
+    resources_ = DeviceResources::of(ctx_);
+    if (!direct_) kernel_ = resources_->kernel(op.kind);
     streams_.resize(std::max(streams, 2u), nullptr);
     for (auto& s : streams_) check(api_, api_.stream_create(&s, drv::CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   } catch (...) {
@@ -101,13 +235,11 @@ void DeviceConvertSink::destroy() noexcept {
     if (e) api_.event_destroy(e);
   events_.clear();
   for (auto p : staging_)
-    if (p) api_.mem_free(p);
+    if (p) resources_->give_device(p, staging_bytes_);
   staging_.clear();
   for (auto s : streams_)
     if (s) api_.stream_destroy(s);
   streams_.clear();
-  if (module_) api_.module_unload(module_);
-  module_ = nullptr;
 }
 
 void DeviceConvertSink::begin(unsigned slots, std::size_t chunk_bytes) {
@@ -115,22 +247,30 @@ void DeviceConvertSink::begin(unsigned slots, std::size_t chunk_bytes) {
   events_.resize(slots, nullptr);
   for (auto& e : events_) check(api_, api_.event_create(&e, drv::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   if (!direct_) {
+    staging_bytes_ = chunk_bytes;
     staging_.resize(slots, 0);
-    for (auto& p : staging_) check(api_, api_.mem_alloc(&p, chunk_bytes), "cuMemAlloc_v2");
+    for (auto& p : staging_) p = resources_->take_device(chunk_bytes);
   }
 }
 
+// stage() calls allocate_buffer and free_buffer on its calling thread only, so pinned_ needs no
+// lock.
 std::byte* DeviceConvertSink::allocate_buffer(std::size_t bytes) {
   ScopedContext scope(ctx_);
-  void* p = nullptr;
-  check(api_, api_.mem_alloc_host(&p, bytes), "cuMemAllocHost_v2");
-  return static_cast<std::byte*>(p);
+  pinned_.reserve(pinned_.size() + 1);  // before taking: the push below cannot throw
+  std::byte* p = resources_->take_pinned(bytes);
+  pinned_.emplace_back(p, bytes);
+  return p;
 }
 
 void DeviceConvertSink::free_buffer(std::byte* p) noexcept {
   if (!p) return;
+  const auto it = std::find_if(pinned_.begin(), pinned_.end(), [p](const auto& e) { return e.first == p; });
+  if (it == pinned_.end()) return;
+  const std::size_t bytes = it->second;
+  pinned_.erase(it);
   const bool pushed = api_.ctx_push_current(ctx_.get()) == drv::CUDA_SUCCESS;
-  api_.mem_free_host(p);
+  resources_->give_pinned(p, bytes);
   drv::CUcontext popped = nullptr;
   if (pushed) api_.ctx_pop_current(&popped);
 }

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cuda/convert_element.hpp"
@@ -32,9 +35,11 @@ class PrimaryContext {
   PrimaryContext& operator=(const PrimaryContext&) = delete;
   drv::CUcontext get() const noexcept { return ctx_; }
   const DriverApi& api() const noexcept { return api_; }
+  int ordinal() const noexcept { return ordinal_; }
 
  private:
   const DriverApi& api_;
+  int ordinal_ = 0;
   drv::CUdevice device_ = 0;
   drv::CUcontext ctx_ = nullptr;
 };
@@ -68,11 +73,66 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// What a device keeps between loads: the kernel module, idle pinned host buffers and idle device
+// staging areas, with its own retain of the primary context so that none of it outlives the
+// context (and the context is not destroyed and created again between loads). Loading the
+// module and pinning memory cost milliseconds each time (pinning a ring of 64 MiB takes longer
+// than copying it over PCIe), more than a small file's transfer: with these pools only the
+// first load of a process pays them. Idle memory is capped at kPoolBytes per pool (beyond, a
+// returned buffer is freed); empty_device_caches() frees everything. Thread-safe. The methods
+// that call the driver need the context current.
+class DeviceResources {
+ public:
+  static constexpr std::size_t kPoolBytes = std::size_t(256) << 20;
+
+  // The resources of ctx's device on ctx's driver, made on first use.
+  static std::shared_ptr<DeviceResources> of(const PrimaryContext& ctx);
+  explicit DeviceResources(const PrimaryContext& ctx);  // of() is the way in
+  ~DeviceResources();
+  DeviceResources(const DeviceResources&) = delete;
+  DeviceResources& operator=(const DeviceResources&) = delete;
+
+  // The conversion kernel for `kind` (loads the module on first use).
+  drv::CUfunction kernel(ElementKind kind);
+  // Pinned host memory of at least `bytes`, from the pool or cuMemAllocHost; back with
+  // give_pinned(p, bytes) (the same `bytes`).
+  std::byte* take_pinned(std::size_t bytes);
+  void give_pinned(std::byte* p, std::size_t bytes) noexcept;
+  // Device memory of at least `bytes`, from the pool or cuMemAlloc; back with give_device.
+  drv::CUdeviceptr take_device(std::size_t bytes);
+  void give_device(drv::CUdeviceptr p, std::size_t bytes) noexcept;
+
+  // Idle bytes in the pools (tests).
+  std::size_t idle_pinned_bytes() const;
+  std::size_t idle_device_bytes() const;
+
+ private:
+  template <typename T>
+  struct Pool {
+    std::vector<std::pair<T, std::size_t>> idle;  // (memory, its size)
+    std::size_t bytes = 0;
+  };
+  template <typename T>
+  static bool take_from(Pool<T>& pool, std::size_t bytes, T& out);
+
+  std::unique_ptr<PrimaryContext> ctx_;  // this object's own retain
+  mutable std::mutex mutex_;
+  drv::CUmodule module_ = nullptr;
+  drv::CUfunction kernels_[3] = {};
+  Pool<std::byte*> pinned_;
+  Pool<drv::CUdeviceptr> device_;
+};
+
+// Drops every device's DeviceResources (see voxpipe::cuda_empty_cache); loads in flight keep
+// theirs until they end.
+void empty_device_caches() noexcept;
+
 class DeviceConvertSink final : public StagingSink {
  public:
   // Converts into `dst`, device memory of `dst_bytes` in `ctx` (which must outlive the sink),
-  // using `streams` (>= 2) streams. `op` must pass element_op_problem. Loads the kernels
-  // (cuModuleLoadData of the embedded fatbin); Error(unsupported) when they were not built.
+  // using `streams` (>= 2) streams. `op` must pass element_op_problem. The kernel, pinned
+  // buffers and staging areas come from the device's DeviceResources; Error(unsupported) when
+  // the kernels were not built.
   DeviceConvertSink(const PrimaryContext& ctx, const ElementOp& op, drv::CUdeviceptr dst,
                     std::uint64_t dst_bytes, unsigned streams = 2);
   ~DeviceConvertSink() override;
@@ -96,11 +156,13 @@ class DeviceConvertSink final : public StagingSink {
   drv::CUdeviceptr dst_;
   std::uint64_t dst_bytes_;
   bool direct_;  // no conversion: copy straight to the output
-  drv::CUmodule module_ = nullptr;
+  std::shared_ptr<DeviceResources> resources_;
   drv::CUfunction kernel_ = nullptr;
   std::vector<drv::CUstream> streams_;
   std::vector<drv::CUevent> events_;         // one per slot, recorded after its last use
   std::vector<drv::CUdeviceptr> staging_;    // one device staging area per slot (not if direct_)
+  std::size_t staging_bytes_ = 0;
+  std::vector<std::pair<std::byte*, std::size_t>> pinned_;  // allocate_buffer's, with sizes
 };
 
 }  // namespace voxpipe::cuda

@@ -165,6 +165,13 @@ def main() -> int:
         fn = ctypes.CDLL("libcuda.so.1").voxpipe_fake_cuda_counters
         fn.restype = Counters
         c = fn()
+        # What loads keep between calls: the module once, pooled pinned buffers, one retain.
+        if c.modules != 1 or c.retains != 1 or c.host_allocations == 0:
+            problems.append(f"stand-in driver before cuda_empty_cache: {c.modules} modules, "
+                            f"{c.retains} retains, {c.host_allocations} pinned buffers; "
+                            "expected 1, 1 and some")
+        vp.cuda_empty_cache()
+        c = fn()
         for field in ("device_allocations", "host_allocations", "streams", "events", "modules",
                       "retains", "context_depth"):
             if getattr(c, field):

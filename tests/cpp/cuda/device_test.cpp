@@ -192,7 +192,15 @@ class FakeDriver : public ::testing::Test {
     counters_.emplace(VOXPIPE_FAKE_CUDA_PATH);
     ASSERT_TRUE(counters_->ok());
   }
-  void expect_all_released() { counters_->expect_all_released(); }
+  void TearDown() override {
+    vc::empty_device_caches();  // before the driver goes
+  }
+  // Once the resources kept between loads are dropped, everything allocated, created, retained
+  // or pushed has been released.
+  void expect_all_released() {
+    vc::empty_device_caches();
+    counters_->expect_all_released();
+  }
   std::unique_ptr<vc::DriverLibrary> library_;
   std::optional<vptest::FakeCudaCounterReader> counters_;
 };
@@ -222,6 +230,70 @@ TEST_F(FakeDriver, GzipNiftiLoadsEqualReadNiftiDataAndFailuresLeaveNothingBehind
   {
     vc::PrimaryContext ctx(library_->api(), 0);
     gz_loads_equal_read_nifti_data(ctx);
+  }
+  expect_all_released();
+}
+
+// The module is loaded once and the pinned buffers and staging areas of one load serve the
+// next: five loads allocate what one does. empty_device_caches frees them and the retain.
+TEST_F(FakeDriver, LoadsReuseTheModuleAndTheStagingMemory) {
+  vptest::TempDir dir;
+  const std::string path = dir.path() + "/a.nii";
+  vptest::write_file(path, vptest::random_bytes(352 + 2 * 5000, 4));
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    vc::DeviceBuffer dst(ctx, 4 * 5000);
+    voxpipe::core::InputFile file(path);
+    const long before = (*counters_)().launches;
+    long per_load = 0;
+    for (int i = 0; i < 5; ++i) {
+      vc::DeviceConvertSink sink(ctx, vc::nifti_element_op({DType::i16, false, DType::f32, false, false, 1, 0}),
+                                 dst.get(), dst.size());
+      vc::stage(vc::file_chunk_source(file, 352, 2 * 5000), 2, sink, {512, 4, 3});
+      const vptest::FakeCudaCounters c = (*counters_)();
+      if (i == 0) per_load = c.launches - before;
+      EXPECT_EQ(c.launches - before, (i + 1) * per_load);  // every load converted its chunks
+      EXPECT_EQ(c.modules, 1);
+      EXPECT_EQ(c.host_allocations, 4);        // the ring, pooled
+      EXPECT_EQ(c.device_allocations, 1 + 4);  // the output and 4 staging areas, pooled
+      EXPECT_EQ(c.retains, 2);                 // ctx's and the pool's
+    }
+    EXPECT_EQ(per_load, (2 * 5000 + 511) / 512);
+    const auto res = vc::DeviceResources::of(ctx);
+    EXPECT_EQ(res->idle_pinned_bytes(), 4u * 512);
+    EXPECT_EQ(res->idle_device_bytes(), 4u * 512);
+    vc::empty_device_caches();  // `res` still holds them until it goes
+    EXPECT_EQ((*counters_)().host_allocations, 4);
+  }
+  expect_all_released();
+}
+
+// A returned buffer is pooled while the pool stays within its cap, and reused for a request of
+// at least half its size; others are allocated.
+TEST_F(FakeDriver, ThePinnedPoolIsCapped) {
+  {
+    vc::PrimaryContext ctx(library_->api(), 0);
+    vc::ScopedContext scope(ctx);
+    const auto res = vc::DeviceResources::of(ctx);
+    const std::size_t big = vc::DeviceResources::kPoolBytes / 2 + 4096;
+    std::byte* a = res->take_pinned(big);
+    std::byte* b = res->take_pinned(big);
+    EXPECT_EQ((*counters_)().host_allocations, 2);
+    res->give_pinned(a, big);
+    res->give_pinned(b, big);  // over the cap: freed
+    EXPECT_EQ((*counters_)().host_allocations, 1);
+    EXPECT_EQ(res->idle_pinned_bytes(), big);
+    std::byte* c = res->take_pinned(big / 2 + 1);  // reuses a
+    EXPECT_EQ(c, a);
+    EXPECT_EQ(res->idle_pinned_bytes(), 0u);
+    std::byte* d = res->take_pinned(64);  // none idle: allocated
+    EXPECT_EQ((*counters_)().host_allocations, 2);
+    res->give_pinned(c, big);
+    std::byte* e = res->take_pinned(64);  // a is too large for 64 bytes: allocated
+    EXPECT_NE(e, a);
+    EXPECT_EQ((*counters_)().host_allocations, 3);
+    res->give_pinned(d, 64);
+    res->give_pinned(e, 64);
   }
   expect_all_released();
 }
