@@ -4,6 +4,9 @@
 # device results against the CPU path bit for bit), then the GPU benchmark, which writes its
 # section of BENCHMARKS.md. Every step's output goes to the terminal; the first failure stops it.
 #
+# On the project's GPU machines (bare, no network): first, here, bench/gpu/pack_deps.sh, then run
+# this there with .gpudeps carried (see docs/gpu.md, "Running the GPU check").
+#
 # Usage: bench/gpu/run.sh [--no-bench]
 # Environment: JOBS (build jobs, default: all cores), REPEAT (benchmark repeats, default 3).
 set -euo pipefail
@@ -17,15 +20,46 @@ step() { printf '\n==== [%ss] %s ====\n' "$(( $(date +%s) - t_start ))" "$*"; }
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
-step "environment (.venv: scripts/setup.sh --no-demo when missing)"
-if ! .venv/bin/python -c 'import nibabel, numpy, pytest, pydicom' 2>/dev/null; then
+step "environment"
+# The .venv of scripts/setup.sh when it is here and works; on a bare GPU machine that reaches
+# no package index, the packages bench/gpu/pack_deps.sh put in .gpudeps/ (carried there with the
+# working tree): the C/C++ dependencies unpacked into a private prefix (never into /), and that
+# machine's python3 (NumPy, PyTorch, pytest, nanobind, scikit-build-core) with the carried
+# nibabel and pydicom wheels; otherwise scripts/setup.sh --no-demo.
+pip_target=()
+if .venv/bin/python -c 'import nibabel, numpy, pytest, pydicom' 2>/dev/null; then
+  PY=.venv/bin/python
+elif [ -d .gpudeps/debs ]; then
+  prefix=/tmp/voxpipe-deps
+  site=/tmp/voxpipe-site
+  rm -rf "$prefix" "$site"
+  mkdir -p "$prefix" "$site"
+  for f in .gpudeps/debs/*.deb; do dpkg -x "$f" "$prefix"; done
+  lib="$prefix/usr/lib/x86_64-linux-gnu"
+  # Absolute links (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13) to their copy here.
+  for l in "$lib"/*.so; do
+    t=$(readlink "$l") || continue
+    case "$t" in /*) if [ -e "$prefix$t" ]; then ln -sf "$prefix$t" "$l"; fi ;; esac
+  done
+  export PATH="$prefix/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export PKG_CONFIG_PATH="$lib/pkgconfig:$prefix/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$prefix"  # the packages' .pc files say prefix=/usr
+  python3 -m pip install -q --no-index --no-deps --target "$site" .gpudeps/wheels/*.whl
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  PY=python3
+  pip_target=(--no-deps --target "$site")
+else
   scripts/setup.sh --no-demo
+  PY=.venv/bin/python
 fi
+"$PY" -c 'import sys, numpy, nibabel, pydicom, pytest; print(sys.executable, sys.version.split()[0])'
 
 step "build and install the package with the CUDA kernels (VOXPIPE_CUDA=ON: fails without nvcc)"
-CMAKE_BUILD_PARALLEL_LEVEL=$JOBS .venv/bin/python -m pip install -q --no-build-isolation \
+CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$PY" -m pip install -q --no-build-isolation "${pip_target[@]}" \
   -C build-dir=build/python-gpu -C cmake.build-type=Release -C cmake.define.VOXPIPE_CUDA=ON .
-.venv/bin/python - <<'PY'
+"$PY" - <<'PY'
 import voxpipe as vp
 s = vp.cuda_status()
 print(s)
@@ -43,11 +77,11 @@ build/gpu/tests/voxpipe_cuda_tests
 
 step "Python device tests (device == host bit for bit over the NIfTI matrix, torch.from_dlpack)"
 VOXPIPE_FAKE_CUDA=$(find build/gpu -name 'libvoxpipe_fake_cuda*.so' | head -n 1) \
-  .venv/bin/python -m pytest -q -rs tests/python/test_device.py
+  "$PY" -m pytest -q -rs tests/python/test_device.py
 
 if [ "$bench" -eq 1 ]; then
   step "GPU benchmark -> BENCHMARKS.md"
-  .venv/bin/python bench/gpu/bench_gpu.py --repeat "$REPEAT"
+  "$PY" bench/gpu/bench_gpu.py --repeat "$REPEAT"
   # The same nibabel-written file through the staging pipeline with the host sink against the
   # CPU decode on the same threads: the pipeline's own cost, without the device.
   step "staging pipeline without the device (voxpipe_bench_push, all cores)"
