@@ -181,6 +181,31 @@ TEST(GzipSource, PlainGzipIsReadSequentiallyThroughTheSamePipe) {
   }
 }
 
+// A plain gzip large enough for the speculative parallel engine: a read of the whole stream
+// runs on to the trailer and checks it, so a damaged CRC32 is an error, on one thread or two; a
+// read that ends before the stream does is not checked (nothing after it is inflated).
+TEST(GzipSource, WholeStreamReadsCheckTheTrailer) {
+  vptest::TempDir dir;
+  const Bytes data = vptest::random_bytes(std::size_t{3} << 20, 23);  // 3 MiB compressed
+  Bytes gz = vptest::gzip_compress(data, 1);
+  ASSERT_GT(gz.size(), std::size_t{2} << 20);
+  gz[gz.size() - 8] ^= 0x5a;  // the CRC32's first byte
+  vptest::write_file(dir.file("bad.gz"), gz);
+  auto read = [&](std::uint64_t end, unsigned threads) {
+    voxpipe::gz::GzipSource source(dir.file("bad.gz"));
+    Bytes out(end);
+    source.read_range(0, end, threads, [&](std::uint64_t at, std::span<const std::byte> d) {
+      std::memcpy(out.data() + at, d.data(), d.size());
+    });
+    return out;
+  };
+  for (unsigned threads : {1u, 2u}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    EXPECT_VP_ERROR(read(data.size(), threads), ErrorCode::corrupt);
+    EXPECT_EQ(read(data.size() - 1, threads), Bytes(data.begin(), data.end() - 1));
+  }
+}
+
 TEST(GzipSource, SinkErrorsReachTheCallerFromEitherPipelineThread) {
   vptest::TempDir dir;
   const Bytes data = image_bytes(4 * kMemberSize, 17);
