@@ -116,9 +116,10 @@ drv::CUfunction DeviceResources::kernel(ElementKind kind) {
 }
 
 // The smallest idle entry of at least `bytes` and at most twice that (a larger one would hold
-// memory the caller does not use), taken out of the pool.
+// memory the caller does not use), taken out of the pool; false when there is none.
 template <typename T>
 bool DeviceResources::take_from(Pool<T>& pool, std::size_t bytes, T& out) {
+  std::lock_guard lock(mutex_);
   auto best = pool.idle.end();
   for (auto it = pool.idle.begin(); it != pool.idle.end(); ++it)
     if (it->second >= bytes && it->second / 2 <= bytes &&
@@ -131,52 +132,41 @@ bool DeviceResources::take_from(Pool<T>& pool, std::size_t bytes, T& out) {
   return true;
 }
 
-std::byte* DeviceResources::take_pinned(std::size_t bytes) {
-  {
-    std::lock_guard lock(mutex_);
-    std::byte* p = nullptr;
-    if (take_from(pinned_, bytes, p)) return p;
+// Keeps `p` in the pool when that stays within kPoolBytes; false when the caller must free it.
+template <typename T>
+bool DeviceResources::give_to(Pool<T>& pool, T p, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  if (pool.bytes + bytes > kPoolBytes) return false;
+  try {
+    pool.idle.emplace_back(p, bytes);
+  } catch (...) {  // no memory to note it down: freed instead
+    return false;
   }
-  void* p = nullptr;
-  check(ctx_->api(), ctx_->api().mem_alloc_host(&p, bytes), "cuMemAllocHost_v2");
-  return static_cast<std::byte*>(p);
+  pool.bytes += bytes;
+  return true;
+}
+
+std::byte* DeviceResources::take_pinned(std::size_t bytes) {
+  std::byte* p = nullptr;
+  if (take_from(pinned_, bytes, p)) return p;
+  void* fresh = nullptr;
+  check(ctx_->api(), ctx_->api().mem_alloc_host(&fresh, bytes), "cuMemAllocHost_v2");
+  return static_cast<std::byte*>(fresh);
 }
 
 void DeviceResources::give_pinned(std::byte* p, std::size_t bytes) noexcept {
-  if (!p) return;
-  {
-    std::lock_guard lock(mutex_);
-    if (pinned_.bytes + bytes <= kPoolBytes) {
-      pinned_.idle.emplace_back(p, bytes);
-      pinned_.bytes += bytes;
-      return;
-    }
-  }
-  ctx_->api().mem_free_host(p);
+  if (p && !give_to(pinned_, p, bytes)) ctx_->api().mem_free_host(p);
 }
 
 drv::CUdeviceptr DeviceResources::take_device(std::size_t bytes) {
-  {
-    std::lock_guard lock(mutex_);
-    drv::CUdeviceptr p = 0;
-    if (take_from(device_, bytes, p)) return p;
-  }
   drv::CUdeviceptr p = 0;
+  if (take_from(device_, bytes, p)) return p;
   check(ctx_->api(), ctx_->api().mem_alloc(&p, bytes), "cuMemAlloc_v2");
   return p;
 }
 
 void DeviceResources::give_device(drv::CUdeviceptr p, std::size_t bytes) noexcept {
-  if (!p) return;
-  {
-    std::lock_guard lock(mutex_);
-    if (device_.bytes + bytes <= kPoolBytes) {
-      device_.idle.emplace_back(p, bytes);
-      device_.bytes += bytes;
-      return;
-    }
-  }
-  ctx_->api().mem_free(p);
+  if (p && !give_to(device_, p, bytes)) ctx_->api().mem_free(p);
 }
 
 std::size_t DeviceResources::idle_pinned_bytes() const {

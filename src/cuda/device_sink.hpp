@@ -113,7 +113,9 @@ class DeviceResources {
     std::size_t bytes = 0;
   };
   template <typename T>
-  static bool take_from(Pool<T>& pool, std::size_t bytes, T& out);
+  bool take_from(Pool<T>& pool, std::size_t bytes, T& out);
+  template <typename T>
+  bool give_to(Pool<T>& pool, T p, std::size_t bytes) noexcept;
 
   std::unique_ptr<PrimaryContext> ctx_;  // this object's own retain
   mutable std::mutex mutex_;
