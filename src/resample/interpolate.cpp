@@ -331,10 +331,6 @@ struct Group {
   std::int64_t base[4];  // element offset of each point's first tap
 };
 
-// One group's setup: the weights and the first tap's offset of each point. Returns the mask of
-// the points (bit l: point l) whose taps all lie in memory at their plain offsets (inside the
-// array, or its margin); the others (outside, near an edge without a margin, NaN) get base 0,
-// whose taps are inside too, and are evaluated again by the scalar path.
 // Which points the vector paths take: first taps in [lo, hi] along every axis, and, where the
 // plan has a margin, coordinates inside [0, cmax] (beyond, modes other than grid-constant and
 // nearest move the coordinate itself, which only the scalar path does).
@@ -367,6 +363,11 @@ bool small_offsets(const Plan& plan) {
   return reach < 2147483647.0;
 }
 
+// One group's setup: the weights and the first tap's offset of each point. Returns the mask of
+// the points (bit l: point l) whose taps all lie in memory at their plain offsets (inside the
+// array, or its margin); the others (outside, near an edge without a margin, NaN) get base 0,
+// whose taps are inside too, and are evaluated again by the scalar path. EXACT = false: the
+// fast mode's weights (spline_weights_at).
 template <int ORDER, int ND, bool EXACT = true>
 VOXPIPE_AVX2 inline int setup_group(const Plan& plan, const double* coords, std::int64_t cs,
                                     const Bounds<ND>& bounds, bool small, Group<ORDER, ND>& g) {
@@ -924,20 +925,9 @@ void Interpolator::fill(const ArrayRef& output, unsigned threads, const RowCoord
 
 void Interpolator::evaluate(const double* coords, std::int64_t n, double* out) const {
   std::vector<Taps> taps(static_cast<std::size_t>(state_->plan.nd * kGroup));
-  std::vector<double> buf;
-  for (std::int64_t k0 = 0; k0 < n; k0 += kSegment) {
-    // eval_points reads coordinate d of point k at coords[d * n + k]: one segment at a time
-    // needs its own contiguous block.
-    const std::int64_t m = std::min(kSegment, n - k0);
-    if (m == n) {
-      state_->eval(state_->plan, coords, n, n, taps.data(), out);
-      return;
-    }
-    buf.resize(static_cast<std::size_t>(state_->plan.nd * kSegment));
-    for (int d = 0; d < state_->plan.nd; ++d)
-      std::copy(coords + d * n + k0, coords + d * n + k0 + m, buf.data() + d * m);
-    state_->eval(state_->plan, buf.data(), m, m, taps.data(), out + k0);
-  }
+  // A segment at a time, its coordinates read in place (axis d of point k at coords[d * n + k]).
+  for (std::int64_t k0 = 0; k0 < n; k0 += kSegment)
+    state_->eval(state_->plan, coords + k0, n, std::min(kSegment, n - k0), taps.data(), out + k0);
 }
 
 }  // namespace resample
