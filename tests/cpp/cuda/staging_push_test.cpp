@@ -29,6 +29,7 @@
 #include "cuda/load.hpp"
 #include "cuda/staging.hpp"
 #include "gz_images.hpp"
+#include "recording_sink.hpp"
 #include "nifti/internal.hpp"
 #include "test_support.hpp"
 
@@ -133,56 +134,7 @@ PushSource reversed_blocks(const Bytes& payload, std::size_t piece, std::size_t 
   return s;
 }
 
-// A sink that checks the pipeline's contract as RecordingSink in staging_test.cpp does, and
-// can make release slow.
-class CheckingSink final : public vc::StagingSink {
- public:
-  explicit CheckingSink(std::size_t element, std::chrono::microseconds release_delay = {})
-      : element_(element), delay_(release_delay) {}
-  void begin(unsigned slots, std::size_t) override {
-    slots_ = slots;
-    in_use_.assign(slots, false);
-  }
-  std::byte* allocate_buffer(std::size_t bytes) override {
-    ++allocated_;
-    return new std::byte[bytes];
-  }
-  void free_buffer(std::byte* p) noexcept override {
-    ++freed_;
-    delete[] p;
-  }
-  void attach_thread() override { ++attached_; }
-  void detach_thread() noexcept override { ++detached_; }
-  void consume(const StagedChunk& c) override {
-    EXPECT_EQ(c.index, next_index_);
-    EXPECT_EQ(c.offset, data_.size());
-    EXPECT_EQ(c.slot, c.index % slots_);
-    EXPECT_EQ(c.data.size() % element_, 0u);
-    EXPECT_FALSE(in_use_[c.slot]) << "slot " << c.slot << " consumed twice without release";
-    in_use_[c.slot] = true;
-    data_.insert(data_.end(), c.data.begin(), c.data.end());
-    ++next_index_;
-    if (fail_at_ && next_index_ == *fail_at_) throw std::runtime_error("sink refused the chunk");
-  }
-  void release(unsigned slot) override {
-    EXPECT_TRUE(in_use_[slot]) << "release of slot " << slot << " that holds nothing";
-    if (delay_.count()) std::this_thread::sleep_for(delay_);
-    in_use_[slot] = false;
-    ++released_;
-  }
-  void finish() override { ++finished_; }
-  void abandon() noexcept override { ++abandoned_; }
-
-  std::optional<std::uint64_t> fail_at_;
-  std::size_t element_;
-  std::chrono::microseconds delay_;
-  unsigned slots_ = 0;
-  std::uint64_t next_index_ = 0;
-  std::vector<std::byte> data_;
-  std::vector<bool> in_use_;
-  int allocated_ = 0, freed_ = 0, released_ = 0, finished_ = 0, abandoned_ = 0;
-  std::atomic<int> attached_ = 0, detached_ = 0;
-};
+using vptest::RecordingSink;
 
 TEST(PushStaging, PiecesInAnyOrderArriveWholeInOrderForEveryChunkingRingAndThreadCount) {
   const Bytes payload = vptest::random_bytes(2 * 20011, 31);  // i16, a prime count
@@ -194,7 +146,7 @@ TEST(PushStaging, PiecesInAnyOrderArriveWholeInOrderForEveryChunkingRingAndThrea
           if (kTsan && chunk < 256) continue;
           MeasuredProducer measured;
           StagingStats stats;
-          CheckingSink sink(2);
+          RecordingSink sink(2);
           vc::stage(measured.wrap(reversed_blocks(payload, piece, block, threads)), 2, sink,
                     {chunk, ring, 4, threads, &stats});
           const std::string where = "piece " + std::to_string(piece) + " chunk " + std::to_string(chunk) +
@@ -203,7 +155,7 @@ TEST(PushStaging, PiecesInAnyOrderArriveWholeInOrderForEveryChunkingRingAndThrea
           ASSERT_EQ(std::memcmp(sink.data_.data(), payload.data(), payload.size()), 0) << where;
           EXPECT_EQ(sink.finished_, 1);
           EXPECT_EQ(sink.abandoned_, 0);
-          EXPECT_EQ(sink.freed_, sink.allocated_);
+          EXPECT_EQ(sink.freed_, sink.allocated_.load());
           EXPECT_EQ(sink.attached_, 1);  // consume and release on the calling thread only
           EXPECT_EQ(sink.detached_, 1);
           EXPECT_LE(measured.distance(), block) << where;
@@ -221,7 +173,7 @@ TEST(PushStaging, ASlowSinkMakesCallbacksWaitAndTheOverflowStaysWithinTheProduce
   for (unsigned threads : {1u, 2u}) {
     MeasuredProducer measured;
     StagingStats stats;
-    CheckingSink sink(4, std::chrono::microseconds(20));
+    RecordingSink sink(4, std::chrono::microseconds(20));
     vc::stage(measured.wrap(reversed_blocks(payload, 3000, 24000, threads)), 4, sink,
               {4096, 2, 4, threads, &stats});
     ASSERT_EQ(sink.data_.size(), payload.size());
@@ -239,7 +191,7 @@ TEST(PushStaging, ProducerEndingEarlyIsTruncatedNamingFileAndOffset) {
   for (unsigned ring : {1u, 3u}) {
     PushSource s = reversed_blocks(payload, 1000, 4000, 2);
     s.size += 4 * 3000;  // the header promises 3000 more elements than the stream holds
-    CheckingSink sink(4);
+    RecordingSink sink(4);
     const auto e = vptest::catch_error([&] { vc::stage(s, 4, sink, {4096, ring, 2}); });
     ASSERT_TRUE(e);
     EXPECT_EQ(e->code(), ErrorCode::truncated) << e->what();
@@ -249,13 +201,13 @@ TEST(PushStaging, ProducerEndingEarlyIsTruncatedNamingFileAndOffset) {
     EXPECT_EQ(sink.next_index_, 9u);
     EXPECT_EQ(sink.abandoned_, 1);
     EXPECT_EQ(sink.finished_, 0);
-    EXPECT_EQ(sink.freed_, sink.allocated_);
+    EXPECT_EQ(sink.freed_, sink.allocated_.load());
   }
 }
 
 TEST(PushStaging, ProducerAndSinkErrorsStopEverythingAndAreRethrownWithFileAndOffset) {
   const Bytes payload = vptest::random_bytes(2 * 200000, 43);
-  CheckingSink warm_up(2);
+  RecordingSink warm_up(2);
   vc::stage(reversed_blocks(payload, 1000, 8000, 2), 2, warm_up, {4096, 2, 2});
   const int threads_before = thread_count();  // the pool's workers exist by now
   for (unsigned ring : {1u, 2u, 8u}) {
@@ -270,7 +222,7 @@ TEST(PushStaging, ProducerAndSinkErrorsStopEverythingAndAreRethrownWithFileAndOf
         deliver(offset, data);
       });
     };
-    CheckingSink sink(2);
+    RecordingSink sink(2);
     auto e = vptest::catch_error([&] { vc::stage(s, 2, sink, {4096, ring, 2}); });
     ASSERT_TRUE(e);
     EXPECT_EQ(e->code(), ErrorCode::io);
@@ -281,11 +233,11 @@ TEST(PushStaging, ProducerAndSinkErrorsStopEverythingAndAreRethrownWithFileAndOf
     EXPECT_EQ(sink.abandoned_, 1);
     EXPECT_LE(sink.next_index_, 24u);
     EXPECT_LT(calls, 200);  // 400 pieces: the producer stopped early
-    EXPECT_EQ(sink.freed_, sink.allocated_);
+    EXPECT_EQ(sink.freed_, sink.allocated_.load());
     EXPECT_TRUE(threads_return_to(threads_before));
 
     // The sink throws while consuming chunk 5; the producer may be waiting on the window.
-    CheckingSink failing(2);
+    RecordingSink failing(2);
     failing.fail_at_ = 6;
     e = vptest::catch_error([&] { vc::stage(reversed_blocks(payload, 1000, 8000, 2), 2, failing, {4096, ring, 2}); });
     ASSERT_TRUE(e);
@@ -307,7 +259,7 @@ TEST(PushStaging, BadPiecesAreErrors) {
     deliver(0, std::as_bytes(std::span(payload)));
     deliver(900, std::as_bytes(std::span(payload)).first(200));  // past the end
   };
-  CheckingSink sink(1);
+  RecordingSink sink(1);
   EXPECT_VP_ERROR(vc::stage(s, 1, sink, {100, 2, 1}), ErrorCode::invalid_argument);
   s.produce = nullptr;
   EXPECT_VP_ERROR(vc::stage(s, 1, sink, {100, 2, 1}), ErrorCode::invalid_argument);
@@ -428,7 +380,7 @@ TEST_F(PushStagingGzip, SlowSinkOnThePlainGzipWaitsAndStaysBounded) {
   for (auto d : plain_->shape) n *= static_cast<std::size_t>(d);
   // 2 ms per release of a 256 KiB chunk: slower than the inflate; pieces of up to 1 MiB
   // also overrun the 512 KiB window while it is complete.
-  CheckingSink sink(2, std::chrono::microseconds(2000));
+  RecordingSink sink(2, std::chrono::microseconds(2000));
   const auto data = voxpipe::nifti::open_data_source(*plain_);
   StagingStats stats;
   MeasuredProducer measured;

@@ -18,6 +18,7 @@
 #include "core/file.hpp"
 #include "cuda/element_op.hpp"
 #include "cuda/staging.hpp"
+#include "recording_sink.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -102,63 +103,7 @@ TEST(Staging, EveryDtypeThroughTheHostSink) {
   }
 }
 
-// A sink that records what the pipeline does and checks its contract: chunks in index order,
-// whole elements, contiguous offsets, slot = index % M, and no slot refilled before release.
-class RecordingSink final : public voxpipe::cuda::StagingSink {
- public:
-  explicit RecordingSink(std::size_t element) : element_(element) {}
-  void begin(unsigned slots, std::size_t chunk_bytes) override {
-    slots_ = slots;
-    chunk_bytes_ = chunk_bytes;
-    in_use_.assign(slots, false);
-  }
-  std::byte* allocate_buffer(std::size_t bytes) override {
-    EXPECT_EQ(bytes, chunk_bytes_);
-    if (fail_allocation_at_ && allocated_ == *fail_allocation_at_) throw std::bad_alloc();
-    ++allocated_;
-    return new std::byte[bytes];
-  }
-  void free_buffer(std::byte* p) noexcept override {
-    ++freed_;
-    delete[] p;
-  }
-  void attach_thread() override { ++attached_; }
-  void detach_thread() noexcept override { ++detached_; }
-  void consume(const StagedChunk& c) override {
-    EXPECT_EQ(c.index, next_index_);
-    EXPECT_EQ(c.offset, next_offset_);
-    EXPECT_EQ(c.slot, c.index % slots_);
-    EXPECT_EQ(c.data.size() % element_, 0u);
-    {
-      std::lock_guard lock(mutex_);
-      EXPECT_FALSE(in_use_[c.slot]) << "slot " << c.slot << " consumed twice without release";
-      in_use_[c.slot] = true;
-    }
-    data_.insert(data_.end(), c.data.begin(), c.data.end());
-    ++next_index_;
-    next_offset_ += c.data.size();
-    if (fail_at_ && next_index_ == *fail_at_) throw std::runtime_error("sink refused the chunk");
-  }
-  void release(unsigned slot) override {
-    std::lock_guard lock(mutex_);
-    EXPECT_TRUE(in_use_[slot]) << "release of slot " << slot << " that holds nothing";
-    in_use_[slot] = false;
-    ++released_;
-  }
-  void finish() override { ++finished_; }
-  void abandon() noexcept override { ++abandoned_; }
-
-  std::optional<std::uint64_t> fail_at_;
-  std::optional<int> fail_allocation_at_;
-  std::size_t element_, chunk_bytes_ = 0;
-  unsigned slots_ = 0;
-  std::uint64_t next_index_ = 0, next_offset_ = 0;
-  std::vector<std::byte> data_;
-  std::atomic<int> allocated_ = 0, freed_ = 0, attached_ = 0, detached_ = 0, released_ = 0;
-  int finished_ = 0, abandoned_ = 0;
-  std::mutex mutex_;
-  std::vector<bool> in_use_;
-};
+using vptest::RecordingSink;
 
 ChunkSource memory_source(const Bytes& payload, bool concurrent = true) {
   ChunkSource s;
