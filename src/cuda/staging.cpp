@@ -44,6 +44,20 @@ std::exception_ptr with_context(std::exception_ptr error, const std::string& nam
   }
 }
 
+// The error a pipeline reports: of several, the one of the earliest chunk, so that it does not
+// depend on thread timing (a short file fails the chunk that crosses its end, not whichever read
+// came later). Guarded by its ring's mutex.
+struct FirstError {
+  std::exception_ptr error;
+  std::uint64_t chunk = 0;
+  void record(std::exception_ptr e, std::uint64_t k) {
+    if (!error || k < chunk) {
+      error = std::move(e);
+      chunk = k;
+    }
+  }
+};
+
 // The ring's shared state. One mutex guards it all; the waits are per chunk, not per byte, so
 // contention is negligible next to a multi-megabyte read or copy.
 class Ring {
@@ -86,16 +100,11 @@ class Ring {
     return !stopped_;
   }
 
-  // Records the error of chunk k and stops everyone. Of several errors the one of the
-  // earliest chunk is kept, so that the error reported does not depend on thread timing
-  // (a short file fails the chunk that crosses its end, not whichever read came later).
+  // Records the error of chunk k (FirstError) and stops everyone.
   void fail(std::exception_ptr error, std::uint64_t k) {
     {
       std::lock_guard lock(mutex_);
-      if (!error_ || k < error_chunk_) {
-        error_ = std::move(error);
-        error_chunk_ = k;
-      }
+      failure_.record(std::move(error), k);
       stopped_ = true;
     }
     cv_.notify_all();
@@ -109,7 +118,7 @@ class Ring {
   }
   std::exception_ptr error() {
     std::lock_guard lock(mutex_);
-    return error_;
+    return failure_.error;
   }
 
  private:
@@ -128,8 +137,7 @@ class Ring {
   const std::uint64_t chunks_;
   std::uint64_t next_ = 0;
   bool stopped_ = false;
-  std::exception_ptr error_;
-  std::uint64_t error_chunk_ = 0;
+  FirstError failure_;
 };
 
 // The M staging buffers, freed through the sink on every exit path.
@@ -476,10 +484,7 @@ class PushRing {
   void fail(std::exception_ptr error, std::uint64_t k) {
     {
       std::lock_guard lock(mutex_);
-      if (!error_ || k < error_chunk_) {
-        error_ = std::move(error);
-        error_chunk_ = k;
-      }
+      failure_.record(std::move(error), k);
       stopped_ = true;
     }
     consumer_cv_.notify_all();
@@ -495,11 +500,11 @@ class PushRing {
   }
   std::exception_ptr error() {
     std::lock_guard lock(mutex_);
-    return error_;
+    return failure_.error;
   }
   std::pair<std::exception_ptr, std::uint64_t> error_and_chunk() {
     std::lock_guard lock(mutex_);
-    return {error_, error_chunk_};
+    return {failure_.error, failure_.chunk};
   }
   StagingStats stats() {
     std::lock_guard lock(mutex_);
@@ -641,8 +646,7 @@ class PushRing {
   StagingStats stats_;
   bool producer_done_ = false;
   bool stopped_ = false;
-  std::exception_ptr error_;
-  std::uint64_t error_chunk_ = 0;
+  FirstError failure_;
 };
 
 // The producer thread, stopped and joined on every exit path.
