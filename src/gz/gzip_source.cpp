@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 
+#include "core/bytes.hpp"
 #include "core/thread_pool.hpp"
 #include "gz/parallel_inflate.hpp"
 #include "voxpipe/error.hpp"
@@ -29,14 +30,7 @@ GzipSource::GzipSource(const std::string& path, const GzipSourceOptions& options
     index_ = load_index(path, options.index_path);
   else if (options.find_index)
     index_ = find_index(path);
-  if (index_) return;
-  sequential_ = std::make_unique<GzipByteSource>(path);
-  // The last member's ISIZE (its length mod 2^32): a read whose end matches it reads the whole
-  // stream, and then the parallel engine runs on to the trailer and checks it.
-  std::uint8_t isize[4] = {0, 0, 0, 0};
-  if (file_.size() >= 18 && file_.read_at(file_.size() - 4, std::as_writable_bytes(std::span(isize))) == 4)
-    last_isize_ = std::uint32_t{isize[0]} | std::uint32_t{isize[1]} << 8 |
-                  std::uint32_t{isize[2]} << 16 | std::uint32_t{isize[3]} << 24;
+  if (!index_) sequential_ = std::make_unique<GzipByteSource>(path);
 }
 
 GzipSource::~GzipSource() = default;
@@ -130,10 +124,16 @@ void GzipSource::inflate_parallel_range(std::uint64_t begin, std::uint64_t end, 
   ParallelInflateOptions options;
   options.threads = threads;
   // Stopping once `end` is delivered skips the CRC32 and ISIZE check of the trailer. A read to
-  // the end of a single-member stream (a whole NIfTI image) has nothing after `end` to save, so
+  // the end of a single-member stream (a whole NIfTI image; `end` matches the last member's
+  // ISIZE, its length mod 2^32, in the file's last 4 bytes) has nothing after `end` to save, so
   // it runs on and checks them, as the sequential reader does; a corrupt stream is then an
   // Error(corrupt), not wrong voxels.
-  options.stop_after = last_isize_ && static_cast<std::uint32_t>(end) == *last_isize_ ? UINT64_MAX : end;
+  options.stop_after = end;
+  std::uint8_t isize[4] = {0, 0, 0, 0};
+  if (file_.size() >= 18 &&
+      file_.read_at(file_.size() - 4, std::as_writable_bytes(std::span(isize))) == 4 &&
+      static_cast<std::uint32_t>(end) == core::load_le(isize, 4))
+    options.stop_after = UINT64_MAX;
   inflate_parallel(file_, [&](std::uint64_t at, std::span<const std::byte> data) {
     const std::uint64_t lo = std::max(at, begin), hi = std::min(at + data.size(), end);
     if (lo < hi) sink(lo, data.subspan(static_cast<std::size_t>(lo - at), static_cast<std::size_t>(hi - lo)));

@@ -63,7 +63,6 @@ class GzipSource final : public core::ByteSource {
   std::optional<std::vector<Member>> members_;
   std::optional<SeekIndex> index_;
   std::unique_ptr<GzipByteSource> sequential_;  // plain gzip without an index only
-  std::optional<std::uint32_t> last_isize_;      // plain gzip: the file's last 4 bytes
   // Random access: the last span (a member, or the bytes between two seek points) inflated by
   // read_at, for runs of small reads inside it.
   std::mutex cache_mutex_;
