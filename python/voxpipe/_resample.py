@@ -205,5 +205,7 @@ def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, 
     return _finish(out, target)
 
 
-map_coordinates.__doc__ = map_coordinates.__doc__.format(fast=_FAST_DOC)
-affine_transform.__doc__ = affine_transform.__doc__.format(fast=_FAST_DOC)
+for _f in (map_coordinates, affine_transform):
+    if _f.__doc__:  # None under python -OO
+        _f.__doc__ = _f.__doc__.format(fast=_FAST_DOC)
+del _f
