@@ -300,21 +300,24 @@ def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
     return out
 
 
-def batch_to_device(imgs, dtype, ordinal: int, note=lambda exc, i: exc) -> DeviceArray:
+def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
     """Images of one shape decoded into one (n, *shape) device array whose items are F-ordered
-    (the layout of vp.empty_batch). `note(exc, i)` returns image i's error as raised."""
+    (the layout of vp.empty_batch). ``run(load_item)`` must call ``load_item(i)`` once for every
+    image i and raise what those calls raise (load_batch runs them on its file workers, several
+    at once); each call writes only item i's bytes of the array, so calls on several threads at
+    once are safe. Every call is complete on the device when it returns."""
     require_device(ordinal)
     shape = tuple(imgs[0].shape)
     out_dtype = _out_dtype(imgs[0], dtype)
     item = _f_strides(shape)
     volume = math.prod(shape)
     out = _new(ordinal, (len(imgs),) + shape, out_dtype, (volume,) + item)
-    for i, img in enumerate(imgs):
-        try:
-            _image_into(out, i * volume * out_dtype.itemsize, img,
-                        None if dtype is None else out_dtype)
-        except Exception as exc:  # noqa: BLE001 - re-raised, naming the file
-            raise note(exc, i)
+    item_dtype = None if dtype is None else out_dtype
+
+    def load_item(i: int) -> None:
+        _image_into(out, i * volume * out_dtype.itemsize, imgs[i], item_dtype)
+
+    run(load_item)
     return out
 
 

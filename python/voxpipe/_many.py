@@ -3,7 +3,14 @@
 Files are opened and decoded by a few Python worker threads ("file workers"), each of which hands
 the decode of its file to the C++ core with the GIL released; the core splits a file further on
 its shared thread pool. Workers times the threads each file gets never exceeds ``threads``, so
-file-level and chunk-level parallelism share the cores instead of multiplying.
+file-level and chunk-level parallelism share the cores instead of multiplying. Loads to a device
+(load_many and load_batch with ``device=``) use the same workers: each worker's file is read,
+converted and copied by the core with the GIL released, so while one file is being read or
+inflated another's bytes are on their way to the device. The per-file thread count reaches the
+device load only where it decodes on the host first (RGB, odd casts): the core's
+read_nifti_data_to_device takes no thread count, so a .nii.gz is inflated on the shared pool's
+threads (all cores, shared with the other files in flight) and a .nii read by the staging
+pipeline's own reader threads.
 
 Memory: a file's decoded size is known from its header before anything is allocated. A file is
 admitted (its output allocated) only when the decoded data admitted and not yet taken by the
@@ -72,6 +79,48 @@ def _note(exc: BaseException, path: str) -> BaseException:
         if hasattr(exc, "add_note"):
             exc.add_note(f"while loading {path}")
     return exc
+
+
+def _run_files(paths: Sequence[str], workers: int, work) -> None:
+    """Call ``work(i)`` for every file i on ``workers`` threads, the caller's included, files
+    claimed in input order. After a failure no file is claimed any more; the files in hand are
+    finished and every thread is joined before this returns or raises, and the error raised is
+    that of the first failing file in input order (every file before it was claimed), naming it.
+    `work` must be safe to call on several threads at once."""
+    errors: dict[int, BaseException] = {}
+    lock = threading.Lock()
+    next_file = 0
+    stop = False
+
+    def run():
+        nonlocal next_file
+        while True:
+            with lock:
+                if stop or errors or next_file >= len(paths):
+                    return
+                i = next_file
+                next_file += 1
+            try:
+                work(i)
+            except Exception as exc:  # noqa: BLE001 - raised below, in input order
+                with lock:
+                    errors[i] = exc
+                return
+
+    pool = [threading.Thread(target=run, name=f"voxpipe-load-{k}", daemon=True)
+            for k in range(1, min(workers, len(paths)))]
+    for t in pool:
+        t.start()
+    try:
+        run()
+    finally:
+        with lock:
+            stop = True  # the caller was interrupted (KeyboardInterrupt): claim nothing more
+        for t in pool:
+            t.join()
+    if errors:
+        i = min(errors)
+        raise _note(errors[i], paths[i])
 
 
 class _Loader:
@@ -264,8 +313,11 @@ def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
     """The data of many NIfTI files, decoded in parallel, as a list in input order.
 
     ``device`` 'cuda', 'cuda:N' or a torch.device: each item is a DeviceArray (DLPack) decoded
-    on that device, one file after another (images=True, on_error and max_inflight_bytes are
-    host-only); None or 'cpu': NumPy arrays as below.
+    on that device by the same file workers, several files in flight at once (one file is read
+    and inflated while another's bytes go to the device), each complete on the device when the
+    list is returned; the first failing file in input order raises, naming it, after the loads
+    in flight have ended. images=True, on_error and max_inflight_bytes are host-only. None or
+    'cpu': NumPy arrays as below.
 
     Items and arguments as ``iter_load``; files that fail with ``on_error="skip"`` are left out
     (with a SkippedFileWarning naming them). The list holds every result, so memory is their
@@ -280,16 +332,17 @@ def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
         if images or on_error != "raise":
             raise ValueError("load_many to a device supports neither images=True nor on_error")
         _device.require_device(ordinal)
+        paths = [os.fspath(p) for p in paths]
         dtype = _check_dtype(dtype)
+        workers, file_threads = _plan_threads(threads, io_threads, len(paths))
         kwargs = {} if index is None else {"index": index}
-        out = []
-        for p in paths:
-            p = os.fspath(p)
-            try:
-                out.append(_device.image_to_device(load(p, threads=threads, **kwargs), dtype,
-                                                   ordinal))
-            except Exception as exc:  # noqa: BLE001 - re-raised, naming the file
-                raise _note(exc, p)
+        out: list = [None] * len(paths)
+
+        def load_one(i: int) -> None:
+            img = load(paths[i], threads=file_threads, **kwargs)
+            out[i] = _device.image_to_device(img, dtype, ordinal)
+
+        _run_files(paths, workers, load_one)
         return out
     with iter_load(paths, dtype, threads=threads, io_threads=io_threads,
                    max_inflight_bytes=max_inflight_bytes, on_error=on_error, images=images,
@@ -318,8 +371,9 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
     naming the first file that differs. Decode errors raise, naming the file.
 
     ``device`` 'cuda', 'cuda:N' or a torch.device: the batch is one DeviceArray (DLPack) on that
-    device, in the same layout (items F-ordered), decoded there file by file; ``out`` must then
-    be None. None or 'cpu': a NumPy array as above.
+    device, in the same layout (items F-ordered), each file decoded into its item by the file
+    workers, several at once as on the host, and complete on the device when it is returned;
+    ``out`` must then be None. None or 'cpu': a NumPy array as above.
     """
     from . import _device
 
@@ -346,7 +400,8 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
                              f"{paths[0]} gives {out_dtype}, but {p} gives "
                              f"{_out_dtype(img, dtype)}; pass a dtype")
     if ordinal is not None:
-        return _device.batch_to_device(imgs, dtype, ordinal, note=lambda exc, i: _note(exc, paths[i]))
+        return _device.batch_to_device(imgs, dtype, ordinal,
+                                       run=lambda load_item: _run_files(paths, workers, load_item))
     want = (len(paths),) + shape
     if out is None:
         out = empty_batch(len(paths), shape, out_dtype)
@@ -360,30 +415,5 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
             raise ValueError("out must be writeable with Fortran-contiguous items out[i] "
                              "(vp.empty_batch makes one)")
 
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    next_file = [0]
-
-    def work():
-        while True:
-            with lock:
-                if errors or next_file[0] >= len(paths):
-                    return
-                i = next_file[0]
-                next_file[0] += 1
-            try:
-                _decode(imgs[i], dtype, out=out[i])
-            except Exception as exc:  # noqa: BLE001 - re-raised below
-                with lock:
-                    errors.append(_note(exc, paths[i]))
-                return
-
-    pool = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
-    for t in pool:
-        t.start()
-    work()
-    for t in pool:
-        t.join()
-    if errors:
-        raise errors[0]
+    _run_files(paths, workers, lambda i: _decode(imgs[i], dtype, out=out[i]))
     return out

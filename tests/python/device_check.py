@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -102,6 +104,178 @@ def check_dicom(directory: Path, problems: list) -> int:
     return checked
 
 
+def many_files(directory: Path) -> list:
+    """Files of one shape in different dtypes, scalings, byte orders and storages (.nii,
+    .nii.gz, a pair, voxpipe's member gzip), for load_many/load_batch."""
+    import nibabel as nib
+
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    shape = (13, 11, 9)
+    out = []
+    specs = [("i2", ">", (0.37, -2.0), ".nii.gz"), ("u1", "<", None, ".nii"),
+             ("f4", "<", None, ".nii.gz"), ("i4", "<", (2.5, 7.0), ".nii"),
+             ("f8", ">", None, ".nii"), ("u2", "<", (1.0, 5.5), ".nii.gz"),
+             ("i2", "<", None, ".img")]
+    for k, (code, order, scale, ext) in enumerate(specs):
+        dtype = np.dtype(order + code)
+        if dtype.kind == "f":
+            data = rng.standard_normal(shape).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            data = rng.integers(max(info.min, -3000), min(info.max, 3000), size=shape,
+                                dtype=dtype.newbyteorder("="))
+        img = nib.Nifti1Image(data.astype(dtype), np.eye(4))
+        if scale is not None:
+            img.header.set_slope_inter(*scale)
+        path = str(directory / f"m{k}_{code}{ext}")
+        nib.save(img, path)
+        out.append(path)
+    members = str(directory / "members.nii.gz")
+    vp.save(vp.load(out[0]), members)
+    out.append(members)
+    return out
+
+
+class InFlight:
+    """Wraps _core.nifti_to_device (the device load the file workers call with the GIL
+    released) to count calls and the most of them in flight at once; each call first sleeps a
+    little, so that loads that can overlap do."""
+
+    def __init__(self, delay: float):
+        from voxpipe import _core
+
+        self.core, self.real, self.delay = _core, _core.nifti_to_device, delay
+        self.lock = threading.Lock()
+        self.now = self.most = self.calls = 0
+
+    def __enter__(self):
+        def wrapper(*args):
+            with self.lock:
+                self.calls += 1
+                self.now += 1
+                self.most = max(self.most, self.now)
+            try:
+                time.sleep(self.delay)
+                return self.real(*args)
+            finally:
+                with self.lock:
+                    self.now -= 1
+
+        self.core.nifti_to_device = wrapper
+        return self
+
+    def __exit__(self, *exc):
+        self.core.nifti_to_device = self.real
+
+
+def named(exc: BaseException, path: str) -> bool:
+    return path in str(exc) + " ".join(getattr(exc, "__notes__", []))
+
+
+def check_many(directory: Path, problems: list) -> int:
+    """load_many/load_batch to the device: the host path's values in input order for several
+    thread plans, files overlapping in flight, the planned per-file threads, and a bad file in
+    the middle raising naming it with no thread left behind."""
+    import voxpipe._many as many
+
+    files = many_files(directory)
+    checked = 0
+    for threads, io_threads in ((4, 2), (4, 1), (4, None), (1, None), (2, 8)):
+        kw = {"threads": threads, "io_threads": io_threads}
+        for dtype in (np.float32, np.float64, None):
+            host = vp.load_many(files, dtype, **kw)
+            dev = vp.load_many(files, dtype, device="cuda", **kw)
+            if len(dev) != len(host):
+                problems.append(f"load_many {kw} {dtype}: {len(dev)} items for {len(host)}")
+            for path, h, d in zip(files, host, dev):
+                why = same(h, d)
+                if why:
+                    problems.append(f"load_many {kw} {dtype} {path}: {why}")
+            checked += 1
+            if dtype is None:
+                continue  # mixed data dtypes: load_batch needs a dtype
+            host = vp.load_batch(files, dtype=dtype, **kw)
+            dev = vp.load_batch(files, dtype=dtype, device="cuda", **kw)
+            why = same(host, dev)
+            if why or dev.strides != host.strides:
+                problems.append(f"load_batch {kw} {dtype}: {why} {dev.strides} {host.strides}")
+            checked += 1
+    del host, dev
+
+    # Overlap: with io_threads=2, two files are in the device load at once; with 1, one. And
+    # each file is opened with the planned per-file threads (threads // io_threads).
+    real_load, seen_threads = many.load, []
+
+    def recording_load(path, **kw):
+        seen_threads.append(kw.get("threads"))
+        return real_load(path, **kw)
+
+    many.load = recording_load
+    try:
+        for io_threads, want_most in ((2, 2), (1, 1)):
+            for name, call in (("load_many", vp.load_many), ("load_batch", vp.load_batch)):
+                seen_threads.clear()
+                with InFlight(0.05) as flight:
+                    got = call(files, threads=4, io_threads=io_threads, device="cuda")
+                if flight.most != want_most or flight.calls != len(files):
+                    problems.append(f"{name} io_threads={io_threads}: {flight.most} loads in "
+                                    f"flight at most over {flight.calls} calls; expected "
+                                    f"{want_most} over {len(files)}")
+                if set(seen_threads) != {4 // io_threads}:
+                    problems.append(f"{name} io_threads={io_threads}: files opened with threads "
+                                    f"{sorted(set(seen_threads))}, expected {4 // io_threads}")
+                del got
+                checked += 1
+    finally:
+        many.load = real_load
+
+    # A bad file in the middle: raised naming it, no thread left running, and (io_threads=1)
+    # nothing after it loaded. Two bad files: the first in input order is raised even when the
+    # second fails first (a missing file fails at once, a truncated .nii.gz later).
+    bad_dir = directory / "bad"
+    bad_dir.mkdir()
+    raw = Path(files[0]).read_bytes()  # a .nii.gz
+    truncated = bad_dir / "truncated.nii.gz"
+    truncated.write_bytes(raw[: len(raw) // 2])
+    raw = Path(files[1]).read_bytes()  # a .nii
+    short = bad_dir / "short.nii"
+    short.write_bytes(raw[: len(raw) - 100])
+    missing = str(bad_dir / "missing.nii")
+    # (load_batch reads every header before any data, so there a missing file is the first
+    # error whatever comes before it.)
+    many_and_batch = (vp.load_many, vp.load_batch)
+    cases = [("truncated", files[:3] + [str(truncated)] + files[3:], str(truncated), many_and_batch),
+             ("short", files[:3] + [str(short)] + files[3:], str(short), many_and_batch),
+             ("missing", files[:3] + [missing] + files[3:], missing, many_and_batch),
+             ("truncated then short", files[:2] + [str(truncated), str(short)] + files[2:],
+              str(truncated), many_and_batch),
+             ("truncated then missing", files[:2] + [str(truncated), missing] + files[2:],
+              str(truncated), (vp.load_many,))]
+    before = set(threading.enumerate())
+    for name, paths, bad, calls in cases:
+        for call in calls:
+            for io_threads in (2, 1):
+                what = f"{call.__name__} {name} io_threads={io_threads}"
+                with InFlight(0.0) as flight:
+                    try:
+                        call(paths, threads=4, io_threads=io_threads, device="cuda")
+                        problems.append(f"{what}: no error")
+                    except Exception as exc:  # noqa: BLE001 - checked here
+                        if not named(exc, bad):
+                            problems.append(f"{what}: {exc!r} does not name {bad}")
+                        del exc
+                left = set(threading.enumerate()) - before
+                if left:
+                    problems.append(f"{what}: threads left running: {sorted(t.name for t in left)}")
+                if io_threads == 1 and flight.calls > paths.index(bad) + 1:
+                    problems.append(f"{what}: {flight.calls} device loads, but the bad file is "
+                                    f"number {paths.index(bad) + 1}")
+                checked += 1
+    gc.collect()
+    return checked
+
+
 def main() -> int:
     directory = Path(sys.argv[1])
     problems, checked = [], 0
@@ -153,6 +327,7 @@ def main() -> int:
             problems.append(f"in-memory data: {why}")
         checked += 1
     checked += check_dicom(directory / "dicom", problems)
+    checked += check_many(directory / "many", problems)
     del dev, d, host
     gc.collect()
     if "--counters" in sys.argv:

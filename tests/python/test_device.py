@@ -7,7 +7,10 @@ The device path itself runs here against the stand-in libcuda of tests/cpp/cuda/
 bit for bit against the host path (device_check.py), and over DICOM series (native 3D/4D,
 BitsStored 12, enhanced multi-frame with a rescale per frame, RLE); on a machine with a GPU the same check runs
 on the real device, plus torch.from_dlpack on CUDA. Those skip, with the reason, where they
-cannot run.
+cannot run. device_check.py also checks load_many/load_batch to the device over several files
+and thread plans: host values in input order, files overlapping in flight, the per-file thread
+split, and bad files raising in input order with no thread left. The file workers themselves
+(overlap, input-order errors, joins) are checked here without a driver.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import nibabel as nib
@@ -288,6 +293,57 @@ def test_memory_alive_at_interpreter_exit():
     pytest.importorskip("torch")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+# ---- the file workers of load_many/load_batch to a device (no driver needed) -----------------
+
+def _run(n, workers, work):
+    import voxpipe._many as many
+
+    before = set(threading.enumerate())
+    try:
+        many._run_files([f"file{i}" for i in range(n)], workers, work)
+    finally:
+        assert set(threading.enumerate()) - before == set()  # every worker joined
+
+
+def test_file_workers_overlap_and_cover_every_file_once():
+    lock, now, most, done = threading.Lock(), [0], [0], []
+
+    def work(i):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+            done.append(i)
+
+    _run(8, 3, work)
+    assert sorted(done) == list(range(8)) and most[0] == 3
+    done.clear(), most.__setitem__(0, 0)
+    _run(5, 1, work)
+    assert done == list(range(5)) and most[0] == 1  # one worker: input order, one at a time
+
+
+def test_file_workers_raise_the_first_failing_file_in_input_order():
+    """File 2 fails late, file 3 at once: file 2's error is raised, naming it; nothing is
+    claimed after the first failure, and every worker has ended when it raises."""
+    started = []
+
+    def work(i):
+        started.append(i)
+        if i == 2:
+            time.sleep(0.1)
+            raise ValueError("late")
+        if i == 3:
+            raise OSError("early")
+        time.sleep(0.01)
+
+    with pytest.raises(ValueError, match="late") as info:
+        _run(20, 2, work)
+    assert "file2" in " ".join(getattr(info.value, "__notes__", []))
+    assert max(started) <= 4 and sorted(started) == list(range(len(started)))
 
 
 # ---- the device path: stand-in driver (CI) and real GPU ---------------------------------------
