@@ -33,12 +33,33 @@ struct CudaStatus {
   int driver_version = 0;      // cuDriverGetVersion, e.g. 13000 for CUDA 13.0; 0 if not loaded
   int device_count = 0;
   std::vector<std::string> device_names;  // cuDeviceGetName of devices 0, 1, ...
-  // GPUDirect Storage through cuFile. Reads through cuFile are not implemented yet, so this is
-  // never used today; cufile_reason says what the probe found: "libcufile.so.0 not found: ...",
-  // "/run/udev is not readable ...", "running under WSL ...", or that it is present but unused.
+  // GPUDirect Storage through cuFile (libcufile.so.0, or the path in $VOXPIPE_CUFILE_LIBRARY):
+  // the library loads, /run/udev is readable and this is not WSL (KvikIO's rule). Whether its
+  // driver opens, and runs real GPUDirect Storage or only its compatibility mode, is known
+  // once it is opened: cufile_status(). cufile_reason: "libcufile.so.0 not found: ...",
+  // "/run/udev is not readable ...", "running under WSL ...", or "... loads; ...".
   bool cufile_available = false;
   std::string cufile_reason;
 };
+
+// What cuFile does in this process, once its driver is open.
+struct CufileStatus {
+  bool usable = false;  // cuFileDriverOpen succeeded
+  // The storage can DMA to the GPU (nvidia-fs loaded, or PCI P2PDMA), not only cuFile's
+  // compatibility mode (reads through host memory).
+  bool gds = false;
+  std::string library;  // what was loaded
+  // e.g. "GPUDirect Storage through nvidia-fs 2.17", "cuFile runs in its compatibility mode
+  // only ...", "cuFileDriverOpen failed: ...", "libcufile.so.0 not found: ...".
+  std::string reason;
+  // $VOXPIPE_CUFILE: "auto" (default), "on" or "off" (docs/gpu.md "cuFile").
+  std::string policy;
+};
+
+// Opens cuFile's driver (once per process, with device `ordinal`'s context current), as the
+// first load that may read through it would, and reports. Error(unsupported) carrying
+// cuda_status().reason without a device; Error(invalid_argument) for a bad $VOXPIPE_CUFILE.
+CufileStatus cufile_status(int ordinal = 0);
 
 // The status of this process, probed once on first call (loads libcuda.so.1 and calls cuInit,
 // which can take a fraction of a second; no context is created). Thread-safe; never throws.
@@ -89,7 +110,9 @@ class DeviceMemory {
 
 // Reads all of `image`'s data into `dst` at `offset`, with the values read_nifti_data writes for
 // `spec` and an empty selection (F order, the shape of the image), converted on the device:
-// voxels * dtype_size(spec.type) bytes. Uncompressed data are read with concurrent preads;
+// voxels * dtype_size(spec.type) bytes. Uncompressed data are read with concurrent preads
+// (through pinned buffers), or through cuFile into device buffers where $VOXPIPE_CUFILE's policy
+// chooses it (by default: GPUDirect Storage, 16 MiB or more, mostly not in the page cache);
 // gzip data through the host path's data source (sized members or a seek index read
 // concurrently, otherwise one sequential inflate). Errors: read_nifti_data's
 // (Error(invalid_argument) for a conversion it refuses, and for spec.file_byte_order;

@@ -102,6 +102,27 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
 
 void cuda_empty_cache() noexcept { cuda::empty_device_caches(); }
 
+CufileStatus cufile_status(int ordinal) {
+  CufileStatus st;
+  switch (cuda::cufile_policy_from_env()) {
+    case cuda::CufilePolicy::automatic: st.policy = "auto"; break;
+    case cuda::CufilePolicy::on: st.policy = "on"; break;
+    case cuda::CufilePolicy::off: st.policy = "off"; break;
+  }
+  const std::shared_ptr<cuda::PrimaryContext> ctx = primary_context(ordinal);
+  if (!cuda_status().cufile_available) {
+    st.library = cuda::cufile_library_name();
+    st.reason = cuda_status().cufile_reason;
+    return st;
+  }
+  const cuda::CufileDriver& d = cuda::process_cufile(*ctx);
+  st.usable = d.usable;
+  st.gds = d.gds;
+  st.library = d.library;
+  st.reason = d.reason;
+  return st;
+}
+
 void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
                                  std::size_t offset, unsigned threads) {
   std::uint64_t bytes = dtype_size(out_type);

@@ -232,11 +232,16 @@ void DeviceConvertSink::destroy() noexcept {
   streams_.clear();
 }
 
+void DeviceConvertSink::use_device_buffers(std::size_t skew) {
+  device_buffers_ = true;
+  skew_ = skew % kDirectAlign;
+}
+
 void DeviceConvertSink::begin(unsigned slots, std::size_t chunk_bytes) {
   ScopedContext scope(ctx_);
   events_.resize(slots, nullptr);
   for (auto& e : events_) check(api_, api_.event_create(&e, drv::CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-  if (!direct_) {
+  if (!direct_ && !device_buffers_) {
     staging_bytes_ = chunk_bytes;
     staging_.resize(slots, 0);
     for (auto& p : staging_) p = resources_->take_device(chunk_bytes);
@@ -247,6 +252,17 @@ void DeviceConvertSink::begin(unsigned slots, std::size_t chunk_bytes) {
 // lock.
 std::byte* DeviceConvertSink::allocate_buffer(std::size_t bytes) {
   ScopedContext scope(ctx_);
+  if (device_buffers_) {
+    // [base, base + bytes + slack): one aligned block of room before the aligned start, the
+    // chunk at `skew_` past it, room after it for the end of its last aligned block.
+    device_ring_.reserve(device_ring_.size() + 1);
+    const std::size_t total = bytes + kDirectSlack;
+    const drv::CUdeviceptr base = resources_->take_device(total);
+    const drv::CUdeviceptr aligned = (base + kDirectAlign - 1) / kDirectAlign * kDirectAlign + kDirectAlign;
+    auto* handed = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(aligned + skew_));
+    device_ring_.push_back({handed, base, total});
+    return handed;
+  }
   pinned_.reserve(pinned_.size() + 1);  // before taking: the push below cannot throw
   std::byte* p = resources_->take_pinned(bytes);
   pinned_.emplace_back(p, bytes);
@@ -255,6 +271,17 @@ std::byte* DeviceConvertSink::allocate_buffer(std::size_t bytes) {
 
 void DeviceConvertSink::free_buffer(std::byte* p) noexcept {
   if (!p) return;
+  if (device_buffers_) {
+    const auto it = std::find_if(device_ring_.begin(), device_ring_.end(), [p](const auto& e) { return e.handed == p; });
+    if (it == device_ring_.end()) return;
+    const DeviceRing r = *it;
+    device_ring_.erase(it);
+    const bool pushed = api_.ctx_push_current(ctx_.get()) == drv::CUDA_SUCCESS;
+    resources_->give_device(r.base, r.bytes);
+    drv::CUcontext popped = nullptr;
+    if (pushed) api_.ctx_pop_current(&popped);
+    return;
+  }
   const auto it = std::find_if(pinned_.begin(), pinned_.end(), [p](const auto& e) { return e.first == p; });
   if (it == pinned_.end()) return;
   const std::size_t bytes = it->second;
@@ -281,11 +308,15 @@ void DeviceConvertSink::consume(const StagedChunk& chunk) {
                     std::to_string(dst_bytes_ / out_size));
   drv::CUstream stream = streams_[chunk.index % streams_.size()];
   drv::CUdeviceptr out = dst_ + first * out_size;
-  if (direct_) {
+  const auto device_in = static_cast<drv::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(chunk.data.data()));
+  if (direct_ && device_buffers_) {
+    check(api_, api_.memcpy_dtod_async(out, device_in, chunk.data.size(), stream), "cuMemcpyDtoDAsync_v2");
+  } else if (direct_) {
     check(api_, api_.memcpy_htod_async(out, chunk.data.data(), chunk.data.size(), stream), "cuMemcpyHtoDAsync_v2");
   } else {
-    drv::CUdeviceptr in = staging_[chunk.slot];
-    check(api_, api_.memcpy_htod_async(in, chunk.data.data(), chunk.data.size(), stream), "cuMemcpyHtoDAsync_v2");
+    drv::CUdeviceptr in = device_buffers_ ? device_in : staging_[chunk.slot];
+    if (!device_buffers_)
+      check(api_, api_.memcpy_htod_async(in, chunk.data.data(), chunk.data.size(), stream), "cuMemcpyHtoDAsync_v2");
     const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>((n + kBlock - 1) / kBlock, kMaxBlocks));
     void* params[] = {&op_, &in, &out, &n};
     check(api_, api_.launch_kernel(kernel_, blocks, 1, 1, kBlock, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");

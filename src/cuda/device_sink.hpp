@@ -137,6 +137,19 @@ class DeviceConvertSink final : public StagingSink {
   // the kernels were not built.
   DeviceConvertSink(const PrimaryContext& ctx, const ElementOp& op, drv::CUdeviceptr dst,
                     std::uint64_t dst_bytes, unsigned streams = 2);
+
+  // Device-resident buffers, for a source that writes device memory itself (cuFile): the ring's
+  // buffers are device staging areas instead of pinned host memory (the "pointers" stage()
+  // passes around are device addresses: only the source and this sink touch them), and a chunk
+  // goes from its buffer to the kernel, or straight to the output with a device-to-device
+  // copy, without crossing PCIe again. Each buffer has kDirectSlack bytes around it, and its
+  // address is `skew` bytes past a kDirectAlign boundary, so that a source reading
+  // kDirectAlign-aligned file windows (payload at a file offset of `skew` modulo kDirectAlign)
+  // can read whole aligned blocks into aligned device memory around the chunk. Call before
+  // stage().
+  static constexpr std::size_t kDirectAlign = 4096;
+  static constexpr std::size_t kDirectSlack = 4 * kDirectAlign;
+  void use_device_buffers(std::size_t skew);
   ~DeviceConvertSink() override;
 
   void begin(unsigned slots, std::size_t chunk_bytes) override;
@@ -165,6 +178,14 @@ class DeviceConvertSink final : public StagingSink {
   std::vector<drv::CUdeviceptr> staging_;    // one device staging area per slot (not if direct_)
   std::size_t staging_bytes_ = 0;
   std::vector<std::pair<std::byte*, std::size_t>> pinned_;  // allocate_buffer's, with sizes
+  bool device_buffers_ = false;  // use_device_buffers
+  std::size_t skew_ = 0;
+  struct DeviceRing {
+    std::byte* handed;  // what allocate_buffer returned
+    drv::CUdeviceptr base;
+    std::size_t bytes;
+  };
+  std::vector<DeviceRing> device_ring_;
 };
 
 }  // namespace voxpipe::cuda

@@ -52,6 +52,7 @@ std::unique_ptr<DriverLibrary> DriverLibrary::open(const char* name, std::string
       resolve(handle, name, "cuMemFreeHost", a.mem_free_host, why) &&
       resolve(handle, name, "cuMemcpyHtoDAsync_v2", a.memcpy_htod_async, why) &&
       resolve(handle, name, "cuMemcpyDtoH_v2", a.memcpy_dtoh, why) &&
+      resolve(handle, name, "cuMemcpyDtoDAsync_v2", a.memcpy_dtod_async, why) &&
       resolve(handle, name, "cuStreamCreate", a.stream_create, why) &&
       resolve(handle, name, "cuStreamDestroy_v2", a.stream_destroy, why) &&
       resolve(handle, name, "cuStreamSynchronize", a.stream_synchronize, why) &&

@@ -56,6 +56,8 @@ struct DriverApi {
   R (*memcpy_htod_async)(drv::CUdeviceptr dst, const void* src, std::size_t bytes,
                          drv::CUstream stream);                            // cuMemcpyHtoDAsync_v2
   R (*memcpy_dtoh)(void* dst, drv::CUdeviceptr src, std::size_t bytes);    // cuMemcpyDtoH_v2
+  R (*memcpy_dtod_async)(drv::CUdeviceptr dst, drv::CUdeviceptr src, std::size_t bytes,
+                         drv::CUstream stream);                            // cuMemcpyDtoDAsync_v2
   R (*stream_create)(drv::CUstream* stream, unsigned flags);               // cuStreamCreate
   R (*stream_destroy)(drv::CUstream stream);                               // cuStreamDestroy_v2
   R (*stream_synchronize)(drv::CUstream stream);                           // cuStreamSynchronize

@@ -8,10 +8,12 @@
 
 #include "core/checked.hpp"
 #include "core/file.hpp"
+#include "cuda/cufile.hpp"
 #include "cuda/element_op.hpp"
 #include "gz/gzip_source.hpp"
 #include "dicom/modality.hpp"
 #include "nifti/internal.hpp"
+#include "voxpipe/device.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::cuda {
@@ -115,6 +117,74 @@ void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingO
   stage(source, element, sink, options);
 }
 
+ChunkSource cufile_chunk_source(const CufileFile& file, std::uint64_t payload_offset,
+                               std::uint64_t payload_bytes) {
+  constexpr std::uint64_t align = DeviceConvertSink::kDirectAlign;
+  ChunkSource s;
+  s.name = file.path();
+  s.base_offset = payload_offset;
+  s.size = payload_bytes;
+  s.concurrent = true;
+  s.fill = [&file, payload_offset](std::uint64_t offset, std::span<std::byte> dst) {
+    // The whole aligned blocks around the chunk, read to where they belong around it.
+    const std::uint64_t at = payload_offset + offset, skew = at % align;
+    const std::uint64_t window = (skew + dst.size() + align - 1) / align * align;
+    const auto base = static_cast<drv::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dst.data()) - skew);
+    const std::size_t got = file.read(base, static_cast<std::size_t>(window), at - skew);
+    if (got < skew + dst.size())
+      throw Error(ErrorCode::truncated, file.path(), "data",
+                  "expected " + std::to_string(dst.size()) + " bytes, but the file ends " +
+                      std::to_string(got > skew ? got - skew : 0) + " bytes in",
+                  at);
+  };
+  return s;
+}
+
+namespace {
+
+// Reads uncompressed data through cuFile when the policy says so (load.hpp); false when the
+// staging path should read them instead (options.stats->cufile_reason says why).
+bool load_through_cufile(const NiftiImage& image, const ElementOp& op, const PrimaryContext& ctx,
+                         drv::CUdeviceptr dst, std::uint64_t dst_bytes, const StagingOptions& options) {
+  const CufilePolicy policy = options.cufile_policy ? *options.cufile_policy : cufile_policy_from_env();
+  const std::size_t element = dtype_size(image.dtype);
+  const std::uint64_t payload = mul(image, voxel_count(image), element);
+  const auto skip = [&](std::string why) {
+    if (policy == CufilePolicy::on) throw Error(ErrorCode::unsupported, image.data_path, "cuFile", why);
+    if (options.stats) options.stats->cufile_reason = std::move(why);
+    return false;
+  };
+  if (policy == CufilePolicy::off) return skip("VOXPIPE_CUFILE=off");
+  // The automatic policy opens cuFile's driver (once per process, not free) only for a payload
+  // it could use it for, and only where the probe found the library.
+  if (policy == CufilePolicy::automatic && payload < kCufileMinBytes)
+    return skip(choose_cufile(policy, nullptr, payload, 0).reason);
+  if (!options.cufile && !cuda_status().cufile_available) return skip(cuda_status().cufile_reason);
+  const CufileDriver& driver = options.cufile ? *options.cufile : process_cufile(ctx);
+  const double resident = policy == CufilePolicy::automatic && driver.usable && driver.gds
+                              ? page_cache_fraction(image.data_path, image.data_offset, payload)
+                              : 0;
+  const CufileChoice choice = choose_cufile(policy, &driver, payload, resident);
+  if (!choice.use) return skip(choice.reason);
+  std::optional<CufileFile> file;
+  try {
+    file.emplace(driver, image.data_path);
+  } catch (const Error& e) {
+    if (policy == CufilePolicy::on || e.code() == ErrorCode::not_found) throw;
+    return skip(e.what());
+  }
+  DeviceConvertSink sink(ctx, op, dst, dst_bytes);
+  sink.use_device_buffers(static_cast<std::size_t>(image.data_offset % DeviceConvertSink::kDirectAlign));
+  stage(cufile_chunk_source(*file, image.data_offset, payload), element, sink, options);
+  if (options.stats) {
+    options.stats->route = "cufile";
+    options.stats->cufile_reason = choice.reason;
+  }
+  return true;
+}
+
+}  // namespace
+
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
                           std::uint64_t dst_bytes, const StagingOptions& options) {
@@ -130,8 +200,11 @@ void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                 "expected " + std::to_string(want) + " bytes, but received " +
                     std::to_string(dst_bytes));
   if (n == 0) return;
+  if (image.data_compression == Compression::none && load_through_cufile(image, op, ctx, dst, dst_bytes, options))
+    return;
   DeviceConvertSink sink(ctx, op, dst, dst_bytes);
   stage_nifti_data(image, sink, options);
+  if (options.stats) options.stats->route = image.data_compression == Compression::none ? "pread" : "gzip";
 }
 
 namespace {

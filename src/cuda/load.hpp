@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "cuda/cufile.hpp"
 #include "cuda/device_sink.hpp"
 #include "cuda/staging.hpp"
 #include "voxpipe/dicom_series.hpp"
@@ -18,8 +19,11 @@ namespace voxpipe::cuda {
 
 // Reads all of `image`'s data, converted as read_nifti_data would convert it for `spec` (F
 // order, the shape of the image), into `dst`, device memory of exactly voxels * size of
-// spec.type bytes in `ctx`. Uncompressed data are read with concurrent preads at
-// image.data_offset; gzip data through the CPU path's data source, whose parallel inflate
+// spec.type bytes in `ctx`. Uncompressed data are read through cuFile straight into device
+// staging buffers where options.cufile_policy (default $VOXPIPE_CUFILE, automatic) chooses it
+// (choose_cufile in cufile.hpp: by default only with GPUDirect Storage, 16 MiB or more, not in
+// the page cache; a file that cannot be opened for direct I/O falls back), else with concurrent
+// preads at image.data_offset into the pinned ring; gzip data through the CPU path's data source, whose parallel inflate
 // (read_range on options.decode_threads threads, default all cores: sized members, a seek index, or speculative decoding
 // of a plain gzip) writes its pieces into the pinned staging buffers while earlier chunks go to
 // the device (stage(PushSource)). Errors: as
@@ -44,6 +48,14 @@ void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingO
 // (from nifti::open_data_source(image)) must outlive the source.
 PushSource nifti_push_source(const NiftiImage& image, core::ByteSource& data,
                              const StagingOptions& options);
+
+// cuFile reads of bytes [payload_offset, payload_offset + payload_bytes) of `file` into the
+// device-resident buffers of a DeviceConvertSink set up with use_device_buffers(payload_offset
+// % kDirectAlign): each chunk's whole aligned blocks are read around it (for chunks of a
+// multiple of kDirectAlign bytes, aligned file offsets, sizes and device addresses). `file`
+// must outlive the source. A file that ends early is Error(truncated) naming it and the offset.
+ChunkSource cufile_chunk_source(const CufileFile& file, std::uint64_t payload_offset,
+                                std::uint64_t payload_bytes);
 
 // Reads a DICOM series into `dst` (device memory of exactly the bytes read_dicom_series needs
 // for `out_type`), with read_dicom_series's values and layout. When every image is native pixel

@@ -14,11 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "core/file.hpp"
 #include "cuda/convert_element.hpp"
+#include "cuda/cufile.hpp"
 
 namespace voxpipe::cuda {
 
@@ -27,6 +29,10 @@ struct StagingStats {
   std::uint64_t overflow_peak_bytes = 0;  // the most bytes held in the overflow at once
   std::uint64_t overflow_pieces = 0;      // pieces (or their tails) that went to the overflow
   std::uint64_t waits = 0;                // piece callbacks that waited for the window to move
+  // Set by load_nifti_to_device: the path the bytes took ("pread", "cufile", "gzip push",
+  // "gzip chunks"), and for uncompressed data why cuFile was or was not used.
+  std::string route{};
+  std::string cufile_reason{};
 };
 
 struct StagingOptions {
@@ -38,6 +44,11 @@ struct StagingOptions {
   // 0: all cores, as the CPU path's default. stage() itself does not use it.
   unsigned decode_threads = 0;
   StagingStats* stats = nullptr;  // when set, a push pipeline writes its measurements here
+  // For load_nifti_to_device's uncompressed data: whether to read through cuFile (unset:
+  // $VOXPIPE_CUFILE), and which cuFile (null: the process's, process_cufile). stage() does not
+  // use them.
+  std::optional<CufilePolicy> cufile_policy{};
+  const CufileDriver* cufile = nullptr;
 };
 
 // Where the payload bytes come from. Offsets passed to `fill` are relative to the payload.

@@ -56,8 +56,9 @@ void probe_cufile(const ProbeSettings& s, CudaStatus& st) {
   }
   st.cufile_available = true;
   st.cufile_reason = s.cufile_library +
-                     " is present, but voxpipe does not read through cuFile yet: the pinned "
-                     "staging path is used";
+                     " loads; its driver is opened at the first uncompressed load that may read "
+                     "through it (VOXPIPE_CUFILE: auto, on, off), and cufile_status() says "
+                     "whether GPUDirect Storage runs";
 }
 
 // Loads and initialises the driver, fills the driver fields; returns the library when cuInit

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/cufile.hpp"
 #include "cuda/driver.hpp"
 #include "voxpipe/device.hpp"
 
@@ -12,7 +13,7 @@ namespace voxpipe::cuda {
 
 struct ProbeSettings {
   std::string cuda_library = "libcuda.so.1";
-  std::string cufile_library = "libcufile.so.0";
+  std::string cufile_library = cufile_library_name();  // $VOXPIPE_CUFILE_LIBRARY or libcufile.so.0
   std::string udev_dir = "/run/udev";  // cuFile needs it readable (KvikIO's check)
   std::string osrelease = "/proc/sys/kernel/osrelease";  // "microsoft"/"WSL" in it: WSL
 };

@@ -51,6 +51,7 @@ VOXPIPE_CHECK_ENTRY(cuMemAllocHost_v2, mem_alloc_host);
 VOXPIPE_CHECK_ENTRY(cuMemFreeHost, mem_free_host);
 VOXPIPE_CHECK_ENTRY(cuMemcpyHtoDAsync_v2, memcpy_htod_async);
 VOXPIPE_CHECK_ENTRY(cuMemcpyDtoH_v2, memcpy_dtoh);
+VOXPIPE_CHECK_ENTRY(cuMemcpyDtoDAsync_v2, memcpy_dtod_async);
 VOXPIPE_CHECK_ENTRY(cuStreamCreate, stream_create);
 VOXPIPE_CHECK_ENTRY(cuStreamDestroy_v2, stream_destroy);
 VOXPIPE_CHECK_ENTRY(cuStreamSynchronize, stream_synchronize);

@@ -137,6 +137,15 @@ FAKE_API CUresult cuMemcpyDtoH_v2(void* dst, unsigned long long src, std::size_t
   std::memcpy(dst, reinterpret_cast<const void*>(static_cast<std::uintptr_t>(src)), n);
   return kSuccess;
 }
+FAKE_API CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, std::size_t n,
+                                       void* stream) {
+  if (!context_current()) return kInvalidContext;
+  if (stream != &g_stream_tag) return kInvalidHandle;
+  std::memmove(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dst)),
+               reinterpret_cast<const void*>(static_cast<std::uintptr_t>(src)), n);
+  ++g_copies;
+  return kSuccess;
+}
 FAKE_API CUresult cuStreamCreate(void** s, unsigned) {
   if (!context_current()) return kInvalidContext;
   ++g_streams;
