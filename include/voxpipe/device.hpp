@@ -56,6 +56,11 @@ struct CufileStatus {
   std::string policy;
 };
 
+// The cuFile library to load where $VOXPIPE_CUFILE_LIBRARY is not set, instead of
+// "libcufile.so.0" from the loader's search path (the Python package passes the nvidia-cufile
+// wheel's copy). Only before the first cuda_status() or load has any effect.
+void set_default_cufile_library(const std::string& path);
+
 // Opens cuFile's driver (once per process, with device `ordinal`'s context current), as the
 // first load that may read through it would, and reports. Error(unsupported) carrying
 // cuda_status().reason without a device; Error(invalid_argument) for a bad $VOXPIPE_CUFILE.
@@ -102,7 +107,7 @@ class DeviceMemory {
 
  private:
   friend void read_nifti_data_to_device(const NiftiImage&, const OutputSpec&, DeviceMemory&,
-                                        std::size_t);
+                                        std::size_t, unsigned, const DataSourceOptions&);
   friend void read_dicom_series_to_device(const DicomSeries&, DType, DeviceMemory&, std::size_t,
                                           unsigned);
   std::unique_ptr<Impl> impl_;
@@ -118,8 +123,13 @@ class DeviceMemory {
 // (Error(invalid_argument) for a conversion it refuses, and for spec.file_byte_order;
 // Error(truncated) for a short file; gzip errors), Error(invalid_argument) when the bytes do not
 // fit in `dst` after `offset`, and the driver's.
+//
+// `threads`: as ReadOptions::threads (0: all cores): the gzip inflate's threads, and at most as
+// many concurrent reads of an uncompressed payload (default 4). `source`: the seek index to use
+// for a plain gzip, as NiftiReader takes it (automatic: a valid sidecar or cache entry).
 void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, DeviceMemory& dst,
-                               std::size_t offset = 0);
+                               std::size_t offset = 0, unsigned threads = 0,
+                               const DataSourceOptions& source = {});
 
 // Reads a DICOM series into `dst` at `offset`, with read_dicom_series's values and layout
 // (F order, series.shape(); prod(shape) * dtype_size(out_type) bytes). Native pixel data are

@@ -25,6 +25,21 @@ void bind_transforms(nb::module_& m);  // transform_bindings.cpp
 void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 void bind_device(nb::module_& m);  // device_bindings.cpp
 
+// The seek-index choice as Python passes it: "auto", "none" or "path" (with index_path).
+DataSourceOptions data_source_options(const std::string& index_mode, const std::string& index_path) {
+  DataSourceOptions options;
+  if (index_mode == "auto")
+    options.index = DataSourceOptions::Index::automatic;
+  else if (index_mode == "none")
+    options.index = DataSourceOptions::Index::none;
+  else if (index_mode == "path")
+    options.index = DataSourceOptions::Index::path, options.index_path = index_path;
+  else
+    throw Error(ErrorCode::invalid_argument, "", "index",
+                "expected auto, none or path, but received " + index_mode);
+  return options;
+}
+
 namespace {
 
 using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -108,15 +123,11 @@ NB_MODULE(_core, m) {
           [](NiftiReader* self, const NiftiImage& image, const std::string& index_mode,
              const std::string& index_path) {
             DataSourceOptions options;
-            if (index_mode == "auto")
-              options.index = DataSourceOptions::Index::automatic;
-            else if (index_mode == "none")
-              options.index = DataSourceOptions::Index::none;
-            else if (index_mode == "path")
-              options.index = DataSourceOptions::Index::path, options.index_path = index_path;
-            else
-              throw Error(ErrorCode::invalid_argument, image.data_path, "index",
-                          "expected auto, none or path, but received " + index_mode);
+            try {
+              options = data_source_options(index_mode, index_path);
+            } catch (const Error& e) {
+              throw Error(e.code(), image.data_path, e.field(), e.detail());
+            }
             nb::gil_scoped_release release;
             new (self) NiftiReader(image, options);
           },

@@ -24,6 +24,9 @@
 namespace nb = nanobind;
 using namespace voxpipe;
 
+// The seek-index choice ("auto", "none", "path"), as the host reader takes it (bindings.cpp).
+DataSourceOptions data_source_options(const std::string& index_mode, const std::string& index_path);
+
 namespace {
 
 using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -204,18 +207,47 @@ void bind_device(nb::module_& m) {
   m.def(
       "nifti_to_device",
       [](Memory& mem, std::uint64_t offset, const NiftiImage& image, const std::string& dtype,
-         bool apply_scaling, bool real_part) {
+         bool apply_scaling, bool real_part, unsigned threads, const std::string& index_mode,
+         const std::string& index_path) {
         device_memory(mem);
         const OutputSpec spec{parse_dtype(dtype), apply_scaling, false, real_part};
         std::uint64_t bytes = dtype_size(spec.type);
         for (auto d : image.shape) bytes *= static_cast<std::uint64_t>(d);
         mem.check_range(offset, bytes, "destination");
-        read_nifti_data_to_device(image, spec, mem.device(), offset);
+        read_nifti_data_to_device(image, spec, mem.device(), offset, threads,
+                                  data_source_options(index_mode, index_path));
       },
       nb::arg("memory"), nb::arg("offset"), nb::arg("image"), nb::arg("dtype"),
-      nb::arg("apply_scaling"), nb::arg("real_part"), nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("apply_scaling"), nb::arg("real_part"), nb::arg("threads") = 0,
+      nb::arg("index_mode") = "auto", nb::arg("index_path") = "",
+      nb::call_guard<nb::gil_scoped_release>(),
       "Read all of a NIfTI image's data, converted as the host read would convert it, into "
-      "device memory at `offset` (F order); complete on return.");
+      "device memory at `offset` (F order), on `threads` threads (0: all cores), with the "
+      "seek index chosen as for NiftiReader; complete on return.");
+
+  m.def(
+      "cufile_status",
+      [](int ordinal) {
+        CufileStatus s;
+        {
+          nb::gil_scoped_release release;  // the first call opens cuFile's driver
+          s = cufile_status(ordinal);
+        }
+        nb::dict d;
+        d["usable"] = s.usable;
+        d["gds"] = s.gds;
+        d["library"] = s.library;
+        d["reason"] = s.reason;
+        d["policy"] = s.policy;
+        return d;
+      },
+      nb::arg("ordinal") = 0, "voxpipe::cufile_status(ordinal) as a dict.");
+
+  m.def(
+      "_set_default_cufile_library",
+      [](const std::string& path) { set_default_cufile_library(path); }, nb::arg("path"),
+      "The cuFile library to load when $VOXPIPE_CUFILE_LIBRARY is not set (the nvidia-cufile "
+      "wheel's copy); must come before the first cuda_status().");
 
   m.def(
       "dicom_series_to_device",

@@ -23,7 +23,8 @@ from ._image import (
     save,
 )
 from ._dicom_series import load_dicom
-from ._device import CudaStatus, DeviceArray, cuda_empty_cache, cuda_status, to_device
+from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, cuda_status,
+                      cufile_status, to_device)
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
@@ -37,6 +38,7 @@ __all__ = [
     "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
     "affine_transform", "map_coordinates", "resample",
-    "CudaStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache", "cuda_status",
+    "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
+    "cuda_status", "cufile_status",
     "to_device",
 ]

@@ -42,6 +42,57 @@ def cuda_status() -> CudaStatus:
     return CudaStatus(**d)
 
 
+@dataclasses.dataclass(frozen=True)
+class CufileStatus:
+    """What cuFile (GPUDirect Storage) does in this process (docs/gpu.md, "cuFile")."""
+
+    usable: bool   # cuFileDriverOpen succeeded
+    gds: bool      # the storage DMAs to the GPU (nvidia-fs or P2PDMA), not compatibility mode
+    library: str   # the library loaded
+    reason: str
+    policy: str    # $VOXPIPE_CUFILE: "auto", "on" or "off"
+
+
+def cufile_status(device="cuda") -> CufileStatus:
+    """Open cuFile's driver on `device` (once per process, as the first load that may read
+    through it would) and say whether it runs GPUDirect Storage. Raises DeviceUnavailableError
+    without a GPU."""
+    ordinal = parse_device(device)
+    if ordinal is None:
+        raise ValueError("cufile_status needs a CUDA device, not the host")
+    require_device(ordinal)
+    return CufileStatus(**_core.cufile_status(ordinal))
+
+
+def _wheel_cufile() -> str | None:
+    """libcufile.so.0 of the nvidia-cufile wheel (a PyTorch dependency), where installed."""
+    import sys
+    from pathlib import Path
+
+    for entry in sys.path:
+        lib = Path(entry or ".") / "nvidia" / "cufile" / "lib" / "libcufile.so.0"
+        try:
+            if lib.is_file():
+                return str(lib)
+        except OSError:
+            continue
+    return None
+
+
+def _find_cufile() -> None:
+    """Point the C++ layer at the wheel's libcufile.so.0 unless $VOXPIPE_CUFILE_LIBRARY says
+    otherwise (it is loaded only when a load may use it)."""
+    import os
+
+    if not os.environ.get("VOXPIPE_CUFILE_LIBRARY"):
+        lib = _wheel_cufile()
+        if lib:
+            _core._set_default_cufile_library(lib)
+
+
+_find_cufile()
+
+
 def cuda_empty_cache() -> None:
     """Free what voxpipe keeps per device between loads to the GPU: the kernel module, up to
     256 MiB of idle pinned host buffers and 256 MiB of idle device staging areas, and its retain
@@ -245,7 +296,8 @@ def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
             direct_dtype = proxy._natural_dtype() if scaled else np.dtype(proxy._dtype)
             if _dlpack_dtype_ok(direct_dtype):
                 _core.nifti_to_device(out._memory, offset, proxy._img,
-                                      direct_dtype.newbyteorder("=").name, scaled, False)
+                                      direct_dtype.newbyteorder("=").name, scaled, False,
+                                      proxy._threads, *proxy._index)
                 return
         elif proxy._decodes_directly(dtype):
             real_part = proxy._natural_dtype().kind == "c" and dtype.kind == "f"
@@ -253,7 +305,8 @@ def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
                 import warnings
                 warnings.warn("Casting complex values to real discards the imaginary part",
                               np.exceptions.ComplexWarning, stacklevel=4)
-            _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part)
+            _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part,
+                                  proxy._threads, *proxy._index)
             return
     host = _host_data(img, dtype)
     host = np.asfortranarray(host).astype(host.dtype.newbyteorder("="), copy=False)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/device_sink.hpp"
+#include "voxpipe/device.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::cuda {
@@ -68,10 +69,31 @@ std::string cufile_error_text(int err) {
   return "cuFile error " + std::to_string(err) + " (" + std::strerror(err) + ")";
 }
 
+namespace {
+std::mutex g_default_library_mutex;
+std::string& default_library() {
+  static std::string* name = new std::string("libcufile.so.0");  // never destroyed
+  return *name;
+}
+}  // namespace
+
 std::string cufile_library_name() {
   const char* env = std::getenv("VOXPIPE_CUFILE_LIBRARY");
-  return env && *env ? env : "libcufile.so.0";
+  if (env && *env) return env;
+  std::lock_guard lock(g_default_library_mutex);
+  return default_library();
 }
+
+}  // namespace voxpipe::cuda
+
+namespace voxpipe {
+void set_default_cufile_library(const std::string& path) {
+  std::lock_guard lock(cuda::g_default_library_mutex);
+  cuda::default_library() = path.empty() ? "libcufile.so.0" : path;
+}
+}  // namespace voxpipe
+
+namespace voxpipe::cuda {
 
 std::unique_ptr<CufileDriver> open_cufile(const std::string& library, const PrimaryContext& ctx) {
   auto d = std::make_unique<CufileDriver>();

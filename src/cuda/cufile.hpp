@@ -100,8 +100,9 @@ struct CufileDriver {
 // while the CUDA driver holds its callbacks).
 std::unique_ptr<CufileDriver> open_cufile(const std::string& library, const PrimaryContext& ctx);
 
-// The library the process uses: $VOXPIPE_CUFILE_LIBRARY (a path; the Python package sets it to
-// the nvidia-cufile wheel's copy when the user has not), else "libcufile.so.0".
+// The library the process uses: $VOXPIPE_CUFILE_LIBRARY (a name or a path), else what
+// set_default_cufile_library gave (the Python package: the nvidia-cufile wheel's copy), else
+// "libcufile.so.0".
 std::string cufile_library_name();
 
 // The process's cuFile on ctx's driver, opened on first call (thread-safe) and kept.

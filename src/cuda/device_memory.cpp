@@ -1,5 +1,6 @@
 // The public device API (voxpipe/device.hpp) on top of the internal device layer: a retained
 // primary context shared per device, device buffers in it, and the loads of load.hpp.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -92,12 +93,16 @@ void DeviceMemory::copy_to_host(std::size_t offset, std::span<std::byte> dst) co
 }
 
 void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, DeviceMemory& dst,
-                               std::size_t offset) {
+                               std::size_t offset, unsigned threads, const DataSourceOptions& source) {
   std::uint64_t bytes = dtype_size(spec.type);
   for (auto d : image.shape) bytes = product(bytes, static_cast<std::uint64_t>(d), image.header_path, "dim");
   check_range(dst.size(), offset, bytes, "destination");
   if (!dst.impl_) throw Error(ErrorCode::invalid_argument, "", "destination", "the device memory was moved from");
-  cuda::load_nifti_to_device(image, spec, *dst.impl_->ctx, dst.impl_->buffer->get() + offset, bytes);
+  cuda::StagingOptions options;
+  options.decode_threads = threads;
+  if (threads) options.readers = std::min(options.readers, threads);
+  cuda::load_nifti_to_device(image, spec, *dst.impl_->ctx, dst.impl_->buffer->get() + offset, bytes,
+                             options, source);
 }
 
 void cuda_empty_cache() noexcept { cuda::empty_device_caches(); }

@@ -92,7 +92,8 @@ PushSource nifti_push_source(const NiftiImage& image, core::ByteSource& data,
   return source;
 }
 
-void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options) {
+void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options,
+                      const DataSourceOptions& source_options) {
   const std::size_t element = dtype_size(image.dtype);
   const std::uint64_t payload = mul(image, voxel_count(image), element);
   if (image.data_compression == Compression::none) {
@@ -101,7 +102,7 @@ void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingO
     return;
   }
   // gzip: the CPU path's own source (member table, seek index or speculative parallel inflate).
-  std::unique_ptr<core::ByteSource> data = nifti::open_data_source(image);
+  std::unique_ptr<core::ByteSource> data = nifti::open_data_source(image, source_options);
   if (data->prefers_read_range()) {
     stage(nifti_push_source(image, *data, options), element, sink, options);
     return;
@@ -187,7 +188,8 @@ bool load_through_cufile(const NiftiImage& image, const ElementOp& op, const Pri
 
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
-                          std::uint64_t dst_bytes, const StagingOptions& options) {
+                          std::uint64_t dst_bytes, const StagingOptions& options,
+                          const DataSourceOptions& source) {
   if (spec.file_byte_order || !conversion_supported(image.dtype, spec))
     throw Error(ErrorCode::invalid_argument, image.header_path, "dtype",
                 std::string("cannot convert ") + std::string(dtype_name(image.dtype)) + " to " +
@@ -203,7 +205,7 @@ void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
   if (image.data_compression == Compression::none && load_through_cufile(image, op, ctx, dst, dst_bytes, options))
     return;
   DeviceConvertSink sink(ctx, op, dst, dst_bytes);
-  stage_nifti_data(image, sink, options);
+  stage_nifti_data(image, sink, options, source);
   if (options.stats) options.stats->route = image.data_compression == Compression::none ? "pread" : "gzip";
 }
 

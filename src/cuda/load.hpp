@@ -29,16 +29,19 @@ namespace voxpipe::cuda {
 // the device (stage(PushSource)). Errors: as
 // read_nifti_data (Error(invalid_argument) for a conversion the CPU path refuses or a wrong
 // dst_bytes, Error(truncated) for a short file, gzip errors), and the driver's errors.
+// `source` chooses the seek index of a plain gzip (as for NiftiReader).
 void load_nifti_to_device(const NiftiImage& image, const OutputSpec& spec,
                           const PrimaryContext& ctx, drv::CUdeviceptr dst,
-                          std::uint64_t dst_bytes, const StagingOptions& options = {});
+                          std::uint64_t dst_bytes, const StagingOptions& options = {},
+                          const DataSourceOptions& source = {});
 
 // Streams all of `image`'s stored data bytes through `sink` (which converts them): concurrent
 // preads for uncompressed data; for gzip, the push source below when the data source prefers
 // read_range (GzipSource always does), else chunks read from it in order. load_nifti_to_device
 // with the device sink; the tests and the CPU-only benchmark with the host sink. Errors: those
 // of stage() and of the data source.
-void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options = {});
+void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingOptions& options = {},
+                      const DataSourceOptions& source = {});
 
 // The payload of `image` (data bytes of a .nii.gz) pushed by `data`'s read_range on
 // options.decode_threads threads: the parallel inflate delivers its pieces into the staging ring as it

@@ -276,6 +276,39 @@ def check_many(directory: Path, problems: list) -> int:
     return checked
 
 
+def check_index(directory: Path, problems: list) -> int:
+    """The seek-index choice of vp.load(index=...) reaches the device load: an explicit index
+    that went stale after vp.load is refused there as on the host, and index=False reads."""
+    import gzip
+
+    directory.mkdir(parents=True, exist_ok=True)
+    raw, gz, idx = directory / "v.nii", directory / "v.nii.gz", directory / "v.gzidx"
+
+    def write(n):
+        data = np.arange(n * 30 * 20, dtype=np.int16).reshape(n, 30, 20)
+        vp.save(vp.Nifti1Image(data, np.eye(4)), raw)
+        gz.write_bytes(gzip.compress(raw.read_bytes()))  # one plain gzip member
+
+    write(40)
+    vp.gz.build_index(gz, output=idx, spacing=4096)
+    img_path = vp.load(gz, index=idx)
+    img_none = vp.load(gz, index=False)
+    ok_h, host = outcome(lambda: img_none.get_fdata(dtype=np.float32))
+    ok_d, dev = outcome(lambda: img_none.get_fdata(dtype=np.float32, device="cuda"))
+    why = same(host, dev) if ok_h and ok_d else f"host {host!r}, device {dev!r}"
+    if why:
+        problems.append(f"index=False: {why}")
+    write(41)  # the file changes under the loaded image: its index is stale now
+    ok_h, host = outcome(lambda: vp.load(gz, index=idx) and img_path.get_fdata(dtype=np.float32))
+    ok_d, dev = outcome(lambda: img_path.get_fdata(dtype=np.float32, device="cuda"))
+    if ok_h or ok_d:
+        problems.append(f"stale index: host {'read' if ok_h else repr(host)}, device "
+                        f"{'read' if ok_d else repr(dev)}; both should raise")
+    elif type(host) is not type(dev):
+        problems.append(f"stale index: host raised {host!r}, device {dev!r}")
+    return 2
+
+
 def main() -> int:
     directory = Path(sys.argv[1])
     problems, checked = [], 0
@@ -326,6 +359,7 @@ def main() -> int:
         if why:
             problems.append(f"in-memory data: {why}")
         checked += 1
+    checked += check_index(directory / "index", problems)
     checked += check_dicom(directory / "dicom", problems)
     checked += check_many(directory / "many", problems)
     del dev, d, host

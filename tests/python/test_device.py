@@ -117,12 +117,29 @@ def test_device_unavailable_error_class():
     lambda p: vp.to_device(np.zeros(3), "cuda"),
     lambda p: vp.load_many(p, device="cuda"),
     lambda p: vp.load_batch(p[:1], device="cuda"),
+    lambda p: vp.cufile_status(),
 ], ids=["get_fdata", "get_fdata-cuda1", "to_device-image", "to_device-array", "load_many",
-        "load_batch"])
+        "load_batch", "cufile_status"])
 def test_cuda_without_a_device_raises_with_the_reason(nii, call):
     with pytest.raises(DeviceUnavailableError) as e:
         call(nii)
     assert STATUS.reason in str(e.value)
+
+
+def test_cufile_status_needs_a_cuda_device():
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        vp.cufile_status("cpu")
+
+
+def test_cufile_library_found_in_the_nvidia_cufile_wheel(tmp_path, monkeypatch):
+    from voxpipe import _device
+
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])
+    assert _device._wheel_cufile() is None
+    lib = tmp_path / "nvidia" / "cufile" / "lib" / "libcufile.so.0"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    assert _device._wheel_cufile() == str(lib)
 
 
 @pytest.mark.skipif(STATUS.available, reason="CUDA is available here")
