@@ -183,6 +183,50 @@ def fmt_s(s):
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def dropped(path):
+    """Writes `path` back and drops it from the page cache (posix_fadvise, no root needed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cufile_rows(vp, nii, add, out_bytes, ref, notes):
+    """.nii -> device through the pinned ring and through cuFile (whatever mode this machine
+    has), with the page cache warm and dropped, for the automatic policy's thresholds."""
+    try:
+        cf = vp.cufile_status()
+    except Exception as exc:  # noqa: BLE001 - reported, the other rows still count
+        notes.append(f"cuFile: status failed: {exc}")
+        return
+    notes.append(f"cuFile ({cf.library}): usable {cf.usable}, GPUDirect Storage {cf.gds}: "
+                 f"{cf.reason}.")
+    old = os.environ.get("VOXPIPE_CUFILE")
+
+    def load():
+        vp.load(nii).get_fdata(dtype=np.float32, device="cuda")
+
+    def cold():
+        dropped(nii)
+        load()
+
+    modes = [("off", "pinned ring")] + ([("on", "cuFile, " + ("GDS" if cf.gds else "compat mode"))]
+                                        if cf.usable else [])
+    try:
+        for policy, label in modes:
+            os.environ["VOXPIPE_CUFILE"] = policy
+            add(f"vp get_fdata(float32, device='cuda'), {label}, warm cache", load, out_bytes, ref)
+            add(f"vp get_fdata(float32, device='cuda'), {label}, cold cache", cold, out_bytes, ref)
+    finally:
+        if old is None:
+            os.environ.pop("VOXPIPE_CUFILE", None)
+        else:
+            os.environ["VOXPIPE_CUFILE"] = old
+        load()  # back in the page cache for the rows that follow
+
+
 def run(args):
     import nibabel as nib
 
@@ -230,6 +274,7 @@ def run(args):
                   out_bytes, nib_nii)
         notes.append(f".nii -> device moves {payload / med / 1e9:.1f} GB/s of file payload: "
                      f"**{payload / med / bw:.0%}** of the pinned bandwidth (target >= 70%).")
+        cufile_rows(vp, files["nii"], add, out_bytes, nib_nii, notes)
 
     for kind in ("vp.gz", "nib.gz"):
         what = "voxpipe-written, members" if kind == "vp.gz" else "nibabel-written, one member"
