@@ -225,6 +225,27 @@ inline voxpipe::NiftiHeader make_header(int version, voxpipe::DType type,
   return h;
 }
 
+// Sets (or, with nullptr, unsets) an environment variable for the scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 // Runs f and returns the voxpipe::Error it threw, or nullopt when it returned normally.
 // Other exception types propagate (and fail the test).
 template <class F>

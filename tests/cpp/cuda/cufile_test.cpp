@@ -20,6 +20,7 @@
 #include "cuda/fatbin.hpp"
 #include "cuda/load.hpp"
 #include "fake_cuda_counters.hpp"
+#include "gz_images.hpp"
 #include "test_support.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/nifti.hpp"
@@ -72,22 +73,7 @@ TEST(CufilePolicy, ChoiceFollowsPolicyDriverSizeAndPageCache) {
   EXPECT_FALSE(vc::choose_cufile(P::on, &broken, big, 0).use);
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using vptest::ScopedEnv;
 
 TEST(CufilePolicy, ReadFromTheEnvironment) {
   for (auto [value, want] : {std::pair{"auto", CufilePolicy::automatic}, {"", CufilePolicy::automatic},
@@ -205,40 +191,12 @@ class FakeCufile : public ::testing::Test {
   FakeCufileCounters (*counters_)() = nullptr;
 };
 
-Bytes host_read(const voxpipe::NiftiImage& image, const voxpipe::OutputSpec& spec) {
-  std::size_t n = voxpipe::dtype_size(spec.type);
-  for (auto d : image.shape) n *= static_cast<std::size_t>(d);
-  Bytes out(n);
-  voxpipe::read_nifti_data(image, {}, spec, std::as_writable_bytes(std::span(out)));
-  return out;
-}
+using vptest::host_read;
 
-// A NIfTI-1 image of `type` with random data whose voxels start at `vox_offset` (>= 352; the
-// header's vox_offset is rewritten and the gap zero-filled).
 voxpipe::NiftiImage write_image_at(const std::string& path, DType type, const std::vector<std::int64_t>& shape,
                                    bool big_endian, double slope, double inter, std::uint32_t vox_offset) {
-  voxpipe::NiftiHeader h = vptest::make_header(1, type, shape, big_endian);
-  h.scl_slope = slope;
-  h.scl_inter = inter;
-  std::size_t n = voxpipe::dtype_size(type);
-  for (auto d : shape) n *= static_cast<std::size_t>(d);
-  Bytes data = vptest::random_bytes(n, n + vox_offset);
-  if (type == DType::f32)  // finite values: the comparison is about bits, not NaN payloads
-    for (std::size_t i = 0; i + 4 <= data.size(); i += 4) data[i + (big_endian ? 0 : 3)] &= 0x3F;
-  voxpipe::write_nifti(path, h, {}, voxpipe::producer_from_bytes(vptest::as_bytes(data)));
-  if (vox_offset != 352) {
-    Bytes file = vptest::read_file(path);
-    Bytes out(file.begin(), file.begin() + 352);
-    out.resize(vox_offset, 0);
-    out.insert(out.end(), file.begin() + 352, file.end());
-    float f = static_cast<float>(vox_offset);
-    std::uint8_t b[4];
-    std::memcpy(b, &f, 4);
-    if (big_endian != vptest::kNativeBig) std::reverse(b, b + 4);
-    std::memcpy(out.data() + 108, b, 4);
-    vptest::write_file(path, out);
-  }
-  const voxpipe::NiftiImage image = voxpipe::open_nifti(path);
+  const voxpipe::NiftiImage image =
+      vptest::write_random_image(path, type, shape, big_endian, slope, inter, vox_offset + shape[0], vox_offset);
   EXPECT_EQ(image.data_offset, vox_offset);
   return image;
 }

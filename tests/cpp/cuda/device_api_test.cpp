@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "fake_cuda_counters.hpp"
+#include "gz_images.hpp"
 #include "test_support.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/nifti.hpp"
@@ -105,28 +106,11 @@ class PublicDeviceApiChild : public ::testing::Test {
   std::optional<vptest::FakeCudaCounterReader> counters_;
 };
 
-// Writes a NIfTI-1 image of `type` and `shape` with random data (and scaling) at `path`.
 voxpipe::NiftiImage write_image(const std::string& path, DType type, const std::vector<std::int64_t>& shape,
                                 bool big_endian, double slope, double inter, std::uint64_t seed) {
-  voxpipe::NiftiHeader h = vptest::make_header(1, type, shape, big_endian);
-  h.scl_slope = slope;
-  h.scl_inter = inter;
-  std::size_t n = voxpipe::dtype_size(type);
-  for (auto d : shape) n *= static_cast<std::size_t>(d);
-  Bytes data = vptest::random_bytes(n, seed);
-  if (type == DType::f32)  // finite values only, so that the comparison is about bits, not NaNs
-    for (std::size_t i = 0; i + 4 <= data.size(); i += 4) data[i + (big_endian ? 0 : 3)] &= 0x3F;
-  voxpipe::write_nifti(path, h, {}, voxpipe::producer_from_bytes(vptest::as_bytes(data)));
-  return voxpipe::open_nifti(path);
+  return vptest::write_random_image(path, type, shape, big_endian, slope, inter, seed);
 }
-
-Bytes host_read(const voxpipe::NiftiImage& image, const voxpipe::OutputSpec& spec) {
-  std::size_t n = voxpipe::dtype_size(spec.type);
-  for (auto d : image.shape) n *= static_cast<std::size_t>(d);
-  Bytes out(n);
-  voxpipe::read_nifti_data(image, {}, spec, std::as_writable_bytes(std::span(out)));
-  return out;
-}
+using vptest::host_read;
 
 TEST_F(PublicDeviceApiChild, NiftiLoadsEqualReadNiftiDataBitForBit) {
   vptest::TempDir dir;

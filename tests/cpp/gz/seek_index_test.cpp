@@ -559,21 +559,7 @@ TEST(Gzidx, EncodeRejectsIndexesThatBreakTheInvariants) {
 
 // --- Locations and staleness ------------------------------------------------------------------
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using vptest::ScopedEnv;
 
 void set_mtime(const std::string& path, long sec, long usec) {
   struct timeval tv[2] = {{sec, usec}, {sec, usec}};
