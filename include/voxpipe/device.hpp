@@ -134,8 +134,9 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
 // Reads a DICOM series into `dst` at `offset`, with read_dicom_series's values and layout
 // (F order, series.shape(); prod(shape) * dtype_size(out_type) bytes). Native pixel data are
 // read with concurrent preads and converted on the device (BitsStored, Rescale Slope/Intercept
-// for f32/f64); anything else is decoded on the host by read_dicom_series (compressed frames in
-// parallel on `threads`, 0: all cores) and copied. Errors: read_dicom_series's,
+// for f32/f64); anything else is decoded on the host as read_dicom_series decodes it (compressed
+// frames in parallel on `threads`, 0: all cores), each image streamed to the device through the
+// pinned ring once decoded (the host holds the ring, not the volume). Errors: read_dicom_series's,
 // Error(invalid_argument) when the bytes do not fit in `dst` after `offset`, and the driver's.
 void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
                                  std::size_t offset = 0, unsigned threads = 0);

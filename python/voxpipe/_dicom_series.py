@@ -72,7 +72,8 @@ class Series:
         (pixel_array's dtype; ``slope``/``intercept`` say how to scale them when
         ``uniform_rescale``). ``out``: a Fortran-ordered array of ``shape`` to fill.
         ``device`` 'cuda', 'cuda:N' or a torch.device: the same values in a DeviceArray on that
-        device (native pixel data converted there; other series decoded here and copied)."""
+        device (native pixel data converted there; other series decoded here, each slice streamed
+        to the device as it is decoded)."""
         from . import _device
 
         ordinal = _device.parse_device(device)

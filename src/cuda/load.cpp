@@ -12,6 +12,7 @@
 #include "cuda/element_op.hpp"
 #include "gz/gzip_source.hpp"
 #include "dicom/modality.hpp"
+#include "dicom/series_planes.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/error.hpp"
@@ -265,9 +266,25 @@ void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
     if (dst_bytes != plane * dtype_size(out_type) * series.images.size()) device_path = false;
   }
   if (!device_path) {
-    std::vector<std::uint8_t> host(dst_bytes);
-    read_dicom_series(series, host, out_type, threads);
-    copy_to_device(std::as_bytes(std::span(host)), ctx, dst, options);
+    // Decoded on the host (compressed, mosaic, colour), the planes pushed into the pinned ring
+    // as the decoding threads finish them: the copies overlap the decoding, and the host holds
+    // the ring, not the volume.
+    const std::string name = dicom::check_series_read(series, out_type);
+    const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
+    if (dst_bytes != plane_bytes * series.images.size())
+      throw Error(ErrorCode::invalid_argument, name, "destination",
+                  "expected " + std::to_string(plane_bytes * series.images.size()) +
+                      " bytes, but received " + std::to_string(dst_bytes));
+    PushSource source;
+    source.name = name;
+    source.size = dst_bytes;
+    source.produce = [&](const core::ByteSink& deliver) {
+      dicom::decode_dicom_series(series, out_type, threads, deliver);
+    };
+    ElementOp op;  // the host's final bytes: copied straight to their place
+    DeviceConvertSink sink(ctx, op, dst, dst_bytes);
+    stage(source, 1, sink, options);
+    if (options.stats) options.stats->route = "dicom decoded on the host";
     return;
   }
   const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;

@@ -66,7 +66,9 @@ ChunkSource cufile_chunk_source(const CufileFile& file, std::uint64_t payload_of
 // pixel bytes are read with concurrent preads (consecutive images with the same conversion in
 // one pipeline, across file boundaries) and converted on the device (BitsStored correction,
 // each image's Rescale Slope/Intercept for f32/f64). Otherwise the series is decoded on the CPU
-// with read_dicom_series (compressed frames in parallel on `threads`) and the result copied.
+// as read_dicom_series decodes it (compressed frames in parallel on `threads`), each image's
+// plane pushed into the pinned ring as it is finished (a push source), so the copies overlap
+// the decoding and the host holds the ring and a frame per thread, not the volume.
 // Errors: read_dicom_series's, and the driver's.
 void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
                                  const PrimaryContext& ctx, drv::CUdeviceptr dst,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include <tuple>
 
 #include "dicom/modality.hpp"
+#include "dicom/series_planes.hpp"
 #include "core/file.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
@@ -632,10 +634,11 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
   return result;
 }
 
-void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
-                       unsigned threads) {
+namespace dicom {
+
+std::string check_series_read(const DicomSeries& series, DType out_type) {
   const std::string name = series.images.empty() ? series.series_instance_uid
-                                                  : series.images.front().file->path;
+                                                 : series.images.front().file->path;
   if (!series.problem.empty())
     throw Error(ErrorCode::format, name, "series " + series.series_instance_uid,
                 "cannot be assembled: " + series.problem);
@@ -643,15 +646,24 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
     throw Error(ErrorCode::invalid_argument, name, "dtype",
                 std::string("a series reads as its stored type (") +
                     std::string(dtype_name(series.stored_dtype)) + "), float32 or float64");
+  return name;
+}
+
+}  // namespace dicom
+
+namespace {
+
+// Decodes every image of the series into its plane (rows x columns of out_type) on `threads`:
+// into place(n) where that is not null, else into a buffer of the decoding thread, handed to
+// done(n, plane) before the thread decodes anything else. One decode per frame: the tiles of a
+// mosaic share theirs.
+void decode_series_planes(const DicomSeries& series, DType out_type, unsigned threads,
+                          const std::function<std::uint8_t*(std::size_t n)>& place,
+                          const std::function<void(std::size_t n, std::span<const std::uint8_t>)>& done) {
   const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;
-  const std::uint64_t plane_bytes = plane * dtype_size(out_type);
-  if (out.size() != plane_bytes * series.images.size())
-    throw Error(ErrorCode::invalid_argument, name, "out",
-                "holds " + std::to_string(out.size()) + " bytes, the series needs " +
-                    std::to_string(plane_bytes * series.images.size()));
+  const std::size_t plane_bytes = static_cast<std::size_t>(plane * dtype_size(out_type));
   DicomDecodeOptions one;
   one.threads = 1;
-  // One decode per frame: the tiles of a mosaic share theirs.
   std::vector<std::vector<std::size_t>> jobs;
   {
     std::map<std::pair<const DicomFile*, std::uint64_t>, std::size_t> job_of;
@@ -679,20 +691,33 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
       apply_modality(values, in, dst, out_type, count, rescale);
     }
   };
-  core::parallel_for(jobs.size(), threads, [&](std::size_t j) {
+  const auto decode_job = [&](std::size_t j) {
+    thread_local std::vector<std::uint8_t> own_plane;
+    // Where image n's plane is written, and its hand-over once it is complete.
+    const auto target = [&](std::size_t n) {
+      if (std::uint8_t* p = place(n)) return p;
+      own_plane.resize(plane_bytes);
+      return own_plane.data();
+    };
+    const auto finished = [&](std::size_t n, const std::uint8_t* p) {
+      if (p == own_plane.data()) done(n, std::span<const std::uint8_t>(p, plane_bytes));
+    };
     const DicomSlice& first = series.images[jobs[j].front()];
     const DicomPixelInfo& info = *first.pixel;
     if (first.tile_grid == 0 && out_type == info.dtype) {
       // Straight into its place.
-      std::uint8_t* dst = out.data() + jobs[j].front() * plane_bytes;
+      std::uint8_t* dst = target(jobs[j].front());
       decode_dicom_frames(*first.file, info, first.frame, 1, std::span(dst, plane_bytes), one);
+      finished(jobs[j].front(), dst);
       return;
     }
     thread_local std::vector<std::uint8_t> frame;
     frame.resize(info.frame_bytes);
     decode_dicom_frames(*first.file, info, first.frame, 1, frame, one);
     if (first.tile_grid == 0) {
-      emit(first, frame.data(), plane, out.data() + jobs[j].front() * plane_bytes);
+      std::uint8_t* dst = target(jobs[j].front());
+      emit(first, frame.data(), plane, dst);
+      finished(jobs[j].front(), dst);
       return;
     }
     // Mosaic tiles: rows of each tile, from the frame (row-major, info.columns wide).
@@ -700,14 +725,53 @@ void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, D
     for (std::size_t n : jobs[j]) {
       const DicomSlice& im = series.images[n];
       const std::size_t tile_row = im.tile / im.tile_grid, tile_col = im.tile % im.tile_grid;
-      std::uint8_t* dst = out.data() + n * plane_bytes;
+      std::uint8_t* dst = target(n);
       for (std::size_t r = 0; r < series.rows; ++r) {
         const std::size_t src_row = tile_row * series.rows + r;
         const std::uint8_t* src = frame.data() + (src_row * info.columns + tile_col * series.columns) * in_size;
         emit(im, src, series.columns, dst + r * series.columns * out_size);
       }
+      finished(n, dst);
+    }
+  };
+  core::parallel_for(jobs.size(), threads, [&](std::size_t j) {
+    // A decoder's error without an offset gets that of the frame's pixel data element.
+    try {
+      decode_job(j);
+    } catch (const Error& e) {
+      const DicomFile& file = *series.images[jobs[j].front()].file;
+      if (e.offset() || e.path() != file.path || !file.pixel_data) throw;
+      throw Error(e.code(), e.path(), e.field(), e.detail(), file.pixel_data->offset);
     }
   });
 }
+
+}  // namespace
+
+void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
+                       unsigned threads) {
+  const std::string name = dicom::check_series_read(series, out_type);
+  const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
+  if (out.size() != plane_bytes * series.images.size())
+    throw Error(ErrorCode::invalid_argument, name, "out",
+                "holds " + std::to_string(out.size()) + " bytes, the series needs " +
+                    std::to_string(plane_bytes * series.images.size()));
+  decode_series_planes(
+      series, out_type, threads, [&](std::size_t n) { return out.data() + n * plane_bytes; },
+      [](std::size_t, std::span<const std::uint8_t>) {});
+}
+
+namespace dicom {
+
+void decode_dicom_series(const DicomSeries& series, DType out_type, unsigned threads,
+                         const core::ByteSink& deliver) {
+  check_series_read(series, out_type);
+  const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
+  decode_series_planes(
+      series, out_type, threads, [](std::size_t) -> std::uint8_t* { return nullptr; },
+      [&](std::size_t n, std::span<const std::uint8_t> bytes) { deliver(n * plane_bytes, std::as_bytes(bytes)); });
+}
+
+}  // namespace dicom
 
 }  // namespace voxpipe

@@ -63,7 +63,7 @@ def same(host, dev) -> str:
 def dicom_series(directory: Path):
     """(name, folder) of DICOM series: single-frame 3D and 4D (one rescale), BitsStored 12 (bits
     above it to correct), an enhanced multi-frame file (a rescale per frame), RLE (decoded on
-    the CPU, then copied)."""
+    the CPU, each slice streamed to the device)."""
     import pydicom
     from pydicom.uid import RLELossless
 
