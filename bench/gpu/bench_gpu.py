@@ -11,13 +11,19 @@ Rows (medians of --repeat runs in this process, page cache warm; first runs repo
      nibabel + copy
   4. DICOM series (176 x 256x256 int16, Explicit VR LE; bench_dicom.py's) -> float32 on the
      device: series.get_data(device='cuda') (native pixel data read from their offsets and
-     rescaled on the device) against pydicom + copy
+     rescaled on the device) against pydicom + copy; the JPEG-LS version (decoded on the host,
+     slices streamed) likewise
+  5. 32 small .nii.gz (64x64x32x4 int16) -> one float32 batch on the device: vp.load_batch
+     against a nibabel loop + copy
+  With a usable cuFile, row 2 also runs with VOXPIPE_CUFILE=off and on, cache warm and dropped.
 "+ copy" is torch.from_numpy(a).cuda() where torch has CUDA, else the same pageable copy
 through the driver (cuMemAlloc + cuMemcpyHtoD), labelled as such.
 
 --cpu-only runs the host parts only (voxpipe CPU decode, nibabel, pydicom) on small inputs and
 writes nothing unless --output is given: the check that this script works on a machine without a
-GPU. Usage: .venv/bin/python bench/gpu/bench_gpu.py [--cpu-only] [--repeat R] [--output PATH]
+GPU. --small runs every row on small inputs (a smoke test of the GPU rows, which
+tests/python/test_device.py runs on the stand-in driver). Usage:
+.venv/bin/python bench/gpu/bench_gpu.py [--cpu-only | --small] [--repeat R] [--output PATH]
 """
 from __future__ import annotations
 
@@ -237,7 +243,8 @@ def run(args):
         st = vp.cuda_status()
         if not st.available:
             raise SystemExit(f"no usable CUDA device: {st.reason} (use --cpu-only)")
-    files = make_inputs(SMALL if args.cpu_only else SPEC, "small" if args.cpu_only else "bold")
+    small = args.cpu_only or args.small
+    files = make_inputs(SMALL if small else SPEC, "small" if small else "bold")
     folder = dicom_folder()
     warm(*files.values(), *[os.path.join(folder, f) for f in os.listdir(folder)])
     threads = os.cpu_count()
@@ -311,7 +318,46 @@ def run(args):
                   vol_bytes, pyd)
         notes.append(f"DICOM series -> device: **{pyd / med:.1f}x** pydicom + copy (target >= "
                      f"5x).")
+        # A compressed series: decoded on the host in parallel, each slice streamed.
+        jls = bench_dicom.FOLDERS["jpegls"]
+        warm(*[os.path.join(jls, f) for f in os.listdir(jls)])
+        pyd_jls = add("[JPEG-LS] pydicom loop + copy",
+                      lambda: copy_to_gpu(bench_dicom.pydicom_volume(jls), drv), vol_bytes)
+        med = add("[JPEG-LS] series.get_data(float32, device='cuda')",
+                  lambda: sync_free(vp.dicom.scan(jls)[0].get_data(np.float32, device="cuda")),
+                  vol_bytes, pyd_jls)
+        notes.append(f"JPEG-LS series -> device (decoded on {threads} host threads, slices "
+                     f"streamed): **{pyd_jls / med:.1f}x** pydicom + copy.")
+
+        print("5. a batch of small .nii.gz files -> float32", flush=True)
+        many = many_files()
+        item = int(np.prod(SMALL["shape"])) * 4
+        nib_many = add(f"[{len(many)} files] nibabel loop + copy",
+                       lambda: [copy_to_gpu(nib.load(p).get_fdata(dtype=np.float32), drv)
+                                for p in many], item * len(many))
+        med = add(f"[{len(many)} files] vp.load_batch(device='cuda')",
+                  lambda: sync_free(vp.load_batch(many, device="cuda")), item * len(many), nib_many)
+        notes.append(f"{len(many)} small .nii.gz -> one device batch (files overlapped on the "
+                     f"file workers): **{nib_many / med:.1f}x** nibabel + copy.")
     return rows, notes, files
+
+
+def many_files(n=32):
+    """n nibabel-written .nii.gz of SMALL's shape (copies of one under different names)."""
+    import shutil
+
+    src = make_inputs(SMALL, "small")["nib.gz"]
+    folder = os.path.join(DATA, "many")
+    os.makedirs(folder, exist_ok=True)
+    out = []
+    for i in range(n):
+        path = os.path.join(folder, f"f{i:03d}.nii.gz")
+        if not os.path.exists(path):
+            shutil.copyfile(src, path + ".part")
+            os.replace(path + ".part", path)
+        out.append(path)
+    warm(*out)
+    return out
 
 
 def report(args, rows, notes, files):
@@ -324,7 +370,8 @@ def report(args, rows, notes, files):
     lines = [BEGIN, "", "## GPU: bench/gpu/bench_gpu.py", "",
              f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; {cpu_name()}, {os.cpu_count()} "
              f"cores; GPU: {gpu}; driver {st.driver_version}; commit {commit}; "
-             f"{'CPU-only run' if args.cpu_only else 'GPU run'}; medians of {args.repeat} runs "
+             f"{'CPU-only run' if args.cpu_only else 'GPU run'}"
+             f"{', small inputs' if args.small else ''}; medians of {args.repeat} runs "
              f"after a first one, page cache warm. "
              + ", ".join(f"{k} {v}" for k, v in versions(
                  ("voxpipe", "numpy", "nibabel", "pydicom", "torch")).items()) + ".",
@@ -348,6 +395,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpu-only", action="store_true", help="host parts only, small inputs")
+    ap.add_argument("--small", action="store_true",
+                    help="every row on small inputs, writing nothing unless --output is given: "
+                         "the check that the GPU rows run (tests/python/test_device.py runs it "
+                         "on the stand-in driver)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--output", default=None,
                     help="file to write the section into (default: BENCHMARKS.md for a GPU run, "
@@ -356,7 +407,7 @@ def main():
     rows, notes, files = run(args)
     text = report(args, rows, notes, files)
     print(text)
-    out = args.output or (None if args.cpu_only else os.path.join(REPO, "BENCHMARKS.md"))
+    out = args.output or (None if args.cpu_only or args.small else os.path.join(REPO, "BENCHMARKS.md"))
     if out:
         write_section(out, text, BEGIN, END)
 

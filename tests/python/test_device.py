@@ -365,7 +365,8 @@ def test_file_workers_raise_the_first_failing_file_in_input_order():
 
 # ---- the device path: stand-in driver (CI) and real GPU ---------------------------------------
 
-def _fake_driver(tmp_path_factory) -> str:
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory) -> str:
     """A directory holding the stand-in driver as libcuda.so.1: $VOXPIPE_FAKE_CUDA (a built
     voxpipe_fake_cuda module), else compiled here from tests/cpp/cuda/fake_cuda.cpp."""
     d = tmp_path_factory.mktemp("fake_cuda")
@@ -391,8 +392,8 @@ def _run_check(tmp_path, env, *flags):
 
 
 @pytest.mark.skipif(not STATUS.kernels_built, reason=STATUS.reason or "kernels not built")
-def test_device_path_on_the_stand_in_driver_equals_the_host_path(tmp_path_factory, tmp_path):
-    fake = _fake_driver(tmp_path_factory)
+def test_device_path_on_the_stand_in_driver_equals_the_host_path(fake_driver, tmp_path):
+    fake = fake_driver
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = fake + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     probe = subprocess.run([sys.executable, "-c", "import voxpipe as vp; s = vp.cuda_status(); "
@@ -400,6 +401,26 @@ def test_device_path_on_the_stand_in_driver_equals_the_host_path(tmp_path_factor
                            text=True, check=True)
     assert probe.stdout.strip() == "True ('voxpipe fake device',)", probe.stdout + probe.stderr
     _run_check(tmp_path, env, "--counters")
+
+
+@pytest.mark.skipif(not STATUS.kernels_built, reason=STATUS.reason or "kernels not built")
+def test_gpu_benchmark_rows_run_on_the_stand_in_driver(fake_driver, tmp_path):
+    """bench/gpu/bench_gpu.py --small: every GPU row runs (the stand-in's figures mean nothing),
+    so that a GPU session is not lost to a broken script."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = fake_driver + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    out = tmp_path / "gpu.md"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "bench_gpu.py"), "--small",
+                        "--repeat", "1", "--output", str(out)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    text = out.read_text()
+    for row in ("Pinned host-to-device bandwidth", "vp get_fdata(float32, device='cuda') |",
+                "[nibabel-written, one member] vp get_fdata(float32, device='cuda')",
+                "vp.dicom.scan(folder)[0].get_data(float32, device='cuda')",
+                "[JPEG-LS] series.get_data(float32, device='cuda')",
+                "[32 files] vp.load_batch(device='cuda')", "cuFile ("):
+        assert row in text, row
 
 
 @pytest.mark.skipif(not GPU, reason=STATUS.reason or "no real GPU (stand-in driver)")

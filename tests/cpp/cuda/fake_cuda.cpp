@@ -27,6 +27,7 @@ std::atomic<bool> g_initialised{false};
 std::atomic<long> g_device_allocations{0}, g_host_allocations{0}, g_streams{0}, g_events{0},
     g_modules{0}, g_retains{0}, g_launches{0}, g_copies{0};
 thread_local int t_context_depth = 0;
+thread_local bool t_context_set = false;  // cuCtxSetCurrent, outside the push/pop count
 std::atomic<long> g_context_depth_total{0};  // pushes minus pops over all threads
 
 int g_context_tag = 0;  // its address is the one context
@@ -34,7 +35,7 @@ int g_stream_tag = 0, g_event_tag = 0, g_module_tag = 0;
 constexpr const char* kKernels[] = {"voxpipe_convert_raw", "voxpipe_convert_nifti",
                                     "voxpipe_convert_dicom"};
 
-bool context_current() { return t_context_depth > 0; }
+bool context_current() { return t_context_depth > 0 || t_context_set; }
 
 }  // namespace
 
@@ -85,7 +86,11 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(void** ctx, int) {
 FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(int) {
   return --g_retains < 0 ? kInvalidContext : kSuccess;
 }
-FAKE_API CUresult cuCtxSetCurrent(void*) { return kSuccess; }
+FAKE_API CUresult cuCtxSetCurrent(void* ctx) {
+  if (ctx && ctx != &g_context_tag) return kInvalidContext;
+  t_context_set = ctx != nullptr;
+  return kSuccess;
+}
 FAKE_API CUresult cuCtxPushCurrent_v2(void* ctx) {
   if (ctx != &g_context_tag) return kInvalidContext;
   ++t_context_depth;
@@ -128,6 +133,13 @@ FAKE_API CUresult cuMemFreeHost(void* p) {
 FAKE_API CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, std::size_t n, void* stream) {
   if (!context_current()) return kInvalidContext;
   if (stream != &g_stream_tag) return kInvalidHandle;
+  std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dst)), src, n);
+  ++g_copies;
+  return kSuccess;
+}
+// Synchronous (bench/gpu/bench_gpu.py's baseline copies, run on the stand-in as a smoke test).
+FAKE_API CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void* src, std::size_t n) {
+  if (!context_current()) return kInvalidContext;
   std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(dst)), src, n);
   ++g_copies;
   return kSuccess;
