@@ -141,8 +141,9 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
 void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
                                  std::size_t offset = 0, unsigned threads = 0);
 
-// What loads keep per device between calls, and what this frees: the kernel module, up to
-// 256 MiB of idle pinned host buffers and 256 MiB of idle device staging areas, and a retain of
+// What loads keep per device between calls, and what this frees: the kernel module, idle pinned
+// host buffers and idle device staging areas (each up to 256 MiB, or the most ever in use at
+// once where loads ran side by side), and a retain of
 // the device's primary context (so that it is not destroyed and created again between loads).
 // Loading the module and pinning memory cost milliseconds each time, more than a small file's
 // transfer; only the first load of a process pays them. Loads still running keep what they use

@@ -94,9 +94,9 @@ _find_cufile()
 
 
 def cuda_empty_cache() -> None:
-    """Free what voxpipe keeps per device between loads to the GPU: the kernel module, up to
-    256 MiB of idle pinned host buffers and 256 MiB of idle device staging areas, and its retain
-    of the primary context. Like ``torch.cuda.empty_cache()``; the next load pays for them
+    """Free what voxpipe keeps per device between loads to the GPU: the kernel module, idle
+    pinned host buffers and idle device staging areas (each up to 256 MiB, or the most ever in
+    use at once where loads ran side by side), and its retain of the primary context. Like ``torch.cuda.empty_cache()``; the next load pays for them
     again (milliseconds). Does nothing without a GPU."""
     _core.cuda_empty_cache()
 

@@ -132,11 +132,20 @@ bool DeviceResources::take_from(Pool<T>& pool, std::size_t bytes, T& out) {
   return true;
 }
 
-// Keeps `p` in the pool when that stays within kPoolBytes; false when the caller must free it.
+template <typename T>
+void DeviceResources::note_taken(Pool<T>& pool, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  pool.in_use += bytes;
+  pool.high_water = std::max(pool.high_water, pool.in_use);
+}
+
+// Keeps `p` in the pool when that stays within the cap (the larger of kPoolBytes and the most
+// ever in use at once); false when the caller must free it.
 template <typename T>
 bool DeviceResources::give_to(Pool<T>& pool, T p, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
-  if (pool.bytes + bytes > kPoolBytes) return false;
+  pool.in_use -= std::min(pool.in_use, bytes);
+  if (pool.bytes + bytes > std::max(kPoolBytes, pool.high_water)) return false;
   try {
     pool.idle.emplace_back(p, bytes);
   } catch (...) {  // no memory to note it down: freed instead
@@ -148,10 +157,13 @@ bool DeviceResources::give_to(Pool<T>& pool, T p, std::size_t bytes) noexcept {
 
 std::byte* DeviceResources::take_pinned(std::size_t bytes) {
   std::byte* p = nullptr;
-  if (take_from(pinned_, bytes, p)) return p;
-  void* fresh = nullptr;
-  check(ctx_->api(), ctx_->api().mem_alloc_host(&fresh, bytes), "cuMemAllocHost_v2");
-  return static_cast<std::byte*>(fresh);
+  if (!take_from(pinned_, bytes, p)) {
+    void* fresh = nullptr;
+    check(ctx_->api(), ctx_->api().mem_alloc_host(&fresh, bytes), "cuMemAllocHost_v2");
+    p = static_cast<std::byte*>(fresh);
+  }
+  note_taken(pinned_, bytes);
+  return p;
 }
 
 void DeviceResources::give_pinned(std::byte* p, std::size_t bytes) noexcept {
@@ -160,8 +172,8 @@ void DeviceResources::give_pinned(std::byte* p, std::size_t bytes) noexcept {
 
 drv::CUdeviceptr DeviceResources::take_device(std::size_t bytes) {
   drv::CUdeviceptr p = 0;
-  if (take_from(device_, bytes, p)) return p;
-  check(ctx_->api(), ctx_->api().mem_alloc(&p, bytes), "cuMemAlloc_v2");
+  if (!take_from(device_, bytes, p)) check(ctx_->api(), ctx_->api().mem_alloc(&p, bytes), "cuMemAlloc_v2");
+  note_taken(device_, bytes);
   return p;
 }
 

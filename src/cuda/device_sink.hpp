@@ -78,9 +78,12 @@ class DeviceBuffer {
 // context (and the context is not destroyed and created again between loads). Loading the
 // module and pinning memory cost milliseconds each time (pinning a ring of 64 MiB takes longer
 // than copying it over PCIe), more than a small file's transfer: with these pools only the
-// first load of a process pays them. Idle memory is capped at kPoolBytes per pool (beyond, a
-// returned buffer is freed); empty_device_caches() frees everything. Thread-safe. The methods
-// that call the driver need the context current.
+// first load of a process pays them. Idle memory per pool is capped at the larger of
+// kPoolBytes and the most bytes of that pool ever in use at once (a returned buffer beyond the
+// cap is freed): so loads running side by side (load_many's file workers, one ring each) find
+// their rings again next time, however many there are, and sequential loads keep at most
+// kPoolBytes. empty_device_caches() frees everything. Thread-safe. The methods that call the
+// driver need the context current.
 class DeviceResources {
  public:
   static constexpr std::size_t kPoolBytes = std::size_t(256) << 20;
@@ -110,8 +113,12 @@ class DeviceResources {
   template <typename T>
   struct Pool {
     std::vector<std::pair<T, std::size_t>> idle;  // (memory, its size)
-    std::size_t bytes = 0;
+    std::size_t bytes = 0;       // idle
+    std::size_t in_use = 0;      // taken and not given back
+    std::size_t high_water = 0;  // the most in use at once
   };
+  template <typename T>
+  void note_taken(Pool<T>& pool, std::size_t bytes);
   template <typename T>
   bool take_from(Pool<T>& pool, std::size_t bytes, T& out);
   template <typename T>

@@ -269,31 +269,49 @@ TEST_F(FakeDriver, LoadsReuseTheModuleAndTheStagingMemory) {
 }
 
 // A returned buffer is pooled while the pool stays within its cap, and reused for a request of
-// at least half its size; others are allocated.
+// at least half its size; others are allocated. The cap is kPoolBytes for loads one after
+// another, and grows to the most bytes ever in use at once for loads side by side.
 TEST_F(FakeDriver, ThePinnedPoolIsCapped) {
+  const std::size_t q = vc::DeviceResources::kPoolBytes / 4;
   {
     vc::PrimaryContext ctx(library_->api(), 0);
     vc::ScopedContext scope(ctx);
-    const auto res = vc::DeviceResources::of(ctx);
-    const std::size_t big = vc::DeviceResources::kPoolBytes / 2 + 4096;
-    std::byte* a = res->take_pinned(big);
-    std::byte* b = res->take_pinned(big);
-    EXPECT_EQ((*counters_)().host_allocations, 2);
-    res->give_pinned(a, big);
-    res->give_pinned(b, big);  // over the cap: freed
-    EXPECT_EQ((*counters_)().host_allocations, 1);
-    EXPECT_EQ(res->idle_pinned_bytes(), big);
-    std::byte* c = res->take_pinned(big / 2 + 1);  // reuses a
-    EXPECT_EQ(c, a);
-    EXPECT_EQ(res->idle_pinned_bytes(), 0u);
-    std::byte* d = res->take_pinned(64);  // none idle: allocated
-    EXPECT_EQ((*counters_)().host_allocations, 2);
-    res->give_pinned(c, big);
-    std::byte* e = res->take_pinned(64);  // a is too large for 64 bytes: allocated
-    EXPECT_NE(e, a);
+    auto res = vc::DeviceResources::of(ctx);
+    std::byte* a = res->take_pinned(3 * q);
+    res->give_pinned(a, 3 * q);
+    EXPECT_EQ(res->idle_pinned_bytes(), 3 * q);
+    std::byte* b = res->take_pinned(q);  // a is too large for it: allocated
+    std::byte* c = res->take_pinned(q);
+    EXPECT_NE(b, a);
     EXPECT_EQ((*counters_)().host_allocations, 3);
-    res->give_pinned(d, 64);
-    res->give_pinned(e, 64);
+    res->give_pinned(b, q);  // 4q idle: within kPoolBytes
+    res->give_pinned(c, q);  // 5q: over it (at most 3q were ever in use at once): freed
+    EXPECT_EQ((*counters_)().host_allocations, 2);
+    EXPECT_EQ(res->idle_pinned_bytes(), 4 * q);
+    std::byte* d = res->take_pinned(2 * q);  // reuses a (3q: at most twice 2q)
+    EXPECT_EQ(d, a);
+    std::byte* e = res->take_pinned(64);  // b is too large for 64 bytes: allocated
+    EXPECT_NE(e, b);
+    EXPECT_EQ((*counters_)().host_allocations, 3);
+    res->give_pinned(d, 2 * q);  // back under the size it was asked for
+    res->give_pinned(e, 64);     // 3q + 64 idle: within the cap
+    EXPECT_EQ((*counters_)().host_allocations, 3);
+    EXPECT_EQ(res->idle_pinned_bytes(), 3 * q + 64);
+
+    // Six rings of q side by side, 6q > kPoolBytes: all of them stay for the next six.
+    vc::empty_device_caches();
+    res.reset();
+    EXPECT_EQ((*counters_)().host_allocations, 0);
+    res = vc::DeviceResources::of(ctx);
+    std::vector<std::byte*> rings;
+    for (int i = 0; i < 6; ++i) rings.push_back(res->take_pinned(q));
+    for (std::byte* r : rings) res->give_pinned(r, q);
+    EXPECT_EQ(res->idle_pinned_bytes(), 6 * q);
+    EXPECT_EQ((*counters_)().host_allocations, 6);
+    rings.clear();
+    for (int i = 0; i < 6; ++i) rings.push_back(res->take_pinned(q));
+    EXPECT_EQ((*counters_)().host_allocations, 6);  // none new
+    for (std::byte* r : rings) res->give_pinned(r, q);
   }
   expect_all_released();
 }
