@@ -7,13 +7,21 @@
 // overhead only. Runs alternate a and b (this VM's speed drifts ~30% between runs) and report
 // medians and the median of the per-round ratios.
 //
-// Usage: voxpipe_bench_push FILE.nii.gz [--threads N] [--rounds R] [--dtype native|float32]
-//                           [--chunk MIB] [--buffers M]
+//
+// Given a folder of DICOM files instead, the same for its first series decoded on the host (the
+// device load's path for compressed series): (a) read_dicom_series into a host buffer against
+// (b) its planes pushed into the staging ring as the decoding threads finish them
+// (dicom_push_source) and copied by the host sink into the same buffer.
+//
+// Usage: voxpipe_bench_push FILE.nii.gz|DICOM_FOLDER [--threads N] [--rounds R]
+//                           [--dtype native|float32] [--chunk MIB] [--buffers M]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +29,7 @@
 #include "cuda/element_op.hpp"
 #include "cuda/load.hpp"
 #include "nifti/internal.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
 
@@ -40,6 +49,73 @@ int usage() {
   std::fprintf(stderr, "usage: voxpipe_bench_push FILE.nii.gz [--threads N] [--rounds R] "
                        "[--dtype native|float32] [--chunk MIB] [--buffers M]\n");
   return 2;
+}
+
+// Runs a and b alternately `rounds` times and prints their medians, the b/a rate and the last
+// push run's overflow figures.
+template <class A, class B>
+void alternate(A&& cpu, B&& push, unsigned rounds, std::size_t n, const char* a_name,
+               const voxpipe::cuda::StagingStats& stats) {
+  std::vector<double> a, b, ratio;
+  for (unsigned r = 0; r < rounds; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cpu();
+    a.push_back(seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    push();
+    b.push_back(seconds_since(t0));
+    ratio.push_back(a.back() / b.back());
+  }
+  const double mb = static_cast<double>(n) / 1e6;
+  std::printf("(a) %-30s median %.3f s (%.0f MB/s of output)\n", a_name, median(a), mb / median(a));
+  std::printf("(b) %-30s median %.3f s (%.0f MB/s of output)\n", "staging pipeline, host sink", median(b),
+              mb / median(b));
+  std::printf("b/a rate: median of per-round ratios %.1f%%, of medians %.1f%% (per round:", 100 * median(ratio),
+              100 * median(a) / median(b));
+  for (double x : ratio) std::printf(" %.0f%%", 100 * x);
+  std::printf(")\nlast push run: overflow peak %.1f MB in %llu pieces, %llu waits\n",
+              static_cast<double>(stats.overflow_peak_bytes) / 1e6,
+              static_cast<unsigned long long>(stats.overflow_pieces),
+              static_cast<unsigned long long>(stats.waits));
+}
+
+int bench_dicom(const std::string& folder, unsigned threads, unsigned rounds, bool to_f32,
+                voxpipe::cuda::StagingOptions staging) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(folder))
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  voxpipe::DicomScanOptions scan_options;
+  scan_options.threads = threads;
+  const voxpipe::DicomScanResult scan = voxpipe::scan_dicom_series(files, scan_options);
+  if (scan.series.empty()) {
+    std::fprintf(stderr, "no DICOM series in %s\n", folder.c_str());
+    return 1;
+  }
+  const voxpipe::DicomSeries& series = scan.series.front();
+  const voxpipe::DType type = to_f32 ? voxpipe::DType::f32 : series.stored_dtype;
+  std::size_t n = voxpipe::dtype_size(type);
+  for (auto d : series.shape()) n *= static_cast<std::size_t>(d);
+  std::vector<std::uint8_t> out(n), check(n);
+  std::memset(out.data(), 0, n);
+  std::memset(check.data(), 0, n);
+  voxpipe::cuda::StagingStats stats;
+  staging.stats = &stats;
+  auto cpu = [&] { voxpipe::read_dicom_series(series, out, type, threads); };
+  auto push = [&] {
+    voxpipe::cuda::HostConvertSink sink(voxpipe::cuda::ElementOp{}, std::as_writable_bytes(std::span(check)));
+    voxpipe::cuda::stage(voxpipe::cuda::dicom_push_source(series, type, threads), 1, sink, staging);
+  };
+  cpu();
+  push();
+  if (std::memcmp(out.data(), check.data(), n) != 0) {
+    std::fprintf(stderr, "the staged output differs from read_dicom_series\n");
+    return 1;
+  }
+  std::printf("series of %s: %zu images, %zu output bytes (%s), %u threads, ring %u x %.1f MiB, %u rounds\n",
+              folder.c_str(), series.images.size(), n, to_f32 ? "float32" : "stored", threads,
+              staging.buffers, static_cast<double>(staging.chunk_bytes) / (1 << 20), rounds);
+  alternate(cpu, push, rounds, n, "CPU read_dicom_series", stats);
+  return 0;
 }
 
 }  // namespace
@@ -62,6 +138,7 @@ int main(int argc, char** argv) {
     else return usage();
   }
   try {
+    if (std::filesystem::is_directory(path)) return bench_dicom(path, threads, rounds, to_f32, staging);
     const voxpipe::NiftiImage image = voxpipe::open_nifti(path);
     const voxpipe::OutputSpec spec{to_f32 ? voxpipe::DType::f32 : image.dtype, to_f32, false, false};
     std::size_t n = voxpipe::dtype_size(spec.type);
@@ -88,29 +165,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "the staged output differs from read_nifti_data\n");
       return 1;
     }
-    std::vector<double> a, b, ratio;
-    for (unsigned r = 0; r < rounds; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      cpu();
-      a.push_back(seconds_since(t0));
-      t0 = std::chrono::steady_clock::now();
-      push();
-      b.push_back(seconds_since(t0));
-      ratio.push_back(a.back() / b.back());
-    }
-    const double mb = static_cast<double>(n) / 1e6;
     std::printf("file %s: %zu output bytes (%s), %u threads, ring %u x %.1f MiB, %u rounds\n",
                 path.c_str(), n, to_f32 ? "float32" : "native", threads, staging.buffers,
                 static_cast<double>(staging.chunk_bytes) / (1 << 20), rounds);
-    std::printf("(a) CPU read_nifti_data:          median %.3f s (%.0f MB/s of output)\n", median(a), mb / median(a));
-    std::printf("(b) staging pipeline, host sink:  median %.3f s (%.0f MB/s of output)\n", median(b), mb / median(b));
-    std::printf("b/a rate: median of per-round ratios %.1f%%, of medians %.1f%% (per round:", 100 * median(ratio),
-                100 * median(a) / median(b));
-    for (double x : ratio) std::printf(" %.0f%%", 100 * x);
-    std::printf(")\nlast push run: overflow peak %.1f MB in %llu pieces, %llu waits\n",
-                static_cast<double>(stats.overflow_peak_bytes) / 1e6,
-                static_cast<unsigned long long>(stats.overflow_pieces),
-                static_cast<unsigned long long>(stats.waits));
+    alternate(cpu, push, rounds, n, "CPU read_nifti_data", stats);
   } catch (const voxpipe::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -243,6 +243,16 @@ bool same_op(const ElementOp& a, const ElementOp& b) {
 
 }  // namespace
 
+PushSource dicom_push_source(const DicomSeries& series, DType out_type, unsigned threads) {
+  PushSource source;
+  source.name = dicom::check_series_read(series, out_type);
+  source.size = std::uint64_t(series.rows) * series.columns * dtype_size(out_type) * series.images.size();
+  source.produce = [&series, out_type, threads](const core::ByteSink& deliver) {
+    dicom::decode_dicom_series(series, out_type, threads, deliver);
+  };
+  return source;
+}
+
 void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
                                  const PrimaryContext& ctx, drv::CUdeviceptr dst,
                                  std::uint64_t dst_bytes, unsigned threads,
@@ -275,15 +285,9 @@ void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
       throw Error(ErrorCode::invalid_argument, name, "destination",
                   "expected " + std::to_string(plane_bytes * series.images.size()) +
                       " bytes, but received " + std::to_string(dst_bytes));
-    PushSource source;
-    source.name = name;
-    source.size = dst_bytes;
-    source.produce = [&](const core::ByteSink& deliver) {
-      dicom::decode_dicom_series(series, out_type, threads, deliver);
-    };
     ElementOp op;  // the host's final bytes: copied straight to their place
     DeviceConvertSink sink(ctx, op, dst, dst_bytes);
-    stage(source, 1, sink, options);
+    stage(dicom_push_source(series, out_type, threads), 1, sink, options);
     if (options.stats) options.stats->route = "dicom decoded on the host";
     return;
   }

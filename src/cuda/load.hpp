@@ -60,6 +60,11 @@ PushSource nifti_push_source(const NiftiImage& image, core::ByteSource& data,
 ChunkSource cufile_chunk_source(const CufileFile& file, std::uint64_t payload_offset,
                                 std::uint64_t payload_bytes);
 
+// read_dicom_series's bytes for `out_type` (checked as it checks them), pushed image by image
+// from `threads` decoding threads as they finish them (dicom::decode_dicom_series). `series`
+// must outlive the source.
+PushSource dicom_push_source(const DicomSeries& series, DType out_type, unsigned threads);
+
 // Reads a DICOM series into `dst` (device memory of exactly the bytes read_dicom_series needs
 // for `out_type`), with read_dicom_series's values and layout. When every image is native pixel
 // data, one value per element (dicom_element_op accepts it) and not a mosaic tile, the files'
