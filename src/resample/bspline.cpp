@@ -543,7 +543,7 @@ std::int64_t spline_margin(const std::vector<std::int64_t>& shape, int order, In
 }
 
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
-                                 unsigned threads) {
+                                 unsigned threads, Coefficients reuse) {
   const std::size_t nd = input.shape.size();
   Coefficients out;
   out.npad = mode == InterpMode::nearest || mode == InterpMode::grid_constant ? 12 : 0;
@@ -560,7 +560,13 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
   const std::int64_t rows = row_len ? logical / row_len : 0;
   if (logical == 0) return out;
   const std::int64_t total = product(stored, 0, nd);
-  {
+  if (reuse.data && reuse.capacity >= static_cast<std::size_t>(total)) {
+    // Every stored element is written below (the copy, then each axis's margin), so what the
+    // memory held before does not matter.
+    out.data = std::move(reuse.data);
+    out.capacity = reuse.capacity;
+  } else {
+    reuse.data.reset();
     constexpr std::size_t kHuge = std::size_t{2} << 20;
     std::size_t bytes = static_cast<std::size_t>(total) * sizeof(double);
     void* p = nullptr;
@@ -573,6 +579,7 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     }
     if (!p) throw std::bad_alloc();
     out.data.reset(static_cast<double*>(p));
+    out.capacity = bytes / sizeof(double);
   }
   std::int64_t origin = 0;
   for (std::size_t d = 0; d < nd; ++d) origin += m * out.strides[d];

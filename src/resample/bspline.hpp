@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -85,6 +86,7 @@ struct Coefficients {
   // with transparent huge pages when large: fresh 4 KiB pages cost ~13 us each on first touch
   // here (DESIGN.md), more than the filter itself.
   std::unique_ptr<double[], Free> data;
+  std::size_t capacity = 0;           // doubles allocated at data
   double* origin = nullptr;           // coefficient (0, ..., 0), margin samples into data
   std::vector<std::int64_t> shape;    // input.shape + 2 * npad
   std::vector<std::int64_t> strides;  // C order over shape + 2 * margin, elements
@@ -94,8 +96,11 @@ struct Coefficients {
 // The margin spline_coefficients gives an array of `shape` (input.shape + 2 * npad).
 std::int64_t spline_margin(const std::vector<std::int64_t>& shape, int order, InterpMode mode);
 // `cval` is the padding value of grid-constant (InterpOptions::pad_value, resolved).
+// `reuse`: coefficients no longer needed (of an earlier call, or empty) whose memory the result
+// takes when it holds enough, already faulted in; otherwise it is freed before the new array is
+// allocated, so that no more than one array is held at a time.
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
-                                 unsigned threads);
+                                 unsigned threads, Coefficients reuse = {});
 
 // cval cast to the element type `t` as NumPy's unsafe cast does (see InterpOptions::pad_value).
 double cast_to_dtype(double cval, DType t);

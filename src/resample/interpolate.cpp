@@ -783,7 +783,8 @@ void check_common(const ArrayRef& input, const ArrayRef& output, const InterpOpt
     invalid("input", "cannot interpolate from an empty array of shape " + shape_str(input.shape));
 }
 
-// Makes the plan: the coefficients (kept alive in `coeff`) or the input itself.
+// Makes the plan: the coefficients (made in `coeff`, in its memory when it holds enough, and
+// kept alive there) or the input itself.
 Plan make_plan(const ArrayRef& input, const InterpOptions& o, Coefficients& coeff) {
   Plan p;
   p.nd = static_cast<int>(input.shape.size());
@@ -794,7 +795,7 @@ Plan make_plan(const ArrayRef& input, const InterpOptions& o, Coefficients& coef
   p.fast = o.fast;
   if (o.prefilter && o.order > 1) {
     const double pad = o.pad_value ? *o.pad_value : cast_to_dtype(o.cval, input.dtype);
-    coeff = spline_coefficients(input, o.order, o.mode, pad, o.threads);
+    coeff = spline_coefficients(input, o.order, o.mode, pad, o.threads, std::move(coeff));
     p.data = coeff.origin;
     p.dtype = DType::f64;
     p.shape = coeff.shape;
@@ -894,12 +895,20 @@ bool simd_enabled() noexcept { return simd_switch().load(std::memory_order_relax
 void set_simd_enabled(bool on) noexcept { simd_switch().store(on, std::memory_order_relaxed); }
 
 struct Interpolator::State {
-  Coefficients coeff;
+  Coefficients own;
   Plan plan;
   EvalFn eval = nullptr;
 };
 
 Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options)
+    : Interpolator(input, options, nullptr) {}
+
+Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options,
+                           Coefficients& storage)
+    : Interpolator(input, options, &storage) {}
+
+Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options,
+                           Coefficients* storage)
     : state_(std::make_unique<State>()) {
   if (options.order < 0 || options.order > 5)
     invalid("order", "expected a spline order from 0 to 5, but received " + std::to_string(options.order));
@@ -909,7 +918,7 @@ Interpolator::Interpolator(const ArrayRef& input, const InterpOptions& options)
     invalid("input", "expected an integer or float array, but received " + std::string(dtype_name(input.dtype)));
   if (checked_size(input, "input") == 0)
     invalid("input", "cannot interpolate from an empty array of shape " + shape_str(input.shape));
-  state_->plan = make_plan(input, options, state_->coeff);
+  state_->plan = make_plan(input, options, storage ? *storage : state_->own);
   with_real_type(state_->plan.dtype, [&](auto v) { state_->eval = pick_order<decltype(v)>(state_->plan); });
 }
 
@@ -985,7 +994,14 @@ void map_coordinates(const ArrayRef& input, const ArrayRef& coordinates, const A
 void affine_transform(const ArrayRef& input, std::span<const double> matrix, bool diagonal,
                       std::span<const double> offset, const ArrayRef& output,
                       const InterpOptions& options) {
-  using namespace resample;
+  resample::Coefficients coeff;
+  resample::affine_transform(input, matrix, diagonal, offset, output, options, coeff);
+}
+
+void resample::affine_transform(const ArrayRef& input, std::span<const double> matrix,
+                                bool diagonal, std::span<const double> offset,
+                                const ArrayRef& output, const InterpOptions& options,
+                                Coefficients& coeff) {
   check_common(input, output, options);
   const std::size_t nd = input.shape.size();
   const std::size_t ond = output.shape.size();
@@ -1002,7 +1018,6 @@ void affine_transform(const ArrayRef& input, std::span<const double> matrix, boo
   if (offset.size() != nd)
     invalid("offset", "expected " + std::to_string(nd) + " entries, but received " + std::to_string(offset.size()));
 
-  Coefficients coeff;
   const Plan plan = make_plan(input, options, coeff);
   if (diagonal) {
     // scipy's zoom_shift: shift = offset / zoom, coordinate = (index + shift) * zoom.

@@ -7,10 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "voxpipe/resample.hpp"
 
 namespace voxpipe::resample {
+
+struct Coefficients;  // bspline.hpp
 
 // Writes the coordinates of the n output points from k0 along one row (the output indices of
 // every axis but the last are row_index[0 .. ndim-2]) into buf[d * n + k], d < input.ndim.
@@ -24,6 +27,9 @@ class Interpolator {
  public:
   // Checks the order, the mode and the input (Error(invalid_argument)) and prefilters.
   Interpolator(const ArrayRef& input, const InterpOptions& options);
+  // The same, with the coefficients made in `storage` (in its memory when it holds enough:
+  // spline_coefficients' `reuse`), which must outlive the object; they stay there after it.
+  Interpolator(const ArrayRef& input, const InterpOptions& options, Coefficients& storage);
   ~Interpolator();
   Interpolator(const Interpolator&) = delete;
   Interpolator& operator=(const Interpolator&) = delete;
@@ -37,9 +43,18 @@ class Interpolator {
   void evaluate(const double* coords, std::int64_t n, double* out) const;
 
  private:
+  Interpolator(const ArrayRef& input, const InterpOptions& options, Coefficients* storage);
+
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// voxpipe::affine_transform with the coefficients made in `storage`, as the constructor above
+// (the streaming executor's slots keep theirs from volume to volume: the same pages, already
+// faulted in).
+void affine_transform(const ArrayRef& input, std::span<const double> matrix, bool diagonal,
+                      std::span<const double> offset, const ArrayRef& output,
+                      const InterpOptions& options, Coefficients& storage);
 
 // Whether the kernels chosen from now on may use SIMD (AVX2 where the CPU has it). On by
 // default; VOXPIPE_SIMD=0 in the environment turns it off. Tests compare the two paths.

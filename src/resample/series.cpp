@@ -3,9 +3,9 @@
 // Each of K slots loops over volumes: take the next index, read that volume (nibabel's scaling;
 // a SeriesArray's volume is interpolated in place, nothing read), interpolate it into its place
 // (the caller's array, or the slot's buffer that the file writer drains in order), take the
-// next. The slots own their buffers for the whole run, so memory is K volumes whatever the
-// series' length, and each buffer's pages are first touched once (fresh pages cost more here than
-// the interpolation of a small volume, DESIGN.md).
+// next. The slots own their buffers for the whole run, the spline coefficients' included, so
+// memory is K volumes whatever the series' length, and each buffer's pages are first touched
+// once (fresh pages cost more here than the interpolation of a small volume, DESIGN.md).
 //
 // Coordinates: an affine-only chain is one voxel-to-voxel matrix, run through affine_transform
 // (coordinates made per row, bit-identical to scipy). A chain with a displacement field has its
@@ -407,6 +407,7 @@ class Executor {
   struct Slot {
     std::vector<std::byte> input;
     std::vector<std::byte> output;  // file output only
+    resample::Coefficients coeff;   // the volume's spline coefficients, memory kept for the next
   };
 
   // Takes the next volume index; -1 when there is none or the run stopped.
@@ -463,10 +464,10 @@ class Executor {
     if (!plan_.field) {
       const double mat[9] = {m[0], m[1], m[2], m[4], m[5], m[6], m[8], m[9], m[10]};
       const double off[3] = {m[3], m[7], m[11]};
-      affine_transform(in, mat, false, off, out, interp_);
+      affine_transform(in, mat, false, off, out, interp_, slot.coeff);
       return;
     }
-    const Interpolator interp(in, interp_);
+    const Interpolator interp(in, interp_, slot.coeff);
     const std::int64_t X = reference_.shape[0], Y = reference_.shape[1];
     const std::int64_t n = X * Y * reference_.shape[2];
     const double* P = points_.data();

@@ -6,6 +6,7 @@
 // with scipy itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -204,3 +205,51 @@ TEST(ResampleBsplineLayout, coefficients_equal_every_axis_filtered_line_by_line)
 }
 
 }  // namespace
+
+// spline_coefficients into a reused array (its memory full of NaN from before) gives the same
+// coefficients as into a fresh one, bit for bit, margin and padding included, in that memory;
+// an array too small for the input is replaced.
+TEST(ResampleBsplineLayout, coefficients_in_reused_memory_equal_fresh_ones) {
+  const std::vector<std::int64_t> big = {6, 7, 40}, shape = {5, 6, 33};
+  std::int64_t total = 1;
+  for (auto n : shape) total *= n;
+  const auto values = random_values(static_cast<std::size_t>(total), 77);
+  ArrayRef in;
+  in.data = const_cast<double*>(values.data());
+  in.dtype = DType::f64;
+  in.shape = shape;
+  in.strides = {shape[1] * shape[2], shape[2], 1};
+  const auto stored = [](const resample::Coefficients& c) {
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < c.shape.size(); ++d) n *= c.shape[d] + 2 * c.margin;
+    const double* first = c.origin;
+    for (std::size_t d = 0; d < c.shape.size(); ++d) first -= c.margin * c.strides[d];
+    return std::vector<double>(first, first + n);
+  };
+  std::vector<double> bigger(6 * 7 * 40, 1.0);
+  ArrayRef large = in;
+  large.data = bigger.data();
+  large.shape = big;
+  large.strides = {7 * 40, 40, 1};
+  for (InterpMode mode : {InterpMode::mirror, InterpMode::constant, InterpMode::nearest,
+                          InterpMode::grid_constant}) {
+    for (int order : {2, 3, 5}) {
+      const auto fresh = resample::spline_coefficients(in, order, mode, 1.5, 2);
+      auto old = resample::spline_coefficients(large, order, mode, 1.5, 2);
+      std::fill(old.data.get(), old.data.get() + old.capacity, std::nan(""));
+      const double* memory = old.data.get();
+      const auto reused = resample::spline_coefficients(in, order, mode, 1.5, 2, std::move(old));
+      EXPECT_EQ(reused.data.get(), memory);
+      EXPECT_EQ(reused.margin, fresh.margin);
+      EXPECT_EQ(reused.strides, fresh.strides);
+      EXPECT_TRUE(same_bits(stored(reused), stored(fresh)))
+          << "order " << order << " mode " << interp_mode_name(mode);
+      // The other way round: the small array cannot hold the large input's coefficients.
+      auto small = resample::spline_coefficients(in, order, mode, 1.5, 2);
+      const auto grown = resample::spline_coefficients(large, order, mode, 1.5, 2, std::move(small));
+      EXPECT_GE(grown.capacity, stored(grown).size());
+      EXPECT_TRUE(same_bits(stored(grown),
+                            stored(resample::spline_coefficients(large, order, mode, 1.5, 2))));
+    }
+  }
+}
