@@ -196,10 +196,11 @@ def _slice_dataset(k, pixels, rng):
     return ds
 
 
-def make_inputs():
-    """Write the three series into bench/data/dicom/ unless they are there (each is written to
-    a temporary folder and renamed, so a folder that exists is complete)."""
-    missing = [name for name, folder in FOLDERS.items() if not os.path.isdir(folder)]
+def make_inputs(names=None):
+    """Write the three series (or those of `names`) into bench/data/dicom/ unless they are there
+    (each is written to a temporary folder and renamed, so a folder that exists is complete)."""
+    missing = [name for name, folder in FOLDERS.items()
+               if (names is None or name in names) and not os.path.isdir(folder)]
     if not missing:
         return
     import numpy as np

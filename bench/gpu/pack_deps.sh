@@ -5,9 +5,11 @@
 #   debs/    the C/C++ dependencies' -dev and runtime packages, pkg-config and GoogleTest
 #            (apt-get download: no root, nothing installed here); run.sh unpacks them into a
 #            private prefix there (dpkg -x), never into /.
-#   wheels/  nibabel and pydicom, pure Python, for the Python device tests and the benchmark's
-#            references (that machine's python3 has NumPy, SciPy, PyTorch, pytest, nanobind,
-#            scikit-build-core, CMake and ninja, but not these).
+#   wheels/  nibabel and pydicom (pure Python) for the Python device tests and the benchmark's
+#            references, and pydicom's JPEG-LS and JPEG 2000 codecs (pyjpegls, pylibjpeg,
+#            pylibjpeg-openjpeg; CPython 3.12 wheels) with which the benchmark writes and
+#            pydicom reads its compressed series (that machine's python3 has NumPy, SciPy,
+#            PyTorch, pytest, nanobind, scikit-build-core, CMake and ninja, but not these).
 # Then, on the GPU machine: bench/gpu/run.sh (it finds .gpudeps/ when there is no .venv).
 #
 # Usage: bench/gpu/pack_deps.sh
@@ -34,8 +36,11 @@ py=.venv/bin/python
 [ -x "$py" ] || py=python3
 nibabel=$("$py" -c 'import nibabel; print(nibabel.__version__)' 2>/dev/null || echo 5.4.2)
 pydicom=$("$py" -c 'import pydicom; print(pydicom.__version__)' 2>/dev/null || echo 3.0.1)
+version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || echo "$2"; }
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp --platform manylinux2014_x86_64 -d "$out/wheels" \
-  "nibabel==$nibabel" "pydicom==$pydicom"
+  --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+  -d "$out/wheels" "nibabel==$nibabel" "pydicom==$pydicom" \
+  "pyjpegls==$(version pyjpegls 1.5.1)" "pylibjpeg==$(version pylibjpeg 2.1.0)" \
+  "pylibjpeg-openjpeg==$(version pylibjpeg-openjpeg 2.6.0)"
 
 du -sh "$out"

@@ -404,6 +404,7 @@ def test_device_path_on_the_stand_in_driver_equals_the_host_path(fake_driver, tm
 
 
 @pytest.mark.skipif(not STATUS.kernels_built, reason=STATUS.reason or "kernels not built")
+@pytest.mark.skipif(GPU, reason="a real GPU: bench/gpu/run.sh runs the benchmark itself")
 def test_gpu_benchmark_rows_run_on_the_stand_in_driver(fake_driver, tmp_path):
     """bench/gpu/bench_gpu.py --small: every GPU row runs (the stand-in's figures mean nothing),
     so that a GPU session is not lost to a broken script."""
