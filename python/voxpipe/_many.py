@@ -6,11 +6,9 @@ its shared thread pool. Workers times the threads each file gets never exceeds `
 file-level and chunk-level parallelism share the cores instead of multiplying. Loads to a device
 (load_many and load_batch with ``device=``) use the same workers: each worker's file is read,
 converted and copied by the core with the GIL released, so while one file is being read or
-inflated another's bytes are on their way to the device. The per-file thread count reaches the
-device load only where it decodes on the host first (RGB, odd casts): the core's
-read_nifti_data_to_device takes no thread count, so a .nii.gz is inflated on the shared pool's
-threads (all cores, shared with the other files in flight) and a .nii read by the staging
-pipeline's own reader threads.
+inflated another's bytes are on their way to the device. Each file's device load gets the
+per-file thread count (the inflate's threads for a .nii.gz, at most that many readers for a
+.nii) and the ``index=`` choice, as a host read does.
 
 Memory: a file's decoded size is known from its header before anything is allocated. A file is
 admitted (its output allocated) only when the decoded data admitted and not yet taken by the
