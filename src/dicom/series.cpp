@@ -186,6 +186,8 @@ Csa read_csa(const std::vector<std::uint8_t>& b) {
   return csa;
 }
 
+constexpr std::int64_t kMaxMosaicImages = 65535;
+
 // The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
 // when the file is not a mosaic.
 std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
@@ -194,7 +196,9 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
   if (!mosaic) return std::nullopt;
   Csa csa;
+  std::optional<std::uint64_t> offset;  // of the value that gave the number, for the error
   if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10)) {
+    offset = e->value_offset;
     if (e->value_read) {
       csa = read_csa(e->value);
     } else if (!offsets_in_inflated_stream && e->length <= (std::uint64_t{1} << 20)) {
@@ -207,11 +211,21 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   }
   if (!csa.images_in_mosaic) {
     if (const DicomElement* e = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0A);
-        e && e->value_read && e->value.size() >= 2)
+        e && e->value_read && e->value.size() >= 2) {
       csa.images_in_mosaic = ds.big_endian() ? (e->value[0] << 8 | e->value[1])
                                              : (e->value[0] | e->value[1] << 8);
+      offset = e->value_offset;
+    }
   }
   if (!csa.images_in_mosaic || *csa.images_in_mosaic < 1) return std::nullopt;
+  // Each tile becomes an image of the scan (a few hundred bytes), and a compressed frame of
+  // 256 Mi pixels can come from a few hundred bytes of RLE: without a cap, a small file could
+  // claim gigabytes here. Scanners write a few hundred tiles at most.
+  if (*csa.images_in_mosaic > kMaxMosaicImages)
+    throw Error(ErrorCode::limit, path, "NumberOfImagesInMosaic",
+                "is " + std::to_string(*csa.images_in_mosaic) + "; at most " +
+                    std::to_string(kMaxMosaicImages) + " tiles are read",
+                offset);
   return std::pair{*csa.images_in_mosaic, csa.slice_normal};
 }
 
@@ -296,46 +310,49 @@ std::vector<Image> images_of(DicomFile&& parsed) {
   }
   if (per_frame.size() < pixel->number_of_frames) {
     // A multi-frame file without functional groups (cine, NM, US): its frames have no positions
-    // of their own; it is kept as one image stack that cannot be placed in space.
+    // of their own, so it cannot be placed in space; it stands as one image with that problem.
+    // Not one image per frame: 1-byte RLE frames pass the pixel layer's limit up to 256 Mi
+    // frames, which a 500-byte file can claim (found by fuzz_dicom_series).
     base.file_problem = "a multi-frame file without per-frame positions (" +
                         std::to_string(pixel->number_of_frames) + " frames)";
+    base.slice.file = trimmed(std::move(parsed));
+    out.push_back(std::move(base));
+    return out;
   }
   auto file = trimmed(std::move(parsed));
   for (std::uint64_t i = 0; i < pixel->number_of_frames; ++i) {
     Image im = base;
     im.slice.file = file;
     im.slice.frame = i;
-    if (i < per_frame.size()) {
-      Groups g{&per_frame[i], shared.empty() ? nullptr : &shared.front()};
-      if (const DicomDataset* p = g.find(kPlanePosition))
-        im.has_position = fill(im.slice.position, p->numbers(kImagePosition));
-      if (const DicomDataset* o = g.find(kPlaneOrientation))
-        im.has_orientation = fill(im.orientation, o->numbers(kImageOrientation));
-      if (const DicomDataset* m = g.find(kPixelMeasures)) {
-        fill(im.spacing, m->numbers(kPixelSpacing));
-        im.thickness = m->number(kSliceThickness).value_or(im.thickness);
-        im.between = m->number(kSpacingBetweenSlices).value_or(im.between);
-      }
-      if (const DicomDataset* t = g.find(kPixelValueTransformation)) {
-        im.slice.slope = t->number(kRescaleSlope).value_or(1);
-        im.slice.intercept = t->number(kRescaleIntercept).value_or(0);
-      }
-      if (const DicomDataset* c = g.find(kFrameContent)) {
-        im.slice.temporal_index = c->integer(kTemporalPositionIndex).value_or(0);
-        im.slice.acquisition_number = c->integer(kFrameAcquisitionNumber).value_or(0);
-        im.stack = c->string(kStackID).value_or("");
-        const std::string when = c->string(kFrameAcquisitionDateTime).value_or("");
-        if (when.size() > 8) im.slice.acquisition_time = dicom_time_seconds(when.substr(8));
-      }
-      if (const DicomDataset* e = g.find(kMREchoSequence)) {
-        if (auto te = e->number(kEffectiveEchoTime)) {
-          std::ostringstream s;
-          s << "TE " << *te;
-          im.echo = s.str();
-        }
-      }
-      im.slice.instance_number = static_cast<std::int64_t>(i);
+    Groups g{&per_frame[i], shared.empty() ? nullptr : &shared.front()};
+    if (const DicomDataset* p = g.find(kPlanePosition))
+      im.has_position = fill(im.slice.position, p->numbers(kImagePosition));
+    if (const DicomDataset* o = g.find(kPlaneOrientation))
+      im.has_orientation = fill(im.orientation, o->numbers(kImageOrientation));
+    if (const DicomDataset* m = g.find(kPixelMeasures)) {
+      fill(im.spacing, m->numbers(kPixelSpacing));
+      im.thickness = m->number(kSliceThickness).value_or(im.thickness);
+      im.between = m->number(kSpacingBetweenSlices).value_or(im.between);
     }
+    if (const DicomDataset* t = g.find(kPixelValueTransformation)) {
+      im.slice.slope = t->number(kRescaleSlope).value_or(1);
+      im.slice.intercept = t->number(kRescaleIntercept).value_or(0);
+    }
+    if (const DicomDataset* c = g.find(kFrameContent)) {
+      im.slice.temporal_index = c->integer(kTemporalPositionIndex).value_or(0);
+      im.slice.acquisition_number = c->integer(kFrameAcquisitionNumber).value_or(0);
+      im.stack = c->string(kStackID).value_or("");
+      const std::string when = c->string(kFrameAcquisitionDateTime).value_or("");
+      if (when.size() > 8) im.slice.acquisition_time = dicom_time_seconds(when.substr(8));
+    }
+    if (const DicomDataset* e = g.find(kMREchoSequence)) {
+      if (auto te = e->number(kEffectiveEchoTime)) {
+        std::ostringstream s;
+        s << "TE " << *te;
+        im.echo = s.str();
+      }
+    }
+    im.slice.instance_number = static_cast<std::int64_t>(i);
     out.push_back(std::move(im));
   }
   return out;
@@ -384,16 +401,22 @@ std::string fmt(double v, int precision = 4) {
 // Sorts, checks and describes one group of images (one series part).
 DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options) {
   DicomSeries s;
-  const Image& first = images.front();
-  s.series_instance_uid = first.series_uid;
-  s.series_number = first.series_number;
-  s.series_description = first.description;
-  s.modality = first.modality;
-  s.rows = first.rows;
-  s.columns = first.columns;
-  s.orientation = first.orientation;
-  s.pixel_spacing = first.spacing;
-  s.stored_dtype = first.dtype;
+  // What the first image (in file order) decides, taken before `images` is replaced below: a
+  // reference into it would dangle.
+  double single_step = 1;  // the slice step of a series with one position
+  {
+    const Image& first = images.front();
+    s.series_instance_uid = first.series_uid;
+    s.series_number = first.series_number;
+    s.series_description = first.description;
+    s.modality = first.modality;
+    s.rows = first.rows;
+    s.columns = first.columns;
+    s.orientation = first.orientation;
+    s.pixel_spacing = first.spacing;
+    s.stored_dtype = first.dtype;
+    single_step = first.between > 0 ? first.between : first.thickness > 0 ? first.thickness : 1.0;
+  }
 
   // The same file twice (copies under two names): read once.
   {
@@ -426,6 +449,30 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
   if (!placed && s.problem.empty())
     s.problem = "some images have no ImagePositionPatient or ImageOrientationPatient";
 
+  // Non-finite geometry (DS accepts "nan" and "inf", FD any bits; 1e308 overflows the distance
+  // along the normal) compares false with everything: such an image would join its neighbour's
+  // position and turn a 3D series into 4D, or leave a NaN in the affine (found by
+  // fuzz_dicom_series).
+  const auto finite = [](const auto& v) {
+    return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+  };
+  const auto check_finite = [&](bool with_distance) {
+    for (const Image& im : images) {
+      if (!s.problem.empty()) return;
+      const char* field = !finite(im.orientation) ? "ImageOrientationPatient (0020,0037)"
+                          : !finite(im.spacing)     ? "PixelSpacing (0028,0030)"
+                          : !finite(im.slice.position) ||
+                                  (with_distance && !std::isfinite(im.slice.distance))
+                              ? "ImagePositionPatient (0020,0032)"
+                              : nullptr;
+      if (field)
+        s.problem = im.slice.file->path +
+                    (im.slice.frame ? " frame " + std::to_string(im.slice.frame) : "") + ": " +
+                    field + " is not finite, or its distance along the normal overflows";
+    }
+  };
+  check_finite(false);
+
   Vec3 row{s.orientation[0], s.orientation[1], s.orientation[2]};
   Vec3 col{s.orientation[3], s.orientation[4], s.orientation[5]};
   Vec3 normal = cross(row, col);
@@ -433,7 +480,7 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
   if (n > 0) for (double& x : normal) x /= n;
   else if (s.problem.empty()) s.problem = "ImageOrientationPatient is degenerate";
   for (Image& im : images) im.slice.distance = dot(im.slice.position, normal);
-
+  check_finite(true);
   // Positions along the normal; the images at one position are the volumes, in time order.
   std::stable_sort(images.begin(), images.end(), [](const Image& a, const Image& b) {
     return a.slice.distance < b.slice.distance;
@@ -511,9 +558,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
         }
       }
     } else {
-      const double step = first.between > 0 ? first.between : first.thickness > 0 ? first.thickness : 1.0;
-      for (int r = 0; r < 3; ++r) kcol[r] = normal[r] * step;
-      s.slice_spacing = step;
+      for (int r = 0; r < 3; ++r) kcol[r] = normal[r] * single_step;
+      s.slice_spacing = single_step;
     }
     const double flip[3] = {-1, -1, 1};
     for (int r = 0; r < 3; ++r) {
@@ -523,6 +569,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
       s.affine[r * 4 + 3] = flip[r] * a.position[r];
     }
     s.affine[15] = 1;
+    if (!finite(s.affine) && s.problem.empty())
+      s.problem = "the affine overflows (positions or spacings too large)";
   }
   s.slope = s.images.empty() ? 1 : s.images.front().slope;
   s.intercept = s.images.empty() ? 0 : s.images.front().intercept;

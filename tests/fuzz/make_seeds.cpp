@@ -1,15 +1,19 @@
 // Writes the seed corpora for the fuzz targets: small valid NIfTI headers and files of every
-// flavour, and gzip streams with the features the reader handles.
+// flavour, gzip streams with the features the reader handles, and small DICOM series (sets of
+// files joined by fuzz_dicom_series's separator).
 //   fuzz_make_seeds tests/fuzz/corpus
 // The output is committed; rerun after changing this file.
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../cpp/dicom/series_writer.hpp"
 #include "voxpipe/nifti.hpp"
 
 namespace {
@@ -59,6 +63,79 @@ struct Image {
   voxpipe::NiftiHeader h;
   std::vector<voxpipe::NiftiExtension> ext;
 };
+
+// ---- DICOM series (fuzz_dicom_series) --------------------------------------------------------
+
+// The files of one seed, joined as fuzz_dicom_series splits its input.
+Bytes series_seed(const std::vector<vptest::SliceSpec>& slices) {
+  static const std::string separator = "VPSERIES";
+  Bytes out;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    if (i) out.insert(out.end(), separator.begin(), separator.end());
+    const Bytes b = vptest::dicom_slice(slices[i]);
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+
+void dicom_series_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  const auto stack = [](int n, int volumes, const double step[3]) {
+    std::vector<vptest::SliceSpec> v;
+    for (int t = 0; t < volumes; ++t)
+      for (int k = 0; k < n; ++k) {
+        vptest::SliceSpec s;
+        // Files in reverse spatial order: the scan must sort them.
+        const int at = n - 1 - k;
+        for (int r = 0; r < 3; ++r) s.position[r] = -10 + step[r] * at;
+        s.instance = t * n + at + 1;
+        s.temporal = volumes > 1 ? t + 1 : 0;
+        s.sop = "1.2.3.4." + std::to_string(s.instance);
+        v.push_back(s);
+      }
+    return v;
+  };
+  const double axial[3] = {0, 0, 2};
+  save(dir / "axial_3_slices", series_seed(stack(3, 1, axial)));
+  save(dir / "axial_2_slices_2_volumes", series_seed(stack(2, 2, axial)));
+  {
+    // Oblique orientation (30 degrees about x), positions stepping off the normal (a tilt), and
+    // a different rescale on each image.
+    auto v = stack(4, 1, axial);
+    for (vptest::SliceSpec& s : v) {
+      const double c = std::sqrt(3.0) / 2, d = 0.5;
+      const double o[6] = {1, 0, 0, 0, c, d};
+      std::copy(o, o + 6, s.orientation);
+      s.position[1] = s.position[2] * 0.2;
+      s.slope = 1 + 0.5 * s.instance;
+      s.intercept = -s.instance;
+    }
+    save(dir / "oblique_tilted_4_slices", series_seed(v));
+  }
+  {
+    auto v = stack(3, 1, axial);
+    v.erase(v.begin());  // leaves -8 and -10 (2 mm apart); one at 8 makes a gap
+    vptest::SliceSpec gap = v.front();
+    gap.position[2] = 8, gap.instance = 9, gap.sop = "1.2.3.4.9";
+    v.push_back(gap);
+    save(dir / "uneven_spacing", series_seed(v));
+  }
+  {
+    vptest::SliceSpec m;
+    m.rows = m.columns = 8, m.mosaic = 4, m.sop = "1.2.3.5.1";
+    vptest::SliceSpec m2 = m;
+    m2.temporal = 2, m2.instance = 2, m2.sop = "1.2.3.5.2";
+    m.temporal = 1;
+    save(dir / "mosaic_2_volumes", series_seed({m, m2}));
+  }
+  {
+    vptest::SliceSpec e;
+    e.frames = 3, e.sop = "1.2.3.6.1";
+    vptest::SliceSpec other;  // a second series alongside
+    other.series = "1.2.826.0.1.3680043.2.1125.2", other.sop = "1.2.3.6.2";
+    save(dir / "enhanced_3_frames_and_one_slice", series_seed({e, other}));
+  }
+}
 
 }  // namespace
 
@@ -149,6 +226,7 @@ int main(int argc, char** argv) {
     head.hcrc = 1;
     save(g / "header_fields.gz", gzip(payload, 6, &head));
   }
+  dicom_series_seeds(root / "fuzz_dicom_series");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }

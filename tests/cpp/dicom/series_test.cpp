@@ -1,0 +1,199 @@
+// Series assembly on hand-built files (series_writer.hpp). tests/python/test_dicom_series.py
+// compares whole series with nibabel and dcm2niix; these are the properties found by
+// fuzz_dicom_series, checked where the sanitizer builds run them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dicom/series_writer.hpp"
+#include "test_support.hpp"
+#include "voxpipe/dicom_series.hpp"
+#include "voxpipe/error.hpp"
+
+namespace {
+
+using namespace voxpipe;
+
+std::string write_slice(const vptest::TempDir& dir, const std::string& name,
+                        const vptest::SliceSpec& spec) {
+  const std::string path = dir.file(name);
+  vptest::write_file(path, vptest::dicom_slice(spec));
+  return path;
+}
+
+DicomScanOptions one_thread() {
+  DicomScanOptions o;
+  o.threads = 1;
+  return o;
+}
+
+// One position: the slice step comes from the first image's SpacingBetweenSlices, else its
+// SliceThickness. It used to be read through a reference into the image list after the list
+// was replaced (a use-after-free that ASan reports on every single-slice series).
+TEST(DicomSeries, SinglePositionTakesItsStepFromTheFirstImage) {
+  vptest::TempDir dir;
+  vptest::SliceSpec spec;
+  spec.sop = "1.2.3.1";
+  spec.position[2] = 5;
+  spec.thickness = 2;
+  spec.between = 3;
+  const DicomScanResult r = scan_dicom_series({write_slice(dir, "a.dcm", spec)}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  EXPECT_EQ(s.problem, "");
+  EXPECT_EQ(s.slices, 1u);
+  EXPECT_DOUBLE_EQ(s.slice_spacing, 3);
+  EXPECT_DOUBLE_EQ(s.affine[2 * 4 + 2], 3);  // k column along +z (LPS z = RAS z)
+  EXPECT_DOUBLE_EQ(s.affine[2 * 4 + 3], 5);
+  std::vector<std::uint8_t> out(4 * 4 * 2);
+  read_dicom_series(s, out, DType::u16, 1);
+}
+
+TEST(DicomSeries, SinglePositionWithoutSpacingBetweenSlicesUsesTheThickness) {
+  vptest::TempDir dir;
+  vptest::SliceSpec spec;
+  spec.sop = "1.2.3.1";
+  spec.thickness = 2.5;
+  // The same file under two names: the copy is dropped, which replaces the image list.
+  const DicomScanResult r = scan_dicom_series(
+      {write_slice(dir, "a.dcm", spec), write_slice(dir, "b.dcm", spec)}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  EXPECT_EQ(s.problem, "");
+  EXPECT_EQ(s.images.size(), 1u);
+  EXPECT_EQ(s.warnings.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.slice_spacing, 2.5);
+  EXPECT_DOUBLE_EQ(s.affine[2 * 4 + 2], 2.5);
+}
+
+// DS accepts "nan" and "inf": such a value compares false with every other, so a NaN position
+// used to join its neighbour's position (3 slices became 1 slice of 3 volumes), with no problem.
+TEST(DicomSeries, NonFiniteGeometryIsAProblem) {
+  for (const bool orientation : {false, true}) {
+    vptest::TempDir dir;
+    std::vector<std::string> paths;
+    for (int k = 0; k < 3; ++k) {
+      vptest::SliceSpec spec;
+      spec.sop = "1.2.3." + std::to_string(k + 1);
+      spec.instance = k + 1;
+      spec.position[2] = 2.0 * k;
+      if (k == 1 && orientation) spec.orientation[1] = HUGE_VAL;
+      if (k == 1 && !orientation) spec.position[0] = std::nan("");
+      paths.push_back(write_slice(dir, "s" + std::to_string(k) + ".dcm", spec));
+    }
+    const DicomScanResult r = scan_dicom_series(paths, one_thread());
+    // The odd orientation makes a part of its own; the NaN position spoils the whole series.
+    ASSERT_EQ(r.series.size(), orientation ? 2u : 1u);
+    const std::string field = orientation ? "ImageOrientationPatient (0020,0037) is not finite"
+                                          : "ImagePositionPatient (0020,0032) is not finite";
+    std::size_t with_problem = 0;
+    for (const DicomSeries& s : r.series) {
+      if (s.problem.empty()) continue;
+      ++with_problem;
+      EXPECT_NE(s.problem.find("s1.dcm: " + field), std::string::npos) << s.problem;
+    }
+    EXPECT_EQ(with_problem, 1u);
+  }
+}
+
+// A multi-frame file without per-frame functional groups cannot be placed in space; it stays one
+// image with that problem, whatever NumberOfFrames claims. One image per frame let this 500-byte
+// RLE file (1-byte frames, which the pixel layer accepts up to 256 Mi of) take gigabytes.
+TEST(DicomSeries, MultiFrameWithoutPositionsIsOneImageWhateverItsFrameCount) {
+  vptest::TempDir dir;
+  vptest::DBytes file = vptest::part10_head("1.2.840.10008.1.2.5");  // RLE Lossless
+  vptest::DicomWriter w(false, false, file.size());
+  w.text(0x00080018, "UI", vptest::uid_value("1.2.3.9"));
+  w.text(0x0020000E, "UI", vptest::uid_value("1.2.3"));
+  w.us(0x00280002, 1);
+  w.text(0x00280004, "CS", "MONOCHROME2 ");
+  w.text(0x00280008, "IS", "200000000 ");
+  w.us(0x00280010, 1);
+  w.us(0x00280011, 1);
+  w.us(0x00280100, 8);
+  w.us(0x00280101, 8);
+  w.us(0x00280102, 7);
+  w.us(0x00280103, 0);
+  vptest::DicomWriter rle(false, false);  // one segment: a literal run of one byte
+  rle.u32(1);
+  rle.u32(64);
+  for (int i = 0; i < 14; ++i) rle.u32(0);
+  rle.raw({0, 7});
+  w.header(0x7FE00010, "OB", 0xFFFFFFFF);
+  w.item(0);
+  w.item(static_cast<std::uint32_t>(rle.bytes().size()));
+  w.raw(rle.bytes());
+  w.sequence_delimiter();
+  file.insert(file.end(), w.bytes().begin(), w.bytes().end());
+  vptest::write_file(dir.file("cine.dcm"), file);
+
+  const DicomScanResult r = scan_dicom_series({dir.file("cine.dcm")}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  EXPECT_EQ(s.images.size(), 1u);
+  EXPECT_NE(s.problem.find("without per-frame positions (200000000 frames)"), std::string::npos)
+      << s.problem;
+  std::vector<std::uint8_t> out(1);
+  EXPECT_VP_ERROR(read_dicom_series(s, out, DType::u8, 1), ErrorCode::format);
+}
+
+// A Siemens CSA image header ("SV10") with one tag, NumberOfImagesInMosaic = `images`.
+vptest::DBytes csa_header(const std::string& images) {
+  vptest::DicomWriter w(false, false);
+  for (char c : std::string("SV10\4\3\2\1")) w.raw({static_cast<std::uint8_t>(c)});
+  w.u32(1);   // tags
+  w.u32(77);
+  std::string name = "NumberOfImagesInMosaic";
+  name.resize(64, '\0');
+  for (char c : name) w.raw({static_cast<std::uint8_t>(c)});
+  w.u32(1);   // VM
+  w.raw({'I', 'S', 0, 0});
+  w.u32(6);   // SyngoDT
+  w.u32(1);   // items
+  w.u32(77);
+  std::string value = images;
+  value.resize((value.size() + 1 + 3) / 4 * 4, '\0');
+  for (std::uint32_t v : {std::uint32_t(images.size() + 1), std::uint32_t(images.size() + 1),
+                          std::uint32_t(77), std::uint32_t(images.size() + 1)})
+    w.u32(v);
+  for (char c : value) w.raw({static_cast<std::uint8_t>(c)});
+  return w.bytes();
+}
+
+// NumberOfImagesInMosaic makes one image per tile: a count past kMaxMosaicImages is refused with
+// Error(limit) (the file is skipped, named, with the field), not turned into millions of images.
+TEST(DicomSeries, MosaicWithTooManyImagesIsSkippedWithALimitError) {
+  vptest::TempDir dir;
+  for (const char* images : {"4", "70000"}) {
+    vptest::SliceSpec spec;
+    spec.rows = spec.columns = 8;
+    spec.sop = "1.2.3.7";
+    spec.mosaic = 1;  // ImageType MOSAIC and (0019,100A) = 1, which the CSA header overrides
+    vptest::DBytes file = vptest::dicom_slice(spec);
+    // Group 0029 goes between group 0028 and the pixel data (12 header bytes, 8 x 8 x 2 values).
+    vptest::DicomWriter csa(false, false);
+    csa.text(0x00290010, "LO", "SIEMENS CSA HEADER");
+    csa.element(0x00291010, "OB", csa_header(images));
+    const std::size_t pixel_at = file.size() - (12 + 8 * 8 * 2);
+    file.insert(file.begin() + static_cast<std::ptrdiff_t>(pixel_at), csa.bytes().begin(),
+                csa.bytes().end());
+    const std::string path = dir.file(std::string("mosaic_") + images + ".dcm");
+    vptest::write_file(path, file);
+    const DicomScanResult r = scan_dicom_series({path}, one_thread());
+    if (std::string(images) == "4") {
+      ASSERT_EQ(r.series.size(), 1u);
+      EXPECT_EQ(r.series.front().images.size(), 4u);
+      EXPECT_EQ(r.series.front().rows, 4u);
+    } else {
+      EXPECT_TRUE(r.series.empty());
+      ASSERT_EQ(r.skipped.size(), 1u);
+      EXPECT_NE(r.skipped.front().second.find("NumberOfImagesInMosaic"), std::string::npos)
+          << r.skipped.front().second;
+      DicomScanOptions strict = one_thread();
+      strict.strict = true;
+      EXPECT_VP_ERROR(scan_dicom_series({path}, strict), ErrorCode::limit);
+    }
+  }
+}
+
+}  // namespace
