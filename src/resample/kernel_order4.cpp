@@ -1,0 +1,9 @@
+// The interpolation kernels of spline order 4, for every element type (kernel.hpp says why each
+// order has its own file).
+#include "resample/kernel_templates.hpp"
+
+namespace voxpipe::resample::kernel {
+
+EvalFn pick_order4(const Plan& plan) { return pick_dtype<4>(plan); }
+
+}  // namespace voxpipe::resample::kernel
