@@ -1,7 +1,7 @@
 """The vectorised interpolation path against scipy.ndimage, bit for bit.
 
 Points whose spline taps all lie inside the array are evaluated four at a time in SIMD lanes
-(src/resample/interpolate.cpp); the rest take the scalar path. These arrays are large enough
+(src/resample/kernel_order*.cpp); the rest take the scalar path. These arrays are large enough
 that most points take the vector path, with some near every edge and outside, and the values
 must equal scipy's exactly (float64 output, where a different rounding anywhere would show).
 The same checks run once more in a child process with VOXPIPE_SIMD=0, the scalar path alone.
