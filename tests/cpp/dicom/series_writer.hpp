@@ -27,7 +27,8 @@ inline std::string decimals(const double* v, int n) {
   for (int i = 0; i < n; ++i) {
     char b[32];
     std::snprintf(b, sizeof b, "%.6g", v[i]);
-    s += (i ? "\\" : "") + std::string(b);
+    if (i) s += '\\';
+    s += b;
   }
   return s;
 }
