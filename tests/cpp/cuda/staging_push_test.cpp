@@ -59,6 +59,19 @@ int thread_count() {
   return -1;
 }
 
+// The thread count once threads that were just joined have left it (see below): read until it
+// has not fallen for 50 ms. A baseline taken while one is still counted is one too high.
+int settled_thread_count() {
+  int n = thread_count();
+  for (int stable = 0, i = 0; stable < 10 && i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const int now = thread_count();
+    stable = now < n ? 0 : stable + 1;
+    n = std::min(n, now);
+  }
+  return n;
+}
+
 // True once the process is back to `count` threads. A joined thread can stay in the count for a
 // moment: the kernel wakes pthread_join before it has removed the exiting thread.
 bool threads_return_to(int count) {
@@ -209,7 +222,7 @@ TEST(PushStaging, ProducerAndSinkErrorsStopEverythingAndAreRethrownWithFileAndOf
   const Bytes payload = vptest::random_bytes(2 * 200000, 43);
   RecordingSink warm_up(2);
   vc::stage(reversed_blocks(payload, 1000, 8000, 2), 2, warm_up, {4096, 2, 2});
-  const int threads_before = thread_count();  // the pool's workers exist by now
+  const int threads_before = settled_thread_count();  // the pool's workers exist by now
   for (unsigned ring : {1u, 2u, 8u}) {
     // The producer throws at payload byte 100000 (inside chunk 24).
     PushSource s = reversed_blocks(payload, 1000, 8000, 2);
@@ -418,7 +431,7 @@ TEST_F(PushStagingGzip, CorruptAndTruncatedGzipAreErrorsAndLeaveNoThread) {
   // The same damage is an error on the host path: the comparison is with what it rejects.
   for (const auto* image : {&corrupt, &truncated, &members_corrupt})
     ASSERT_TRUE(vptest::catch_error([&] { (void)host_read(*image, 2); })) << image->data_path;
-  const int threads_before = thread_count();
+  const int threads_before = settled_thread_count();
   for (auto [image, codes] : {std::pair{&corrupt, std::vector{ErrorCode::corrupt}},
                               std::pair{&truncated, std::vector{ErrorCode::truncated}},
                               std::pair{&members_corrupt, std::vector{ErrorCode::corrupt}}}) {
