@@ -279,15 +279,14 @@ void load_dicom_series_to_device(const DicomSeries& series, DType out_type,
     // Decoded on the host (compressed, mosaic, colour), the planes pushed into the pinned ring
     // as the decoding threads finish them: the copies overlap the decoding, and the host holds
     // the ring, not the volume.
-    const std::string name = dicom::check_series_read(series, out_type);
-    const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
-    if (dst_bytes != plane_bytes * series.images.size())
-      throw Error(ErrorCode::invalid_argument, name, "destination",
-                  "expected " + std::to_string(plane_bytes * series.images.size()) +
-                      " bytes, but received " + std::to_string(dst_bytes));
+    const PushSource source = dicom_push_source(series, out_type, threads);  // checks the series
+    if (dst_bytes != source.size)
+      throw Error(ErrorCode::invalid_argument, source.name, "destination",
+                  "expected " + std::to_string(source.size) + " bytes, but received " +
+                      std::to_string(dst_bytes));
     ElementOp op;  // the host's final bytes: copied straight to their place
     DeviceConvertSink sink(ctx, op, dst, dst_bytes);
-    stage(dicom_push_source(series, out_type, threads), 1, sink, options);
+    stage(source, 1, sink, options);
     if (options.stats) options.stats->route = "dicom decoded on the host";
     return;
   }
