@@ -99,6 +99,10 @@ struct DicomScanOptions {
   double spacing_tolerance = 0.2;
   // Files that are not DICOM (or have no pixel data) are skipped; true: the first is an error.
   bool strict = false;
+  // A Siemens mosaic whose NumberOfImagesInMosaic is larger is Error(limit): each tile becomes
+  // an image of the scan, and a few hundred bytes of RLE can claim millions. Scanners write a
+  // few hundred; (0019,xx0A) holds at most 65535.
+  std::uint32_t max_mosaic_images = 65535;
 };
 
 struct DicomScanResult {

@@ -186,12 +186,11 @@ Csa read_csa(const std::vector<std::uint8_t>& b) {
   return csa;
 }
 
-constexpr std::int64_t kMaxMosaicImages = 65535;
-
 // The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
 // when the file is not a mosaic.
 std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
-    const DicomDataset& ds, const std::string& path, bool offsets_in_inflated_stream) {
+    const DicomDataset& ds, const std::string& path, bool offsets_in_inflated_stream,
+    std::int64_t max_images) {
   bool mosaic = false;
   for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
   if (!mosaic) return std::nullopt;
@@ -220,17 +219,17 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   if (!csa.images_in_mosaic || *csa.images_in_mosaic < 1) return std::nullopt;
   // Each tile becomes an image of the scan (a few hundred bytes), and a compressed frame of
   // 256 Mi pixels can come from a few hundred bytes of RLE: without a cap, a small file could
-  // claim gigabytes here. Scanners write a few hundred tiles at most.
-  if (*csa.images_in_mosaic > kMaxMosaicImages)
+  // claim gigabytes here (DicomScanOptions::max_mosaic_images).
+  if (*csa.images_in_mosaic > max_images)
     throw Error(ErrorCode::limit, path, "NumberOfImagesInMosaic",
                 "is " + std::to_string(*csa.images_in_mosaic) + "; at most " +
-                    std::to_string(kMaxMosaicImages) + " tiles are read",
+                    std::to_string(max_images) + " tiles are read (DicomScanOptions::max_mosaic_images)",
                 offset);
   return std::pair{*csa.images_in_mosaic, csa.slice_normal};
 }
 
 // The images of one parsed file (one per frame for enhanced multi-frame files).
-std::vector<Image> images_of(DicomFile&& parsed) {
+std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options) {
   const DicomDataset& ds = parsed.dataset;
   auto pixel = std::make_shared<const DicomPixelInfo>(dicom_pixel_info(parsed));
   Image base;
@@ -264,7 +263,8 @@ std::vector<Image> images_of(DicomFile&& parsed) {
   const auto& shared = ds.items(kSharedGroups);
   std::vector<Image> out;
   if (pixel->number_of_frames == 1 && per_frame.empty()) {
-    if (const auto mosaic = mosaic_of(ds, parsed.path, parsed.offsets_in_inflated_stream)) {
+    if (const auto mosaic = mosaic_of(ds, parsed.path, parsed.offsets_in_inflated_stream,
+                                      options.max_mosaic_images)) {
       // Siemens mosaic: n slices tiled on a ceil(sqrt(n)) grid. The file's position is the
       // mosaic's corner: the first tile's is shifted by half the difference in size along the
       // column and row directions (nibabel.nicom's MosaicWrapper.image_position), and tile k
@@ -481,9 +481,13 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
   else if (s.problem.empty()) s.problem = "ImageOrientationPatient is degenerate";
   for (Image& im : images) im.slice.distance = dot(im.slice.position, normal);
   check_finite(true);
-  // Positions along the normal; the images at one position are the volumes, in time order.
+  // Positions along the normal; the images at one position are the volumes, in time order. A
+  // NaN distance (a problem already, above) sorts last, so that the order stays a strict weak
+  // one, as std::stable_sort requires.
   std::stable_sort(images.begin(), images.end(), [](const Image& a, const Image& b) {
-    return a.slice.distance < b.slice.distance;
+    const double x = a.slice.distance, y = b.slice.distance;
+    if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
+    return x < y;
   });
   std::vector<std::vector<Image*>> positions;
   for (Image& im : images) {
@@ -605,7 +609,7 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
         why[i] = "no pixel data";
         return;
       }
-      parsed[i] = images_of(std::move(f));
+      parsed[i] = images_of(std::move(f), options);
     } catch (const Error& e) {
       if (options.strict) throw;
       why[i] = e.what();
@@ -702,9 +706,9 @@ std::string check_series_read(const DicomSeries& series, DType out_type) {
 namespace {
 
 // Decodes every image of the series into its plane (rows x columns of out_type) on `threads`:
-// into place(n) where that is not null, else into a buffer of the decoding thread, handed to
-// done(n, plane) before the thread decodes anything else. One decode per frame: the tiles of a
-// mosaic share theirs.
+// into place(n) where that is not null, else into a buffer of the decoding thread. Each complete
+// plane is handed to done(n, plane) before the thread decodes anything else. One decode per
+// frame: the tiles of a mosaic share theirs.
 void decode_series_planes(const DicomSeries& series, DType out_type, unsigned threads,
                           const std::function<std::uint8_t*(std::size_t n)>& place,
                           const std::function<void(std::size_t n, std::span<const std::uint8_t>)>& done) {
@@ -748,7 +752,7 @@ void decode_series_planes(const DicomSeries& series, DType out_type, unsigned th
       return own_plane.data();
     };
     const auto finished = [&](std::size_t n, const std::uint8_t* p) {
-      if (p == own_plane.data()) done(n, std::span<const std::uint8_t>(p, plane_bytes));
+      done(n, std::span<const std::uint8_t>(p, plane_bytes));
     };
     const DicomSlice& first = series.images[jobs[j].front()];
     const DicomPixelInfo& info = *first.pixel;

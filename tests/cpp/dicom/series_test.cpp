@@ -160,8 +160,9 @@ vptest::DBytes csa_header(const std::string& images) {
   return w.bytes();
 }
 
-// NumberOfImagesInMosaic makes one image per tile: a count past kMaxMosaicImages is refused with
-// Error(limit) (the file is skipped, named, with the field), not turned into millions of images.
+// NumberOfImagesInMosaic makes one image per tile: a count past max_mosaic_images (65535 by
+// default) is refused with Error(limit) (the file is skipped, named, with the field), not turned
+// into millions of images.
 TEST(DicomSeries, MosaicWithTooManyImagesIsSkippedWithALimitError) {
   vptest::TempDir dir;
   for (const char* images : {"4", "70000"}) {
@@ -184,6 +185,15 @@ TEST(DicomSeries, MosaicWithTooManyImagesIsSkippedWithALimitError) {
       ASSERT_EQ(r.series.size(), 1u);
       EXPECT_EQ(r.series.front().images.size(), 4u);
       EXPECT_EQ(r.series.front().rows, 4u);
+      DicomScanOptions capped = one_thread();
+      capped.max_mosaic_images = 3;
+      const DicomScanResult c = scan_dicom_series({path}, capped);
+      EXPECT_TRUE(c.series.empty());
+      ASSERT_EQ(c.skipped.size(), 1u);
+      EXPECT_NE(c.skipped.front().second.find("is 4; at most 3 tiles"), std::string::npos)
+          << c.skipped.front().second;
+      capped.max_mosaic_images = 4;
+      EXPECT_EQ(scan_dicom_series({path}, capped).series.size(), 1u);
     } else {
       EXPECT_TRUE(r.series.empty());
       ASSERT_EQ(r.skipped.size(), 1u);
