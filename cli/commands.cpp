@@ -55,18 +55,20 @@ static const char* const kUsageText =
     "  info FILE [--json]       header summary: shape, dtype, zooms, affine, scaling, codes,\n"
     "                           extensions, storage; for DICOM (\"DICM\" at byte 128, or .dcm):\n"
     "                           transfer syntax, UIDs, image pixel module, geometry, rescale,\n"
-    "                           and where the pixel data lies\n"
+    "                           and where the pixel data lies; see info --help\n"
     "  convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N]\n"
     "                           rewrite IN as OUT (.nii, .nii.gz, .hdr/.img); --dtype float32 or\n"
     "                           float64 stores the scaled values, otherwise the stored values and\n"
     "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
     "                           --layout members (default: parallel, random access), bgzf, or\n"
-    "                           single (one member, as Python's gzip); --threads 0 = all cores\n"
+    "                           single (one member, as Python's gzip); --threads 0 = all cores;\n"
+    "                           see convert --help\n"
     "  index FILE [--spacing MIB] [--cache] [--fast] [-o OUT]\n"
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
     "                           files get a point at every volume; default spacing 4 MiB;\n"
-    "                           --fast: from a parallel inflate, points every ~8 MiB compressed\n"
+    "                           --fast: from a parallel inflate, points every ~8 MiB compressed;\n"
+    "                           see index --help\n"
     "  bench-load FILES... [--threads N] [--io-threads N] [--repeat R] [--dtype float32|native]\n"
     "             [--no-nibabel] [--python PATH]\n"
     "                           load FILES with voxpipe and with nibabel (a child Python) and\n"
@@ -81,6 +83,59 @@ static const char* const kUsageText =
     "                           streamed to OUT; see resample --help\n";
 
 namespace {
+
+const char* const kInfoUsage =
+    "usage: voxpipe info FILE [--json]\n"
+    "\n"
+    "Prints FILE's header as nibabel reads it. NIfTI-1/2 (.nii, .nii.gz, .hdr/.img pairs): format,\n"
+    "byte order and compression, shape, dtype, zooms, scale factors, qform and sform codes, the\n"
+    "affine (nibabel's img.affine: sform, else qform, else the fallback), where the data lies,\n"
+    "descrip, extensions, and each header field nibabel fixes on load (\"fixed:\" lines). DICOM\n"
+    "(\"DICM\" at byte 128, or a .dcm name): transfer syntax, UIDs, the image pixel module,\n"
+    "geometry, rescale and where the pixel data lies.\n"
+    "\n"
+    "  --json            the same as one JSON object (with intent_code; fixes as \"warnings\")\n"
+    "\n"
+    "Only the header is read: a file whose data is short or corrupt is still described. Exit\n"
+    "status: 0, or the error's code (docs/exit_codes.md): 3 for a missing FILE, 5 for one that\n"
+    "is neither NIfTI nor DICOM.\n";
+
+const char* const kConvertUsage =
+    "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N]\n"
+    "\n"
+    "Rewrites the NIfTI image IN as OUT (.nii, .nii.gz, or .hdr/.img by OUT's name), streaming\n"
+    "about 64 MiB at a time. The header, affine and extensions are kept.\n"
+    "\n"
+    "  --dtype T         float32 or float64 (complex64/complex128 for complex data): store the\n"
+    "                    scaled values, with scl_slope 1 and scl_inter 0. Without it (or with\n"
+    "                    IN's own dtype) the stored values, byte order and scale factors are kept:\n"
+    "                    the copy is lossless\n"
+    "  --level N         gzip level 0-9 (default 1) for a .gz OUT\n"
+    "  --layout L        members (default): independent 1 MiB gzip members that any gzip reader\n"
+    "                    opens and voxpipe reads in parallel, with random access; bgzf: BGZF\n"
+    "                    blocks (64 KiB); single: one member, as Python's gzip writes\n"
+    "  --threads N       threads for reading and compressing, 0 = all cores (default)\n"
+    "\n"
+    "OUT appears only once complete (written beside it, then renamed). Exit status: 0, or the\n"
+    "code of the error (docs/exit_codes.md).\n";
+
+const char* const kIndexUsage =
+    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast] [-o OUT]\n"
+    "\n"
+    "Builds the seek index of the gzip file FILE in the GZIDX format that indexed_gzip and\n"
+    "rapidgzip read, so that any byte range inflates from the nearest point instead of the start.\n"
+    "A .nii.gz also gets a point at the start of every volume. voxpipe's readers find the index\n"
+    "by themselves, and use it only while FILE is unchanged (size, mtime and its last 64 KiB).\n"
+    "\n"
+    "  --spacing MIB     uncompressed MiB between points (default 4; 0: volume and gzip member\n"
+    "                    starts only)\n"
+    "  --cache           write to the user cache ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or\n"
+    "                    ~/.cache/voxpipe) instead of FILE.gzidx beside FILE\n"
+    "  --fast            build from a parallel inflate on all cores: points every ~8 MiB of\n"
+    "                    compressed data, no volume points\n"
+    "  -o OUT            write the index to OUT\n"
+    "\n"
+    "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";
@@ -316,20 +371,24 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::optional<std::string> path;
   bool json = false;
   for (const auto& a : args) {
+    if (a == "-h" || a == "--help") {
+      out << kInfoUsage;
+      return 0;
+    }
     if (a == "--json")
       json = true;
     else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe info: unknown option " << a << "\n" << kUsageText;
+      err << "voxpipe info: unknown option " << a << "\n" << kInfoUsage;
       return kUsage;
     } else if (!path) {
       path = a;
     } else {
-      err << "voxpipe info: expected one FILE\n" << kUsageText;
+      err << "voxpipe info: expected one FILE\n" << kInfoUsage;
       return kUsage;
     }
   }
   if (!path) {
-    err << "voxpipe info: expected FILE\n" << kUsageText;
+    err << "voxpipe info: expected FILE\n" << kInfoUsage;
     return kUsage;
   }
   if (is_dicom_file(*path)) return cmd_info_dicom(*path, json, out);
@@ -415,6 +474,10 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   unsigned threads = 0;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      out << kConvertUsage;
+      return 0;
+    }
     if (a == "--dtype" || a == "--level" || a == "--layout" || a == "--threads") {
       if (i + 1 >= args.size()) {
         err << "voxpipe convert: " << a << " needs a value\n";
@@ -453,14 +516,14 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
           threads = static_cast<unsigned>(l);
       }
     } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe convert: unknown option " << a << "\n" << kUsageText;
+      err << "voxpipe convert: unknown option " << a << "\n" << kConvertUsage;
       return kUsage;
     } else {
       paths.push_back(a);
     }
   }
   if (paths.size() != 2) {
-    err << "voxpipe convert: expected IN and OUT\n" << kUsageText;
+    err << "voxpipe convert: expected IN and OUT\n" << kConvertUsage;
     return kUsage;
   }
   NiftiImage img = open_nifti(paths[0]);
@@ -532,6 +595,10 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
   GzipIndexOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      out << kIndexUsage;
+      return 0;
+    }
     if (a == "--spacing" || a == "-o") {
       if (i + 1 >= args.size()) {
         err << "voxpipe index: " << a << " needs a value\n";
@@ -554,14 +621,14 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
     } else if (a == "--fast") {
       options.exact = false;
     } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe index: unknown option " << a << "\n" << kUsageText;
+      err << "voxpipe index: unknown option " << a << "\n" << kIndexUsage;
       return kUsage;
     } else {
       paths.push_back(a);
     }
   }
   if (paths.size() != 1) {
-    err << "voxpipe index: expected one FILE\n" << kUsageText;
+    err << "voxpipe index: expected one FILE\n" << kIndexUsage;
     return kUsage;
   }
   const GzipIndexSummary s = nifti_is_gzip_name(paths[0]) ? build_nifti_gzip_index(paths[0], options)

@@ -145,9 +145,19 @@ TEST(Cli, UsageErrorsExit2) {
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("usage: voxpipe"), std::string::npos);
   EXPECT_NE(help.out.find("bench-load"), std::string::npos);
-  const auto bench_help = run({"bench-load", "--help"});
-  EXPECT_EQ(bench_help.code, 0);
-  EXPECT_NE(bench_help.out.find("usage: voxpipe bench-load"), std::string::npos) << bench_help.out;
+  // Every command has its own help on stdout, and names it when an option is unknown.
+  for (const std::string cmd : {"info", "convert", "index", "bench-load", "dcm2nii", "resample"}) {
+    for (const char* flag : {"--help", "-h"}) {
+      const auto r = run({cmd, flag});
+      EXPECT_EQ(r.code, 0) << cmd << " " << flag << "\n" << r.err;
+      EXPECT_NE(r.out.find("usage: voxpipe " + cmd), std::string::npos) << cmd << "\n" << r.out;
+    }
+  }
+  for (const std::string cmd : {"info", "convert", "index"}) {
+    const auto r = run({cmd, "--no-such-option"});
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.err.find("usage: voxpipe " + cmd), std::string::npos) << cmd << "\n" << r.err;
+  }
 }
 
 TEST(Cli, FailuresExitWithTheirCodes) {
