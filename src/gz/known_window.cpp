@@ -246,6 +246,7 @@ RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
         throw Error(ErrorCode::corrupt, file.path(), "deflate data",
                     "invalid compressed data (ISA-L error " + std::to_string(rc) + ")",
                     next_byte - st->avail_in);
+      if (out.done()) return RunEnd{chunk_count, 0};
       if (st->block_state == ISAL_BLOCK_FINISH) {
         end_bit = (next_byte - st->avail_in) * 8 - static_cast<std::uint64_t>(st->read_in_length);
         break;
@@ -291,6 +292,7 @@ RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
       }
       if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
       if (s == DecodeStatus::output_full || dec.size() - emitted >= kFlush) emit();
+      if (out.done()) return RunEnd{chunk_count, 0};
       if (s == DecodeStatus::output_full) continue;
       const std::uint64_t at = reader.position();
       if (dec.block_final()) {

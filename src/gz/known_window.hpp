@@ -29,6 +29,9 @@ class RunOutput {
   virtual void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) = 0;
   // A new member's first block begins at bit `bit`; output after this has an empty window.
   virtual void member_start(std::uint64_t bit) = 0;
+  // True once the output wants nothing more: the run then returns (inflate_range's runs stop
+  // at the end of their range).
+  virtual bool done() const { return false; }
 };
 
 // The start candidate of chunk j (nullopt when the chunk has none). May run the block finder.
@@ -58,7 +61,8 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
               std::uint64_t bit);
 
 // Inflates from block start `bit` with `window` (the <= 32 KiB before it in its member) until a
-// non-final block ends exactly at the candidate of some chunk >= `chunk`, or the file ends.
+// non-final block ends exactly at the candidate of some chunk >= `chunk`, or the file ends, or
+// out.done() (then RunEnd{chunk_count, 0}: where the run stopped is no block boundary).
 RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out);

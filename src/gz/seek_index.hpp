@@ -116,9 +116,10 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted = {});
 
 // Delivers the uncompressed bytes [begin, end) of `file` to `sink`. Decoding starts at the last
-// point <= begin (raw inflate, inflatePrime for the bit offset, inflateSetDictionary with the
-// window: the zran.c method) and crosses member boundaries (a member decoded from its header has
-// its CRC32 and ISIZE checked; a member entered at a point cannot be). With threads != 1 and
+// point <= begin (raw inflate from the point's bit with its window as the dictionary: the zran.c
+// method, with ISA-L, through the parallel engine's known-window run) and crosses member
+// boundaries (a member decoded whole from its header has its CRC32 and ISIZE checked; a member
+// entered at a point cannot be). With threads != 1 and
 // several points inside the range, the spans between consecutive points are decoded in parallel
 // with core::parallel_for (threads 0: all cores), grouped into at most 4 x threads tasks of
 // similar output size, each inflating through the points inside it; the sink is then called

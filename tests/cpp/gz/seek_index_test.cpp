@@ -205,6 +205,37 @@ TEST(SeekIndex, MultiMemberHasEmptyWindowPointAtEachMemberAndDecodesAcrossThem) 
   expect_ranges_match(file, sparse, payload, 10, 8);
 }
 
+// A member the decode crosses into from its header is checked: its CRC32 or ISIZE, damaged, is
+// Error(corrupt) at its trailer, also when the index has no point at that member (rapidgzip's).
+// A range ending before the trailer does not reach the check.
+TEST(SeekIndex, CrossedMemberChecksItsTrailer) {
+  TempDir dir;
+  const Bytes a = text_bytes(200000, 4), b = text_bytes(150000, 5), c = text_bytes(100000, 6);
+  const Bytes ga = gzip_compress(a, 6), gb = gzip_compress(b, 6), gc = gzip_compress(c, 6);
+  const Bytes payload = concat({a, b, c});
+  for (std::size_t field : {8u, 4u}) {  // bytes from b's member end: CRC32, then ISIZE
+    Bytes bad = concat({ga, gb, gc});
+    bad[ga.size() + gb.size() - field] ^= 1;
+    write_file(dir.file("t.gz"), bad);
+    InputFile file(dir.file("t.gz"));
+    // build_seek_index checks every trailer: the points come from the intact file.
+    write_file(dir.file("ok.gz"), concat({ga, gb, gc}));
+    gz::SeekIndex sparse = gz::build_seek_index(InputFile(dir.file("ok.gz")), 0);
+    std::erase_if(sparse.points, [](const gz::SeekPoint& p) { return p.uncompressed > 0; });
+    ASSERT_EQ(sparse.points.size(), 1u);
+    for (unsigned threads : {1u, 2u}) {
+      auto err = catch_error([&] { read_range(file, sparse, a.size() - 10, payload.size(), threads); });
+      ASSERT_TRUE(err.has_value()) << "field " << field << ", threads " << threads;
+      EXPECT_EQ(err->code(), ErrorCode::corrupt) << err->what();
+      EXPECT_EQ(err->field(), "gzip trailer");
+      EXPECT_EQ(err->offset(), std::optional<std::uint64_t>(ga.size() + gb.size() - 8));
+    }
+    // Up to b's last byte only: its trailer is not reached.
+    const Bytes got = read_range(file, sparse, 0, a.size() + b.size(), 1);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), payload.begin()));
+  }
+}
+
 TEST(SeekIndex, ZeroPaddingBetweenMembersIsSkipped) {
   TempDir dir;
   const Bytes a = text_bytes(50000, 1), b = text_bytes(60000, 2);
