@@ -63,7 +63,7 @@ static const char* const kUsageText =
     "                           --layout members (default: parallel, random access), bgzf, or\n"
     "                           single (one member, as Python's gzip); --threads 0 = all cores;\n"
     "                           see convert --help\n"
-    "  index FILE [--spacing MIB] [--cache] [--fast] [-o OUT]\n"
+    "  index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT]\n"
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
     "                           files get a point at every volume; default spacing 4 MiB;\n"
@@ -120,7 +120,7 @@ const char* const kConvertUsage =
     "code of the error (docs/exit_codes.md).\n";
 
 const char* const kIndexUsage =
-    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast] [-o OUT]\n"
+    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT]\n"
     "\n"
     "Builds the seek index of the gzip file FILE in the GZIDX format that indexed_gzip and\n"
     "rapidgzip read, so that any byte range inflates from the nearest point instead of the start.\n"
@@ -131,8 +131,9 @@ const char* const kIndexUsage =
     "                    starts only)\n"
     "  --cache           write to the user cache ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or\n"
     "                    ~/.cache/voxpipe) instead of FILE.gzidx beside FILE\n"
-    "  --fast            build from a parallel inflate on all cores: points every ~8 MiB of\n"
-    "                    compressed data, no volume points\n"
+    "  --fast            build from a parallel inflate: points every ~8 MiB of compressed\n"
+    "                    data, no volume points\n"
+    "  --threads N       threads of that inflate, 0 = all cores (default)\n"
     "  -o OUT            write the index to OUT\n"
     "\n"
     "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
@@ -599,7 +600,7 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
       out << kIndexUsage;
       return 0;
     }
-    if (a == "--spacing" || a == "-o") {
+    if (a == "--spacing" || a == "-o" || a == "--threads") {
       if (i + 1 >= args.size()) {
         err << "voxpipe index: " << a << " needs a value\n";
         return kUsage;
@@ -607,6 +608,16 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
       const std::string v = args[++i];
       if (a == "-o") {
         options.output = v;
+        continue;
+      }
+      if (a == "--threads") {
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end || n < 0 || n > 1024) {
+          err << "voxpipe index: --threads expects 0..1024, but received " << v << "\n";
+          return kUsage;
+        }
+        options.threads = static_cast<unsigned>(n);
         continue;
       }
       char* end = nullptr;

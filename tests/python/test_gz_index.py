@@ -122,6 +122,14 @@ def test_cli_index(bold):
     assert vp.load(path).dataobj._gzip_reader().random_access
     r = subprocess.run([exe, 'index', path, '--spacing', 'x'], capture_output=True, text=True)
     assert r.returncode == 2
+    out = f'{path}.fast.gzidx'
+    r = subprocess.run([exe, 'index', path, '--fast', '--threads', '1', '-o', out],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(vp.load(path, index=out).get_fdata(), vp.load(path, index=False).get_fdata())
+    for bad in ('x', '-1', '1025'):
+        r = subprocess.run([exe, 'index', path, '--fast', '--threads', bad], capture_output=True, text=True)
+        assert r.returncode == 2 and '--threads' in r.stderr
 
 
 @pytest.mark.parametrize('threads', [1, 2])
