@@ -24,9 +24,9 @@
 namespace voxpipe::gz {
 namespace {
 
-// Input is read in pieces of this size. 128 KiB: large enough that pread costs nothing next to
-// inflate (~300 MB/s), small enough that a task decoding one short span between two points
-// does not read much past it.
+// The index build reads its input in pieces of this size: large enough that pread costs nothing
+// next to zlib's inflate (~300 MB/s). Ranges decode through the known-window run, which reads
+// its own pieces (256 KiB; known_window.cpp).
 constexpr std::size_t kInputChunk = std::size_t{128} << 10;
 constexpr std::size_t kOutputChunk = std::size_t{256} << 10;
 constexpr std::size_t kTailBytes = std::size_t{64} << 10;
