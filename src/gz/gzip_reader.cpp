@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "voxpipe/error.hpp"
@@ -31,7 +32,13 @@ struct GzipByteSource::State {
   std::size_t input_end = 0;      // bytes valid in `input`
   std::uint64_t file_offset = 0;  // file offset of input[input_end]
   bool in_member = false;         // inside a gzip member (header seen, trailer not yet)
+  std::uint64_t member_output = 0;  // bytes the current member has given so far
   bool finished = false;          // end of the last member reached
+  // One byte inflated past the last request (see inflate_into), handed out first next time.
+  std::uint8_t ahead = 0;
+  bool has_ahead = false;
+  // An error met while inflating that byte inside a member's data: it belongs to the next read.
+  std::exception_ptr deferred;
 #if VOXPIPE_HAVE_ISAL
   inflate_state isal{};
 #else
@@ -66,6 +73,48 @@ void GzipByteSource::restart() {
 // Inflates up to n bytes into out; returns fewer only at the end of the stream.
 std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
   State& s = *state_;
+  if (n == 0) return 0;
+  if (s.deferred) std::rethrow_exception(s.deferred);
+  std::size_t produced = 0;
+  if (s.has_ahead) {
+    out[0] = static_cast<std::byte>(s.ahead);
+    s.has_ahead = false;
+    produced = 1;
+  }
+  produced += inflate_raw(out + produced, n - produced);
+  // A read that ends where the stream ends must still check the trailer (CRC32, ISIZE) and what
+  // follows it (zero padding, another member, or an error), or a damaged file whose data happen
+  // to fill the request would pass. So one more byte is inflated: it either shows that the
+  // stream goes on (kept for the next read) or runs the decoder through the member's end. Damage
+  // after the member's data (trailer, what follows it) fails this read; damage inside the data
+  // after the bytes asked for fails the read that reaches it, as without the look-ahead (a
+  // header read of a file cut in its data still succeeds, as nibabel's does).
+  if (produced == n) {
+    try {
+      if (inflate_raw(reinterpret_cast<std::byte*>(&s.ahead), 1) == 1) s.has_ahead = true;
+    } catch (const Error&) {
+      if (member_data_ended()) throw;
+      s.deferred = std::current_exception();
+    }
+  }
+  position_ += produced;
+  return produced;
+}
+
+bool GzipByteSource::member_data_ended() const noexcept {
+  const State& s = *state_;
+  // Between members, or in a member that has given nothing yet (its header): after the data.
+  if (!s.in_member || s.member_output == 0) return true;
+#if VOXPIPE_HAVE_ISAL
+  return s.isal.block_state == ISAL_BLOCK_INPUT_DONE || s.isal.block_state == ISAL_BLOCK_FINISH ||
+         s.isal.block_state == ISAL_CHECKSUM_CHECK;
+#else
+  return (s.z.data_type & 64) != 0;  // zlib: inside the last block (or past it)
+#endif
+}
+
+std::size_t GzipByteSource::inflate_raw(std::byte* out, std::size_t n) {
+  State& s = *state_;
   std::size_t produced = 0;
   while (produced < n && !s.finished) {
     if (s.input_begin == s.input_end) {
@@ -92,6 +141,14 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
         throw Error(ErrorCode::corrupt, path(), "gzip member",
                     "expected a gzip member (1f 8b) or the end of the file, but found other data",
                     s.consumed());
+      // Reserved flag bits: an error, as for zlib, GNU gzip and the parallel engine (ISA-L
+      // ignores them). The header may straddle the input buffer: read the byte from the file.
+      std::uint8_t flags = 0;
+      const std::uint64_t flags_at = s.consumed() + 3;
+      if (file_.read_at(flags_at, std::as_writable_bytes(std::span(&flags, 1))) == 1 && (flags & 0xe0))
+        throw Error(ErrorCode::corrupt, path(), "gzip header",
+                    "expected no reserved flag bits, but found flags " + std::to_string(flags),
+                    flags_at);
 #if VOXPIPE_HAVE_ISAL
       isal_inflate_init(&s.isal);
       s.isal.crc_flag = ISAL_GZIP;
@@ -103,6 +160,7 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
       s.z_init = true;
 #endif
       s.in_member = true;
+      s.member_output = 0;
     }
     const std::uint64_t at = s.consumed();
 #if VOXPIPE_HAVE_ISAL
@@ -113,6 +171,7 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
     s.isal.avail_out = static_cast<std::uint32_t>(want);
     int rc = isal_inflate(&s.isal);
     produced += want - s.isal.avail_out;
+    s.member_output += want - s.isal.avail_out;
     s.input_begin = s.input_end - s.isal.avail_in;
     if (rc == ISAL_INCORRECT_CHECKSUM)
       throw Error(ErrorCode::corrupt, path(), "gzip trailer",
@@ -129,6 +188,7 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
     s.z.avail_out = static_cast<uInt>(want);
     int rc = inflate(&s.z, Z_NO_FLUSH);
     produced += want - s.z.avail_out;
+    s.member_output += want - s.z.avail_out;
     s.input_begin = s.input_end - s.z.avail_in;
     if (rc == Z_DATA_ERROR && s.z.msg && std::strstr(s.z.msg, "check"))
       throw Error(ErrorCode::corrupt, path(), "gzip trailer",
@@ -140,7 +200,6 @@ std::size_t GzipByteSource::inflate_into(std::byte* out, std::size_t n) {
     if (rc == Z_STREAM_END) s.in_member = false;
 #endif
   }
-  position_ += produced;
   return produced;
 }
 

@@ -23,8 +23,10 @@ class GzipByteSource final : public core::ByteSource {
 
   // Sequential: an offset before the current position restarts inflation from the beginning;
   // an offset after it inflates and discards the bytes in between. Reading ends early only at
-  // the end of the last member. Throws Error(corrupt) on invalid deflate data or a checksum
-  // mismatch and Error(truncated) when the file ends inside a member.
+  // the end of the last member. Throws Error(corrupt) on invalid deflate data, a checksum
+  // mismatch or data after a member that is neither zero padding nor a member, and
+  // Error(truncated) when the file ends inside a member (its trailer included). A read that
+  // ends where a member's data end checks that member's trailer before it returns.
   std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) override;
   bool random_access() const noexcept override { return false; }
   const std::string& path() const noexcept override { return file_.path(); }
@@ -35,6 +37,10 @@ class GzipByteSource final : public core::ByteSource {
  private:
   struct State;
   std::size_t inflate_into(std::byte* out, std::size_t n);
+  std::size_t inflate_raw(std::byte* out, std::size_t n);
+  // True when the last member's deflate data have ended (its trailer is due or read, or the
+  // next member has given nothing yet).
+  bool member_data_ended() const noexcept;
   void restart();
 
   core::InputFile file_;

@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <cstring>
 
-#include "core/bytes.hpp"
 #include "core/thread_pool.hpp"
 #include "gz/parallel_inflate.hpp"
 #include "voxpipe/error.hpp"
@@ -106,7 +105,7 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
   if (members_)
     inflate_members(file_, *members_, begin, end, threads, sink);
   else if (index_)
-    inflate_range(file_, *index_, begin, std::min(end, index_->uncompressed_size), threads, sink);
+    read_indexed_range(begin, std::min(end, index_->uncompressed_size), threads, sink);
   else if ((threads == 0 ? core::default_thread_count() : threads) >= 2 &&
            file_.size() >= kMinParallelCompressed && end - begin >= begin)
     // The parallel engine starts at the file's first byte and leaves the stream where it was,
@@ -118,22 +117,29 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
     pipelined_read_range(*sequential_, begin, end, threads, sink);
 }
 
+void GzipSource::read_indexed_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
+                                    const core::ByteSink& sink) {
+  // The chain is taken out for the call: reads from several threads at once each get their
+  // own (a read that finds none starts a new one), and none waits on another's inflate.
+  RangeChain chain;
+  {
+    std::lock_guard lock(chain_mutex_);
+    std::swap(chain, chain_);
+  }
+  inflate_range(file_, *index_, begin, end, threads, sink, chain);
+  std::lock_guard lock(chain_mutex_);
+  chain_ = std::move(chain);
+}
+
 void GzipSource::inflate_parallel_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                                         const core::ByteSink& sink) {
   // The engine starts at the file's first byte; bytes before `begin` are inflated and dropped.
   ParallelInflateOptions options;
   options.threads = threads;
-  // Stopping once `end` is delivered skips the CRC32 and ISIZE check of the trailer. A read to
-  // the end of a single-member stream (a whole NIfTI image; `end` matches the last member's
-  // ISIZE, its length mod 2^32, in the file's last 4 bytes) has nothing after `end` to save, so
-  // it runs on and checks them, as the sequential reader does; a corrupt stream is then an
-  // Error(corrupt), not wrong voxels.
+  // The engine stops once `end` is delivered and the stream goes on; a read to the end of a
+  // member (a whole image) runs on through its trailer, so a corrupt stream is Error(corrupt),
+  // never wrong voxels, whatever the trailer's ISIZE says.
   options.stop_after = end;
-  std::uint8_t isize[4] = {0, 0, 0, 0};
-  if (file_.size() >= 18 &&
-      file_.read_at(file_.size() - 4, std::as_writable_bytes(std::span(isize))) == 4 &&
-      static_cast<std::uint32_t>(end) == core::load_le(isize, 4))
-    options.stop_after = UINT64_MAX;
   inflate_parallel(file_, [&](std::uint64_t at, std::span<const std::byte> data) {
     const std::uint64_t lo = std::max(at, begin), hi = std::min(at + data.size(), end);
     if (lo < hi) sink(lo, data.subspan(static_cast<std::size_t>(lo - at), static_cast<std::size_t>(hi - lo)));

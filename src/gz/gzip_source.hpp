@@ -58,11 +58,16 @@ class GzipSource final : public core::ByteSource {
   static constexpr std::uint64_t kMinParallelCompressed = 2u << 20;
   void inflate_parallel_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                               const core::ByteSink& sink);
+  void read_indexed_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
+                          const core::ByteSink& sink);
 
   core::InputFile file_;
   std::optional<std::vector<Member>> members_;
   std::optional<SeekIndex> index_;
   std::unique_ptr<GzipByteSource> sequential_;  // plain gzip without an index only
+  // Index reads: consecutive read_range calls chain their members' CRC32 checks.
+  std::mutex chain_mutex_;
+  RangeChain chain_;
   // Random access: the last span (a member, or the bytes between two seek points) inflated by
   // read_at, for runs of small reads inside it.
   std::mutex cache_mutex_;

@@ -13,9 +13,8 @@
 #if VOXPIPE_HAVE_ISAL
 #include <isa-l/crc.h>
 #include <isa-l/igzip_lib.h>
-#else
-#include <zlib.h>
 #endif
+#include <zlib.h>
 
 namespace voxpipe::gz::inflate_detail {
 
@@ -77,6 +76,34 @@ std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::siz
   }
   return crc;
 #endif
+}
+
+void MemberChecker::add(std::span<const Segment> segments, bool at_member_start) {
+  if (at_member_start) {
+    known_ = true;
+    crc_ = 0;
+    size_ = 0;
+  }
+  for (const Segment& s : segments) {
+    crc_ = static_cast<std::uint32_t>(
+        ::crc32_combine(crc_, s.crc, static_cast<z_off_t>(s.length)));
+    size_ += s.length;
+    if (!s.member_end) continue;
+    if (known_) {
+      if (crc_ != s.want_crc)
+        throw Error(ErrorCode::corrupt, *path_, "gzip trailer",
+                    "CRC32 of the inflated data does not match the trailer", s.trailer_byte);
+      if (static_cast<std::uint32_t>(size_) != s.want_isize)
+        throw Error(ErrorCode::corrupt, *path_, "gzip trailer",
+                    "expected ISIZE " + std::to_string(size_ & 0xffffffffu) + " (the inflated " +
+                        "size mod 2^32), but found " + std::to_string(s.want_isize),
+                    s.trailer_byte + 4);
+    }
+    // The next segment starts a member.
+    known_ = true;
+    crc_ = 0;
+    size_ = 0;
+  }
 }
 
 std::uint64_t read_gzip_header(const core::InputFile& file, std::uint64_t offset, bool first) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "core/file.hpp"
 #include "gz/block_finder.hpp"
@@ -69,5 +70,38 @@ RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
 
 // CRC32 (gzip's), continued from `crc`.
 std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n);
+
+// A stretch of output inflated in one go, between member boundaries: its CRC32 and length, and,
+// when a member ended right after it, that member's trailer. Engines that inflate a member in
+// several pieces (chunks, spans between seek points) record segments per piece; chaining them
+// in stream order (MemberChecker) proves every member that was inflated from its first byte to
+// its trailer, whichever thread inflated each piece.
+struct Segment {
+  std::uint32_t crc = 0;
+  std::uint64_t length = 0;
+  bool member_end = false;
+  std::uint32_t want_crc = 0;
+  std::uint32_t want_isize = 0;
+  std::uint64_t trailer_byte = 0;
+};
+
+// Chains segments in stream order and checks each member whose whole output it saw against its
+// trailer: Error(corrupt) on a CRC32 or ISIZE mismatch. A member entered in its middle (a read
+// from a seek point inside it) cannot be checked: its checksum covers bytes nobody inflated.
+class MemberChecker {
+ public:
+  // `at_member_start`: the first segment begins at a member's first byte.
+  MemberChecker(const std::string& path, bool at_member_start)
+      : path_(&path), known_(at_member_start) {}
+  // The next segments continue the stream from where the last one ended; `at_member_start`
+  // says whether they begin a member (a piece that starts at a member-start seek point).
+  void add(std::span<const Segment> segments, bool at_member_start);
+
+ private:
+  const std::string* path_;
+  bool known_;  // crc_ and size_ cover the current member from its first byte
+  std::uint32_t crc_ = 0;
+  std::uint64_t size_ = 0;
+};
 
 }  // namespace voxpipe::gz::inflate_detail

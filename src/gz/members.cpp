@@ -141,6 +141,10 @@ void inflate_members(const core::InputFile& file, std::span<const Member> member
   auto last = std::lower_bound(first, members.end(), end, [](const Member& m, std::uint64_t v) {
     return m.uncompressed_offset < v;
   });
+  // Empty members where the range ends (BGZF's end-of-file marker) are reached by it: they are
+  // inflated too, so that their trailers are checked.
+  while (last != members.end() && last->uncompressed_size == 0 && last->uncompressed_offset == end)
+    ++last;
   const std::span<const Member> todo(first, last);
   if (todo.empty()) return;
   // Tasks of about one 'VP' member each: BGZF blocks are grouped so that a task is worth the

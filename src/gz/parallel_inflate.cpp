@@ -25,6 +25,7 @@ namespace {
 
 using inflate_detail::RunEnd;
 using inflate_detail::RunOutput;
+using inflate_detail::Segment;
 
 // Block starts are searched for only in the first MiB of a chunk: real blocks are far shorter
 // (gzip -6 writes ~16-64 KiB), and a stream without findable starts (one giant block) would
@@ -41,16 +42,6 @@ struct Event {
   std::uint32_t isize = 0;
   std::uint64_t trailer_byte = 0;
   std::uint64_t bit = 0;  // member start: first block
-};
-
-// CRC32 and length of output between member boundaries; in file order they prove each member.
-struct Segment {
-  std::uint32_t crc = 0;
-  std::uint64_t length = 0;
-  bool member_end = false;
-  std::uint32_t want_crc = 0;
-  std::uint32_t want_isize = 0;
-  std::uint64_t trailer_byte = 0;
 };
 
 struct Piece {
@@ -76,7 +67,7 @@ struct ChunkResult {
 
 // Thrown when a speculative chunk outgrows its cap.
 struct Abandon {};
-// Thrown when every byte < stop_after was delivered.
+// Thrown once every byte < stop_after was delivered and the stream is seen to go on past it.
 struct Stop {};
 
 class BufferOutput final : public RunOutput {
@@ -226,7 +217,11 @@ class Engine::DirectOutput final : public RunOutput {
   DirectOutput(Engine& e, Unit& unit) : e_(e), unit_(unit), offset_(e.f_offset_), tail_(e.f_window_) {
     buffer_.reset(new std::uint8_t[kBuffer]);
   }
-  std::span<std::uint8_t> space() override { return {buffer_.get(), kBuffer}; }
+  // Once stop_after is reached, a little room only: enough to see whether the member ends here
+  // (then its trailer is checked) or goes on (then the run stops).
+  std::span<std::uint8_t> space() override {
+    return {buffer_.get(), offset_ >= e_.opts_.stop_after ? kPeek : kBuffer};
+  }
   void commit(std::size_t n) override { write({buffer_.get(), n}); }
   void write(std::span<const std::uint8_t> b) override {
     if (b.empty()) return;
@@ -245,7 +240,8 @@ class Engine::DirectOutput final : public RunOutput {
       tail_.erase(tail_.begin(), tail_.end() - keep);
       tail_.insert(tail_.end(), b.begin(), b.end());
     }
-    if (offset_ >= e_.opts_.stop_after) throw Stop{};
+    // Not at == stop_after: a read that ends where its member ends runs on to the trailer.
+    if (offset_ > e_.opts_.stop_after) throw Stop{};
   }
   void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) override {
     unit_.segments.push_back(Segment{crc_, length_, true, crc, isize, trailer_byte});
@@ -253,6 +249,7 @@ class Engine::DirectOutput final : public RunOutput {
     length_ = 0;
   }
   void member_start(std::uint64_t bit) override {
+    // Not at == stop_after either: an empty member there is reached by the read, and checked.
     tail_.clear();
     e_.add_point(bit, offset_, tail_);
   }
@@ -265,6 +262,7 @@ class Engine::DirectOutput final : public RunOutput {
 
  private:
   static constexpr std::size_t kBuffer = std::size_t{1} << 20;
+  static constexpr std::size_t kPeek = 4096;
   Engine& e_;
   Unit& unit_;
   std::uint64_t offset_;
@@ -324,7 +322,7 @@ std::uint64_t Engine::run() {
   f_bit_ = inflate_detail::read_gzip_header(file_, 0, true) * 8;
   core::parallel_for(threads_, threads_, [this](std::size_t) { worker(); });
   if (error_) std::rethrow_exception(error_);
-  if (!stopped_) verify();
+  verify();
   if (opts_.seek_points) {
     std::sort(points_.begin(), points_.end(), [](const SeekPoint& a, const SeekPoint& b) {
       return a.uncompressed != b.uncompressed ? a.uncompressed < b.uncompressed
@@ -428,7 +426,8 @@ void Engine::advance(RunEnd end) {
   f_bit_ = end.bit;
   if (f_chunk_ >= n_) {
     finished_ = true;
-  } else if (f_offset_ >= opts_.stop_after) {
+  } else if (f_offset_ > opts_.stop_after) {
+    // At == stop_after the next chunk may still end the member: its trailer gets checked.
     finished_ = stopped_ = true;
   }
   if (finished_) cancel_ = true;
@@ -618,25 +617,10 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
 }
 
 void Engine::verify() const {
-  std::uint32_t crc = 0;
-  std::uint64_t size = 0;
-  for (const auto& unit : units_) {
-    for (const Segment& s : unit->segments) {
-      crc = static_cast<std::uint32_t>(crc32_combine(crc, s.crc, static_cast<z_off_t>(s.length)));
-      size += s.length;
-      if (!s.member_end) continue;
-      if (crc != s.want_crc)
-        throw Error(ErrorCode::corrupt, file_.path(), "gzip trailer",
-                    "CRC32 of the inflated data does not match the trailer", s.trailer_byte);
-      if (static_cast<std::uint32_t>(size) != s.want_isize)
-        throw Error(ErrorCode::corrupt, file_.path(), "gzip trailer",
-                    "expected ISIZE " + std::to_string(size & 0xffffffffu) + ", but found " +
-                        std::to_string(s.want_isize),
-                    s.trailer_byte + 4);
-      crc = 0;
-      size = 0;
-    }
-  }
+  // Units are in stream order from the file's first byte. After a stop, the last member may be
+  // unfinished: it has no member_end and is left unchecked.
+  inflate_detail::MemberChecker checker(file_.path(), true);
+  for (const auto& unit : units_) checker.add(unit->segments, false);
 }
 
 }  // namespace

@@ -27,7 +27,10 @@ struct ParallelInflateOptions {
   // marker mode until its window is clean (often for most of the chunk on fMRI data, ~3x slower
   // than ISA-L), so larger chunks win until too few remain to share out.
   std::size_t chunk_size = 8 << 20;
-  // Delivery may stop once every byte < stop_after was delivered (then no CRC32 check).
+  // Delivery may stop once every byte < stop_after was delivered and more output follows it.
+  // Every member inflated to its end is checked: a read whose stop_after is where a member ends
+  // (a whole image) runs on through that member's trailer and what follows it. Only the member
+  // left unfinished by a stop goes unchecked.
   std::uint64_t stop_after = UINT64_MAX;
   // Decompressed size limit: Error(limit) beyond it.
   std::uint64_t max_output = UINT64_MAX;

@@ -254,22 +254,25 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 namespace {
 
 // The output of a run from a seek point: what comes before `from` is dropped, [from, stop) goes
-// to the sink, and the run ends at `stop`. A member the run enters at its header (the run
-// crossed into it) has its CRC32 and ISIZE checked when the run decodes it whole; the member
-// entered at the point cannot be checked.
+// to the sink, and the run ends once it has passed `stop`, or at the end of the member that ends
+// at `stop` (after its trailer). The CRC32 of everything the run inflated below `stop`, from
+// the point on, is kept per member (segments), so that inflate_range can chain the runs of one
+// member and check it against its trailer (MemberChecker).
 class RangeOutput final : public inflate_detail::RunOutput {
  public:
-  RangeOutput(const std::string& path, std::uint64_t pos, std::uint64_t from, std::uint64_t stop,
-              const Sink& sink)
-      : path_(path), buf_(new std::uint8_t[kOutputChunk]), pos_(pos), from_(from), stop_(stop),
-        sink_(sink) {}
+  RangeOutput(std::uint64_t pos, std::uint64_t from, std::uint64_t stop, const Sink& sink)
+      : buf_(new std::uint8_t[kOutputChunk]), pos_(pos), from_(from), stop_(stop), sink_(sink) {}
 
-  std::span<std::uint8_t> space() override { return {buf_.get(), kOutputChunk}; }
+  // Past `stop`, a little room only: enough to see whether the member ends there.
+  std::span<std::uint8_t> space() override {
+    return {buf_.get(), pos_ >= stop_ ? kPeek : kOutputChunk};
+  }
   void commit(std::size_t n) override {
     const std::uint8_t* p = buf_.get();
-    if (checking_) {
-      crc_ = inflate_detail::crc32_update(crc_, p, n);
-      isize_ += static_cast<std::uint32_t>(n);  // mod 2^32, as ISIZE
+    if (pos_ < stop_) {
+      const auto counted = static_cast<std::size_t>(std::min<std::uint64_t>(n, stop_ - pos_));
+      crc_ = inflate_detail::crc32_update(crc_, p, counted);
+      length_ += counted;
     }
     const std::uint64_t a = std::max(pos_, from_), b = std::min(pos_ + n, stop_);
     if (a < b)
@@ -277,50 +280,76 @@ class RangeOutput final : public inflate_detail::RunOutput {
     pos_ += n;
   }
   void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) override {
-    if (checking_ && (crc != crc_ || isize != isize_))
-      throw Error(ErrorCode::corrupt, path_, "gzip trailer",
-                  "CRC32 or ISIZE does not match the inflated data", trailer_byte);
-  }
-  void member_start(std::uint64_t) override {
-    checking_ = true;
+    segments_.push_back({crc_, length_, true, crc, isize, trailer_byte});
     crc_ = 0;
-    isize_ = 0;
+    length_ = 0;
   }
-  bool done() const override { return pos_ >= stop_; }
+  void member_start(std::uint64_t) override {}
+  // Past `stop`: the stream goes on (a member that begins at `stop` is followed until it gives a
+  // byte, so that an empty one is checked too).
+  bool done() const override { return pos_ > stop_; }
   std::uint64_t position() const { return pos_; }
+  // The run's segments, the last one unfinished unless a member ended at `stop`.
+  std::vector<inflate_detail::Segment> finish() {
+    if (length_) segments_.push_back({crc_, length_, false, 0, 0, 0});
+    length_ = 0;
+    return std::move(segments_);
+  }
 
  private:
-  const std::string& path_;
+  static constexpr std::size_t kPeek = 4096;
   std::unique_ptr<std::uint8_t[]> buf_;
   std::uint64_t pos_, from_, stop_;
   const Sink& sink_;
-  bool checking_ = false;
-  std::uint32_t crc_ = 0, isize_ = 0;
+  std::uint32_t crc_ = 0;
+  std::uint64_t length_ = 0;
+  std::vector<inflate_detail::Segment> segments_;
 };
 
-// Decodes from point `p` and delivers the output in [from, stop) to the sink. With ISA-L
-// (through the parallel engine's known-window run; about twice zlib's speed), else with the
-// engine's own decoder.
-void decode_from(const core::InputFile& file, const SeekIndex& index, const SeekPoint& p,
-                 std::uint64_t from, std::uint64_t stop, const Sink& sink) {
+// A point where a member begins: decoding from it sees the member from its first byte. Windows
+// are empty exactly there (an index file may still store one for the stream's first point).
+bool at_member_start(const SeekPoint& p) { return p.uncompressed == 0 || !p.has_window(); }
+
+// Decodes from point `p` and delivers the output in [from, stop) to the sink; returns the run's
+// segments. With ISA-L (through the parallel engine's known-window run; about twice zlib's
+// speed), else with the engine's own decoder.
+std::vector<inflate_detail::Segment> decode_from(const core::InputFile& file,
+                                                 const SeekIndex& index, const SeekPoint& p,
+                                                 std::uint64_t from, std::uint64_t stop,
+                                                 const Sink& sink) {
   std::vector<std::uint8_t> scratch;
   const std::span<const std::uint8_t> window = index.window_of(p, scratch);
-  RangeOutput out(file.path(), p.uncompressed, from, stop, sink);
+  RangeOutput out(p.uncompressed, from, stop, sink);
   const inflate_detail::TargetFn no_targets = [](std::size_t) {
     return std::optional<BlockCandidate>{};
   };
   inflate_detail::run_known_window(file, p.compressed_bit, window, 0, 0, no_targets, out);
-  if (!out.done())
+  if (out.position() < stop)
     throw Error(ErrorCode::truncated, file.path(), "gzip stream",
                 "expected more data (the index promises " +
                     std::to_string(stop - out.position()) + " more bytes), but the file ends",
                 file.size());
+  return out.finish();
+}
+
+// How far before `begin` a read may start at a member's first point instead of a later point,
+// so that a range that runs to the member's end (a whole image after its header) is checked
+// against the trailer: at most 1 MiB (a NIfTI header and extensions are far smaller) and an
+// eighth of the range (a small read near the start does not inflate what it skips).
+bool worth_checking(std::uint64_t lead, std::uint64_t range) {
+  return lead <= (std::uint64_t{1} << 20) && lead <= range / 8;
 }
 
 }  // namespace
 
 void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink) {
+  RangeChain chain;
+  inflate_range(file, index, begin, end, threads, sink, chain);
+}
+
+void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+                   std::uint64_t end, unsigned threads, const Sink& sink, RangeChain& chain) {
   const std::string& path = file.path();
   if (index.compressed_size != file.size())
     throw Error(ErrorCode::invalid_argument, path, "seek index",
@@ -331,44 +360,61 @@ void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uin
                 "expected 0 <= begin <= end <= " + std::to_string(index.uncompressed_size) +
                     ", but found [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
   if (begin == end) return;
+  const std::uint64_t chain_end = chain.end;
+  chain.end = UINT64_MAX;  // until this range is through
   const auto& pts = index.points;
   const auto by_u = [](std::uint64_t u, const SeekPoint& p) { return u < p.uncompressed; };
   // The last point at or before begin, and the first at or after end.
-  const std::size_t first =
+  std::size_t first =
       static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), begin, by_u) - pts.begin());
   const std::size_t last =
       static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), end - 1, by_u) - pts.begin());
   if (first == 0)
     throw Error(ErrorCode::invalid_argument, path, "seek index",
                 "expected a point at uncompressed offset 0, but the index has none");
-  // Points [first - 1, last) start the spans that cover the range.
-  const std::size_t nspans = last - first + 1;
-  if (threads == 1 || nspans == 1) {
-    decode_from(file, index, pts[first - 1], begin, end, sink);
-    return;
+  // Start at the member's first point rather than a point shortly before `begin`, when there
+  // is one close enough: the read can then be checked if it runs to the member's end.
+  for (std::size_t k = first - 1; k > 0 && !at_member_start(pts[k]); --k) {
+    if (!worth_checking(begin - pts[k - 1].uncompressed, end - begin)) break;
+    if (at_member_start(pts[k - 1])) first = k;
   }
-  // Group consecutive spans into a few tasks of similar output size: each task then decodes
-  // through the points inside it without restarting, and the pool stays busy.
-  const unsigned workers = threads == 0 ? core::default_thread_count() : threads;
-  const std::uint64_t ntasks = std::min<std::uint64_t>(nspans, std::uint64_t{workers} * 4);
-  const std::uint64_t target = (end - begin + ntasks - 1) / ntasks;
+  // Points [first - 1, last) start the spans that cover the range.
   struct Task {
     std::size_t point;
     std::uint64_t from, stop;
   };
   std::vector<Task> tasks;
-  std::size_t start = first - 1;
-  for (std::size_t k = first; k <= last; ++k) {
-    const std::uint64_t from = std::max(begin, pts[start].uncompressed);
-    const std::uint64_t stop = k == last ? end : pts[k].uncompressed;
-    if (k == last || stop - from >= target) {
-      if (stop > from) tasks.push_back({start, from, stop});
-      start = k;
+  const std::size_t nspans = last - first + 1;
+  if (threads == 1 || nspans == 1) {
+    tasks.push_back({first - 1, begin, end});
+  } else {
+    // Group consecutive spans into a few tasks of similar output size: each task then decodes
+    // through the points inside it without restarting, and the pool stays busy.
+    const unsigned workers = threads == 0 ? core::default_thread_count() : threads;
+    const std::uint64_t ntasks = std::min<std::uint64_t>(nspans, std::uint64_t{workers} * 4);
+    const std::uint64_t target = (end - begin + ntasks - 1) / ntasks;
+    std::size_t start = first - 1;
+    for (std::size_t k = first; k <= last; ++k) {
+      const std::uint64_t from = std::max(begin, pts[start].uncompressed);
+      const std::uint64_t stop = k == last ? end : pts[k].uncompressed;
+      if (k == last || stop - from >= target) {
+        if (stop > from) tasks.push_back({start, from, stop});
+        start = k;
+      }
     }
   }
+  std::vector<std::vector<inflate_detail::Segment>> segments(tasks.size());
   core::parallel_for(tasks.size(), threads, [&](std::size_t i) {
-    decode_from(file, index, pts[tasks[i].point], tasks[i].from, tasks[i].stop, sink);
+    segments[i] = decode_from(file, index, pts[tasks[i].point], tasks[i].from, tasks[i].stop, sink);
   });
+  // The tasks' runs are contiguous in the stream: chained, they check every member that the
+  // read covers from its first byte to its trailer, continuing the last range's chain when this
+  // one starts where it ended.
+  if (!chain.checker || chain_end != pts[tasks.front().point].uncompressed)
+    chain.checker.emplace(path, false);
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    chain.checker->add(segments[i], at_member_start(pts[tasks[i].point]));
+  chain.end = end;
 }
 
 IndexKey index_key(const std::string& gz_path) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/file.hpp"
+#include "gz/known_window.hpp"
 #include "gz/stream.hpp"
 
 namespace voxpipe::gz {
@@ -118,8 +119,13 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 // Delivers the uncompressed bytes [begin, end) of `file` to `sink`. Decoding starts at the last
 // point <= begin (raw inflate from the point's bit with its window as the dictionary: the zran.c
 // method, with ISA-L, through the parallel engine's known-window run) and crosses member
-// boundaries (a member decoded whole from its header has its CRC32 and ISIZE checked; a member
-// entered at a point cannot be). With threads != 1 and
+// boundaries. Integrity: the CRC32s of the runs are chained (crc32_combine), so every member
+// the read covers from its first byte to its end has its CRC32 and ISIZE checked, however many
+// runs and threads inflated it; a read that ends where a member ends runs on through the
+// trailer. When the last point <= begin is not a member's first, decoding starts at the
+// member's first point instead if that costs at most 1 MiB and an eighth of the range more (a
+// whole image after its header). A member entered at a point inside it cannot be checked (its checksum covers bytes
+// before the point), nor can a read that stops before its member's end. With threads != 1 and
 // several points inside the range, the spans between consecutive points are decoded in parallel
 // with core::parallel_for (threads 0: all cores), grouped into at most 4 x threads tasks of
 // similar output size, each inflating through the points inside it; the sink is then called
@@ -128,6 +134,16 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 // the file and compressed byte offset.
 void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink);
+
+// The member checks of consecutive inflate_range calls (a range read in pieces cut at seek
+// points, as the device path does): a call that starts at the point where the last one ended
+// continues its CRC32 chain, so the member is checked as if read in one call.
+struct RangeChain {
+  std::uint64_t end = UINT64_MAX;  // where the last range ended; UINT64_MAX: no chain
+  std::optional<inflate_detail::MemberChecker> checker;
+};
+void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+                   std::uint64_t end, unsigned threads, const Sink& sink, RangeChain& chain);
 
 // --- Staleness and locations (seek_index.cpp) ---------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -22,6 +23,12 @@ namespace {
 
 namespace gz = voxpipe::gz;
 
+// The sample's uncompressed bytes.
+std::vector<std::uint8_t>& sample_payload() {
+  static std::vector<std::uint8_t> payload;
+  return payload;
+}
+
 // A two-member gzip file of 96 KiB of text, written once per process.
 const std::string& sample_gz() {
   static const std::string path = [] {
@@ -33,6 +40,7 @@ const std::string& sample_gz() {
         x = x * 1103515245u + 12345u;
         c = static_cast<std::uint8_t>("abcdefgh \n"[(x >> 16) % 10]);
       }
+      sample_payload().insert(sample_payload().end(), text.begin(), text.end());
       z_stream z{};
       if (deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         std::abort();
@@ -97,6 +105,23 @@ void check(const gz::SeekIndex& index, const std::optional<gz::IndexKey>& key) {
     return;
   }
   if (delivered != end - begin) std::abort();
+
+  // A read of the whole stream is checked against the members' trailers, however wrong the
+  // index's points and windows: it either fails or gives exactly the file's bytes.
+  const std::vector<std::uint8_t>& truth = sample_payload();
+  if (index.uncompressed_size != truth.size()) return;
+  std::vector<std::uint8_t> out(truth.size());
+  for (unsigned threads : {1u, 2u}) {
+    try {
+      gz::inflate_range(file, use, 0, truth.size(), threads,
+                        [&](std::uint64_t offset, std::span<const std::byte> data) {
+                          std::memcpy(out.data() + offset, data.data(), data.size());
+                        });
+    } catch (const voxpipe::Error&) {
+      continue;
+    }
+    if (out != truth) std::abort();
+  }
 }
 
 std::uint64_t le(const std::uint8_t* p, int n) {
