@@ -4,12 +4,14 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <span>
 #include <sstream>
 
 #include "cli_common.hpp"
+#include "core/file.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
@@ -193,9 +195,16 @@ bool is_dicom_file(const std::string& path) {
   std::string lower = path;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (lower.size() >= 4 && lower.compare(lower.size() - 4, 4, ".dcm") == 0) return true;
-  std::ifstream f(path, std::ios::binary);
-  char magic[4] = {};
-  return f.seekg(128) && f.read(magic, 4) && std::memcmp(magic, "DICM", 4) == 0;
+  // Through InputFile, which refuses a FIFO instead of waiting for its writer; the NIfTI reader
+  // then reports why the file cannot be read.
+  try {
+    const core::InputFile f(path);
+    char magic[4] = {};
+    return f.read_at(128, std::as_writable_bytes(std::span(magic))) == 4 &&
+           std::memcmp(magic, "DICM", 4) == 0;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // pydicom's UID names of the transfer syntaxes; other UIDs are shown as themselves (as pydicom).
@@ -650,6 +659,31 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
                 s.uncompressed_size / 1048576.0, s.compressed_size / 1048576.0);
   out << "wrote " << s.index_path << ": " << line << "\n";
   return 0;
+}
+
+namespace {
+// Removes the temporaries of the outputs being written, then ends the process by the same signal
+// with its default action, so that the parent sees how it ended (a shell prints 128 + N). The
+// destinations are untouched: an output replaces its destination only once complete.
+extern "C" void discard_outputs_and_reraise(int sig) {
+  core::discard_unfinished_outputs();
+  ::raise(sig);  // SA_RESETHAND restored the default action; delivered when the handler returns
+}
+}  // namespace
+
+void install_signal_handlers() {
+  struct sigaction action {};
+  action.sa_handler = discard_outputs_and_reraise;
+  action.sa_flags = SA_RESETHAND;
+  ::sigemptyset(&action.sa_mask);
+  const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  for (int sig : signals) ::sigaddset(&action.sa_mask, sig);
+  for (int sig : signals) {
+    // A signal the caller ignores stays ignored (nohup, SIGINT of a background job), as gzip does.
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)
+      ::sigaction(sig, &action, nullptr);
+  }
 }
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

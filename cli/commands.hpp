@@ -13,4 +13,9 @@ namespace voxpipe::cli {
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
         bool err_is_terminal = false);
 
+// For the program only (not for tests calling run): on SIGINT, SIGTERM and SIGHUP, remove the
+// temporary files of the outputs being written and end by that signal. Signals the caller
+// ignores stay ignored.
+void install_signal_handlers();
+
 }  // namespace voxpipe::cli

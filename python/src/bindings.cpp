@@ -8,8 +8,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstring>
 
+#include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
@@ -67,6 +69,26 @@ DType parse_dtype(const std::string& name) {
   return *t;
 }
 
+// A write runs without the GIL, so Python's signal handlers (Ctrl-C's KeyboardInterrupt) would
+// run only once it has ended. The producer this returns runs them between chunks: on the main
+// thread only (the one that runs them), taking the GIL back at most every 100 ms (another thread
+// may keep it for a switch interval). An exception they raise abandons the write, whose
+// temporary files are removed, and propagates. Call with the GIL held.
+DataProducer checking_signals(DataProducer producer) {
+  const auto main_thread = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  if (PyThread_get_thread_ident() != main_thread) return producer;
+  using Clock = std::chrono::steady_clock;
+  return [producer = std::move(producer), last = Clock::now()](std::span<std::byte> buffer) mutable {
+    if (const auto now = Clock::now(); now - last >= std::chrono::milliseconds(100)) {
+      last = now;
+      python::GilAcquire gil;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+    return producer(buffer);
+  };
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -74,7 +96,7 @@ NB_MODULE(_core, m) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      nb::gil_scoped_acquire gil;
+      python::GilAcquire gil;
       nb::object errors = nb::module_::import_("voxpipe.errors");
       nb::object offset = e.offset() ? nb::cast(*e.offset()) : nb::none();
       nb::object exc = errors.attr("_make")(error_code_name(e.code()), e.what(), e.path(),
@@ -111,8 +133,12 @@ NB_MODULE(_core, m) {
       });
 
   m.def("open", [](const std::string& path) { return open_nifti(path); }, nb::arg("path"),
-        nb::call_guard<nb::gil_scoped_release>(),
+        nb::call_guard<python::GilRelease>(),
         "Open a NIfTI file, reading the header and extensions only.");
+
+  m.def("keep_forever", [](nb::handle object) { object.inc_ref(); }, nb::arg("object"),
+        "Take a reference that is never given back: `object` is never destroyed, not even at "
+        "exit (a reader a forked child inherited in an unknown state).");
 
   m.def("is_pair_path", &nifti_is_pair_path, nb::arg("path"),
         "Whether a file name is a .hdr/.img pair name (optionally .gz).");
@@ -128,20 +154,22 @@ NB_MODULE(_core, m) {
             } catch (const Error& e) {
               throw Error(e.code(), image.data_path, e.field(), e.detail());
             }
-            nb::gil_scoped_release release;
+            python::GilRelease release;
             new (self) NiftiReader(image, options);
           },
           nb::arg("image"), nb::arg("index_mode") = "auto", nb::arg("index_path") = "")
       .def_prop_ro("random_access", &NiftiReader::random_access)
       .def("check_data_size", &NiftiReader::check_data_size,
-           nb::call_guard<nb::gil_scoped_release>(),
+           nb::call_guard<python::GilRelease>(),
            "Raise TruncatedError when the data file, as opened, cannot hold the header's data.")
       .def(
           "read",
           [](NiftiReader& reader,
              const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& selection,
              const std::string& out_dtype, bool apply_scaling, bool file_byte_order, bool real_part,
-             ByteArray out, unsigned threads) {
+             const ByteArray& out, unsigned threads) {
+            // `out` by reference: a copy would be released inside the call guard, taking the GIL
+            // back in nanobind's code (gil.hpp).
             std::vector<AxisRange> sel;
             for (const auto& [start, step, count] : selection) sel.push_back({start, step, count});
             OutputSpec spec{parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
@@ -150,7 +178,7 @@ NB_MODULE(_core, m) {
           },
           nb::arg("selection"), nb::arg("dtype"), nb::arg("apply_scaling"),
           nb::arg("file_byte_order"), nb::arg("real_part"), nb::arg("out"), nb::arg("threads") = 0,
-          nb::call_guard<nb::gil_scoped_release>(),
+          nb::call_guard<python::GilRelease>(),
           "Read a selection (list of (start, step, count) per axis; empty: all) into `out`, a 1-D "
           "uint8 view of an F-ordered array of `dtype`, through the reader's open data file (and "
           "its member table or index).");
@@ -176,7 +204,7 @@ NB_MODULE(_core, m) {
         options.threads = threads;
         GzipIndexSummary s;
         {
-          nb::gil_scoped_release release;
+          python::GilRelease release;
           s = nifti_is_gzip_name(path) ? build_nifti_gzip_index(path, options)
                                        : build_gzip_index(path, options);
         }
@@ -225,11 +253,11 @@ NB_MODULE(_core, m) {
         auto hbytes = from_bytes(header);
         std::vector<NiftiExtension> exts;
         for (const auto& [code, content] : extensions) exts.push_back({code, from_bytes(content)});
-        nb::gil_scoped_release release;
+        const DataProducer producer = checking_signals(producer_from_bytes(
+            std::span(reinterpret_cast<const std::byte*>(data.data()), data.size())));
+        python::GilRelease release;
         NiftiHeader h = decode_nifti_header(hbytes, path);
-        write_nifti(path, h, exts,
-                    producer_from_bytes(std::span(reinterpret_cast<const std::byte*>(data.data()), data.size())),
-                    WriteOptions{level, gz_layout, threads});
+        write_nifti(path, h, exts, producer, WriteOptions{level, gz_layout, threads});
       },
       nb::arg("path"), nb::arg("header"), nb::arg("extensions"), nb::arg("data"), nb::arg("level"),
       nb::arg("layout") = "members", nb::arg("threads") = 0,

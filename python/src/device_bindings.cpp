@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "gil.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
@@ -111,7 +112,7 @@ void bind_device(nb::module_& m) {
   m.def("cuda_status", [] {
     const CudaStatus* status = nullptr;
     {
-      nb::gil_scoped_release release;  // the first call loads the driver and calls cuInit
+      python::GilRelease release;  // the first call loads the driver and calls cuInit
       status = &cuda_status();
     }
     const CudaStatus& s = *status;
@@ -128,7 +129,7 @@ void bind_device(nb::module_& m) {
   }, "voxpipe::cuda_status() as a dict.");
 
   m.def("cuda_empty_cache", [] {
-    nb::gil_scoped_release release;
+    python::GilRelease release;
     cuda_empty_cache();
   }, "voxpipe::cuda_empty_cache(): frees the pinned buffers, staging areas and kernel modules "
      "kept between loads.");
@@ -164,7 +165,7 @@ void bind_device(nb::module_& m) {
           "A DLPack-exporting view (strides in elements) that keeps this memory alive.")
       .def(
           "copy_to_host",
-          [](Memory& mem, std::uint64_t offset, ByteArray out) {
+          [](Memory& mem, std::uint64_t offset, const ByteArray& out) {
             mem.check_range(offset, out.size(), "copy");
             auto* dst = reinterpret_cast<std::byte*>(out.data());
             if (!mem.on_device()) {
@@ -173,11 +174,11 @@ void bind_device(nb::module_& m) {
             }
             mem.device().copy_to_host(offset, std::span(dst, out.size()));
           },
-          nb::arg("offset"), nb::arg("out"), nb::call_guard<nb::gil_scoped_release>(),
+          nb::arg("offset"), nb::arg("out"), nb::call_guard<python::GilRelease>(),
           "Copy bytes [offset, offset + out.size) into `out` (synchronous).")
       .def(
           "copy_from_host",
-          [](Memory& mem, std::uint64_t offset, ConstByteArray data) {
+          [](Memory& mem, std::uint64_t offset, const ConstByteArray& data) {
             mem.check_range(offset, data.size(), "copy");
             const auto* src = reinterpret_cast<const std::byte*>(data.data());
             if (!mem.on_device()) {
@@ -186,14 +187,14 @@ void bind_device(nb::module_& m) {
             }
             mem.device().copy_from_host(offset, std::span(src, data.size()));
           },
-          nb::arg("offset"), nb::arg("data"), nb::call_guard<nb::gil_scoped_release>(),
+          nb::arg("offset"), nb::arg("data"), nb::call_guard<python::GilRelease>(),
           "Copy host bytes to [offset, offset + data.size) through pinned staging buffers; "
           "complete on return.");
 
   m.def(
       "device_memory",
       [](int ordinal, std::size_t bytes) {
-        nb::gil_scoped_release release;
+        python::GilRelease release;
         return new Memory(ordinal, bytes);
       },
       nb::arg("ordinal"), nb::arg("bytes"), nb::rv_policy::take_ownership,
@@ -220,7 +221,7 @@ void bind_device(nb::module_& m) {
       nb::arg("memory"), nb::arg("offset"), nb::arg("image"), nb::arg("dtype"),
       nb::arg("apply_scaling"), nb::arg("real_part"), nb::arg("threads") = 0,
       nb::arg("index_mode") = "auto", nb::arg("index_path") = "",
-      nb::call_guard<nb::gil_scoped_release>(),
+      nb::call_guard<python::GilRelease>(),
       "Read all of a NIfTI image's data, converted as the host read would convert it, into "
       "device memory at `offset` (F order), on `threads` threads (0: all cores), with the "
       "seek index chosen as for NiftiReader; complete on return.");
@@ -230,7 +231,7 @@ void bind_device(nb::module_& m) {
       [](int ordinal) {
         CufileStatus s;
         {
-          nb::gil_scoped_release release;  // the first call opens cuFile's driver
+          python::GilRelease release;  // the first call opens cuFile's driver
           s = cufile_status(ordinal);
         }
         nb::dict d;
@@ -261,7 +262,7 @@ void bind_device(nb::module_& m) {
         read_dicom_series_to_device(series, t, mem.device(), offset, threads);
       },
       nb::arg("memory"), nb::arg("offset"), nb::arg("series"), nb::arg("dtype"),
-      nb::arg("threads") = 0, nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("threads") = 0, nb::call_guard<python::GilRelease>(),
       "Read a DICOM series, as dicom_read_series would, into device memory at `offset` (F "
       "order); complete on return.");
 }

@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "gil.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/error.hpp"
 
@@ -108,7 +109,7 @@ void bind_dicom(nb::module_& m) {
       },
       nb::arg("path"), nb::arg("max_value_size") = DicomReadOptions{}.max_value_size,
       nb::arg("stop_at_pixel_data") = true, nb::arg("require_preamble") = false,
-      nb::call_guard<nb::gil_scoped_release>(),
+      nb::call_guard<python::GilRelease>(),
       "Parse a DICOM Part 10 file (metadata; values over max_value_size and the pixel data are "
       "located, not read).");
 

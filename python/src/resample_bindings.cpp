@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample.hpp"
 
@@ -84,7 +85,7 @@ void bind_resample(nb::module_& m) {
         const ArrayRef co = view(coordinates, "coordinates");
         const ArrayRef out = view(output, "output");
         const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value, fast);
-        nb::gil_scoped_release release;
+        python::GilRelease release;
         map_coordinates(in, co, out, o);
       },
       nb::arg("input"), nb::arg("coordinates"), nb::arg("output"), nb::arg("order"),
@@ -100,7 +101,7 @@ void bind_resample(nb::module_& m) {
         const ArrayRef in = view(input, "input");
         const ArrayRef out = view(output, "output");
         const InterpOptions o = options(order, mode, cval, prefilter, threads, pad_value, fast);
-        nb::gil_scoped_release release;
+        python::GilRelease release;
         affine_transform(in, matrix, diagonal, offset, out, o);
       },
       nb::arg("input"), nb::arg("matrix"), nb::arg("diagonal"), nb::arg("offset"),

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
 #include "voxpipe/resample_series.hpp"
@@ -152,11 +153,11 @@ void run(const Moving& moving, const std::vector<std::int64_t>& ref_shape,
   o.interp.fast = fast;
   if (!progress.is_none())
     o.progress = [progress](std::int64_t done, std::int64_t total) {
-      nb::gil_scoped_acquire gil;
+      python::GilAcquire gil;
       progress(done, total);
     };
   if (out_path) {
-    nb::gil_scoped_release release;
+    python::GilRelease release;
     resample_series_to_file(moving, ref, cs, *out_path, o);
     return;
   }
@@ -174,7 +175,7 @@ void run(const Moving& moving, const std::vector<std::int64_t>& ref_shape,
   if (out->itemsize() != dtype_size(o.output_dtype))
     throw Error(ErrorCode::invalid_argument, "", "out",
                 "expected an array of " + dtype + " elements");
-  nb::gil_scoped_release release;
+  python::GilRelease release;
   resample_series(moving, ref, cs, a, o);
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/transform.hpp"
 
@@ -70,7 +71,7 @@ void bind_transforms(nb::module_& m) {
         auto* matrices = new std::vector<Matrix4>;
         nb::capsule owner = owner_of(matrices);
         {
-          nb::gil_scoped_release release;
+          python::GilRelease release;
           *matrices = read_affines(path, o);
         }
         return nb::ndarray<nb::numpy, double, nb::ndim<3>>(
@@ -94,7 +95,7 @@ void bind_transforms(nb::module_& m) {
         auto* field = new DisplacementField;
         nb::capsule owner = owner_of(field);
         {
-          nb::gil_scoped_release release;
+          python::GilRelease release;
           *field = read_displacement_field(path, f);
         }
         const auto& s = field->grid.shape;

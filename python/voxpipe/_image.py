@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import warnings
 
@@ -47,6 +48,20 @@ class Extension:
         return f"Extension(code={self._code}, {len(self._content)} bytes)"
 
 
+# Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
+# copied).
+_fork_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _fork_lock
+    _fork_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _as_bytes_view(arr: np.ndarray) -> np.ndarray:
     """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
     flat = arr.reshape(-1, order="F")
@@ -79,6 +94,7 @@ class ArrayProxy:
         self._keep_file_open = bool(keep_file_open)
         self._kept_reader = None
         self._reader_lock = threading.Lock()
+        self._reader_pid = os.getpid()
         self._shape = tuple(core_image.shape)
         raw = _NAME_TO_DTYPE[core_image.dtype]
         if raw.fields is None:
@@ -126,12 +142,28 @@ class ArrayProxy:
             reader = _core.Reader(self._img, *self._index)
             reader.check_data_size()
             return reader
+        if self._reader_pid != os.getpid():
+            self._forget_parent_reader()
         with self._reader_lock:
             if self._kept_reader is None:
                 reader = _core.Reader(self._img, *self._index)
                 reader.check_data_size()
                 self._kept_reader = reader
             return self._kept_reader
+
+    def _forget_parent_reader(self):
+        """In a forked child (multiprocessing, DataLoader workers): a lock and reader of its own.
+        The parent's may have been in use by a thread that does not exist here, their locks
+        held for good and a gzip stream half-advanced: the reader is never used, nor destroyed
+        (which would touch that state), not even at exit."""
+        with _fork_lock:
+            if self._reader_pid == os.getpid():
+                return  # another thread of this child got here first
+            if self._kept_reader is not None:
+                _core.keep_forever(self._kept_reader)
+            self._kept_reader = None
+            self._reader_lock = threading.Lock()
+            self._reader_pid = os.getpid()
 
     def _gzip_reader(self):
         """The reader an access would use now, for gzip data (None otherwise): whether it found
@@ -145,6 +177,9 @@ class ArrayProxy:
         if not self._mmap or self._img.gzip:
             return None
         try:
+            # np.memmap's open() of a FIFO would wait for a writer; the read refuses it.
+            if not stat.S_ISREG(os.stat(self._img.data_path).st_mode):
+                return None
             return np.memmap(self._img.data_path, dtype=self._dtype,
                              mode="c" if self._mmap is True else self._mmap, shape=self._shape,
                              order="F", offset=self._img.data_offset)

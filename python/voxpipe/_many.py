@@ -153,6 +153,7 @@ class _Loader:
         self._peak_inflight = 0
         self._results: dict[int, tuple[bool, object, int]] = {}
         self._closed = False
+        self._pid = os.getpid()
         self._threads = [threading.Thread(target=self._work, name=f"voxpipe-load-{i}",
                                           daemon=True) for i in range(min(workers, n))]
         for t in self._threads:
@@ -215,7 +216,17 @@ class _Loader:
             self._cond.notify_all()
 
     # -- the caller's side ---------------------------------------------------------------------
+    def _forked(self) -> bool:
+        """Whether this is a forked child of the process that made the loader (multiprocessing,
+        DataLoader workers): the child has none of its worker threads, and _cond may have been
+        locked for good by one of them."""
+        return self._pid != os.getpid()
+
     def next(self):
+        if self._forked():
+            raise RuntimeError(
+                f"this iterator was made by process {self._pid}, whose file workers a forked "
+                "child does not have: call iter_load or load_many in the child")
         while True:
             with self._cond:
                 if self._next_take >= len(self._paths) or self._closed:
@@ -237,6 +248,9 @@ class _Loader:
             warnings.warn(f"skipped {self._paths[i]}: {value}", SkippedFileWarning, stacklevel=3)
 
     def close(self):
+        if self._forked():
+            self._closed = True  # no workers here to stop
+            return
         with self._cond:
             self._closed = True
             self._results.clear()
@@ -247,7 +261,8 @@ class LoadIterator(Iterator):
     """The results of iter_load, in input order, decoded ahead by background file workers.
 
     Close it (``close()``, ``with``, or by letting it go) to stop the workers early; a file being
-    decoded at that moment is finished first, nothing new is started.
+    decoded at that moment is finished first, nothing new is started. Its workers stay in the
+    process that made it: in a forked child, ``next()`` raises RuntimeError.
     """
 
     def __init__(self, *args):

@@ -11,7 +11,9 @@
 
 namespace voxpipe::core {
 
-// A read-only file. Errors throw voxpipe::Error(not_found / io) naming the path.
+// A read-only regular file. Errors throw voxpipe::Error(not_found / io) naming the path; a path
+// that is not a regular file (a directory, FIFO, socket or device) is Error(io) at once: opening
+// never waits for a FIFO's writer.
 class InputFile {
  public:
   explicit InputFile(const std::string& path);
@@ -31,8 +33,12 @@ class InputFile {
   std::uint64_t size_ = 0;
 };
 
-// An output file written under a temporary name in the same directory and renamed onto `path`
-// by commit(). Destroyed without commit(), it removes the temporary file.
+// An output file written under a temporary name in the same directory, `PATH.tmp-PID-N`, and
+// renamed onto `path` by commit(). Destroyed without commit(), it removes the temporary file;
+// until then discard_unfinished_outputs() removes it too. The temporary is locked (flock) while
+// it is written, and the constructor removes the temporaries of `path` that a process which has
+// ended left (killed by SIGKILL, a crash): those whose PID is gone and whose lock is free, among
+// the first 4096 entries of the folder.
 class AtomicOutputFile {
  public:
   explicit AtomicOutputFile(const std::string& path);
@@ -48,8 +54,16 @@ class AtomicOutputFile {
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
+  int slot_ = -1;  // in the list of discard_unfinished_outputs
   bool committed_ = false;
 };
+
+// Removes the temporary file of every AtomicOutputFile of this process that is neither committed
+// nor destroyed. Async-signal-safe (no allocation, no lock): for a signal handler that then ends
+// the process (the CLI's, on SIGINT, SIGTERM and SIGHUP). A write that goes on afterwards fails at
+// its commit. Tracks up to 128 outputs at once; the temporaries of further ones stay until the
+// next write to their destination after this process has ended.
+void discard_unfinished_outputs() noexcept;
 
 // A source of the bytes of one stored stream (a file, or the inflated content of a gzip file),
 // addressed by offset in the uncompressed stream.

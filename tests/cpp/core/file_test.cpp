@@ -1,6 +1,19 @@
 // Files: positional reads with short reads only at EOF, read_exact, atomic output that leaves
-// nothing behind without commit, and error codes for missing paths.
+// nothing behind without commit (nor after a signal, nor after the writer was killed), error
+// codes for missing paths, and special files refused without blocking.
 #include "core/file.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+
 #include "test_support.hpp"
 
 namespace {
@@ -52,6 +65,55 @@ TEST(InputFile, MissingFileIsNotFound) {
 TEST(InputFile, DirectoryIsAnIoError) {
   vptest::TempDir dir;
   EXPECT_VP_ERROR(InputFile f(dir.path()), ErrorCode::io);
+}
+
+// The error of opening `path`, which must come at once: a FIFO that is waited on gets a writer
+// after a few seconds so that the test fails instead of hanging.
+std::optional<voxpipe::Error> open_error(const std::string& path, bool fifo) {
+  auto opened = std::async(std::launch::async, [&] { return vptest::catch_error([&] { InputFile f(path); }); });
+  if (opened.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "opening " << path << " blocked";
+    if (fifo) ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
+  }
+  return opened.get();
+}
+
+void expect_not_regular(const std::optional<voxpipe::Error>& err, const std::string& path,
+                        const std::string& kind) {
+  ASSERT_TRUE(err) << path << " was opened";
+  EXPECT_EQ(err->code(), ErrorCode::io);
+  EXPECT_EQ(err->path(), path);
+  EXPECT_NE(std::string(err->what()).find("expected a regular file, but found a " + kind),
+            std::string::npos)
+      << err->what();
+}
+
+TEST(InputFile, FifoIsRefusedWithoutBlocking) {
+  vptest::TempDir dir;
+  const std::string path = dir.file("fifo.nii");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  expect_not_regular(open_error(path, true), path, "FIFO");
+  // A symlink to it too.
+  vptest::fs::create_symlink(path, dir.file("link.nii"));
+  expect_not_regular(open_error(dir.file("link.nii"), true), dir.file("link.nii"), "FIFO");
+}
+
+TEST(InputFile, SocketAndDevicesAreRefused) {
+  vptest::TempDir dir;
+  const std::string path = dir.file("sock");
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(::bind(s, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  expect_not_regular(open_error(path, false), path, "socket");
+  ::close(s);
+  // /dev/zero would read forever (its size is 0, so voxpipe would report it empty), /dev/null
+  // as an empty file: neither is a file of data.
+  expect_not_regular(open_error("/dev/null", false), "/dev/null", "character device");
+  expect_not_regular(open_error("/dev/zero", false), "/dev/zero", "character device");
 }
 
 TEST(FileByteSource, IsRandomAccessAndReadsLikeTheFile) {
@@ -138,6 +200,92 @@ TEST(AtomicOutputFile, CommitReplacesAnExistingFileAndAbortKeepsIt) {
 TEST(AtomicOutputFile, MissingDirectoryIsNotFound) {
   vptest::TempDir dir;
   EXPECT_VP_ERROR(AtomicOutputFile out(dir.file("no/such/dir/o.nii")), ErrorCode::not_found);
+}
+
+TEST(AtomicOutputFile, DiscardRemovesTheTemporariesOfUnfinishedOutputsOnly) {
+  vptest::TempDir dir;
+  {
+    AtomicOutputFile done(dir.file("done.nii"));
+    done.write(vptest::as_bytes(vptest::Bytes{1}));
+    done.commit();
+  }
+  AtomicOutputFile committed(dir.file("committed.nii"));
+  committed.write(vptest::as_bytes(vptest::Bytes{2}));
+  committed.commit();
+  AtomicOutputFile a(dir.file("a.nii")), b(dir.file("b.nii.gz"));
+  a.write(vptest::as_bytes(vptest::Bytes(5000, 3)));
+  EXPECT_EQ(dir.entries().size(), 4u);
+  voxpipe::core::discard_unfinished_outputs();  // as the CLI's signal handler does
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"committed.nii", "done.nii"}));
+  // A write that goes on fails at its commit; nothing appears.
+  EXPECT_VP_ERROR(a.commit(), ErrorCode::not_found);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"committed.nii", "done.nii"}));
+}
+
+// A process ID that is not in use: a child's, after it was reaped.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+TEST(AtomicOutputFile, RemovesTheStaleTemporariesOfItsDestination) {
+  vptest::TempDir dir;
+  const std::string dead = std::to_string(dead_pid());
+  const std::string live = std::to_string(::getppid());
+  const std::vector<std::string> stale = {"o.nii.tmp-" + dead + "-0", "o.nii.tmp-" + dead + "-17"};
+  std::vector<std::string> kept = {
+      "o.nii",  // the destination itself, and names that only look alike:
+      "o.nii.tmp-" + live + "-0",  // a live process's temporary
+      "o.nii.tmp-" + dead + "-0x", "o.nii.tmp-" + dead, "o.nii.tmp-" + dead + "-", "o.nii.tmp--1-0",
+      "o.nii.tmp-0-0", "o.nii.tmp-0" + dead + "-1", "o.nii.tmp-+" + dead + "-1",
+      "o.nii.tmp-" + dead + "-1-2", "o.nii.tmp-99999999999999999999-1", "p.nii.tmp-" + dead + "-0",
+      "xo.nii.tmp-" + dead + "-0", "o.nii.gz.tmp-" + dead + "-0"};
+  for (const auto& name : stale) vptest::write_file(dir.file(name), vptest::Bytes(100, 1));
+  for (const auto& name : kept) vptest::write_file(dir.file(name), vptest::Bytes{7});
+  // A temporary whose lock is held (its writer lives on a host that shares the folder).
+  const std::string locked = "o.nii.tmp-" + dead + "-5";
+  vptest::write_file(dir.file(locked), vptest::Bytes{7});
+  const int fd = ::open(dir.file(locked).c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  kept.push_back(locked);
+  // Not a regular file: left alone.
+  const std::string folder = "o.nii.tmp-" + dead + "-6";
+  vptest::fs::create_directory(dir.file(folder));
+  kept.push_back(folder);
+  {
+    AtomicOutputFile out(dir.file("o.nii"));
+    out.write(vptest::as_bytes(vptest::Bytes{9}));
+    out.commit();
+  }
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(dir.entries(), kept);
+  EXPECT_EQ(vptest::read_file(dir.file("o.nii")), vptest::Bytes{9});
+  // Relative to the working folder too (a name without '/').
+  vptest::write_file(dir.file(stale[0]), vptest::Bytes(100, 1));
+  const auto cwd = vptest::fs::current_path();
+  vptest::fs::current_path(dir.path());
+  { AtomicOutputFile out("o.nii"); }
+  vptest::fs::current_path(cwd);
+  EXPECT_EQ(dir.entries(), kept);
+  // Once its lock is free, the dead writer's temporary goes too.
+  ::close(fd);
+  { AtomicOutputFile out(dir.file("o.nii")); }
+  kept.erase(std::find(kept.begin(), kept.end(), locked));
+  EXPECT_EQ(dir.entries(), kept);
+}
+
+TEST(AtomicOutputFile, TheTemporaryIsLockedWhileWritten) {
+  vptest::TempDir dir;
+  AtomicOutputFile out(dir.file("o.nii"));
+  ASSERT_EQ(dir.entries().size(), 1u);
+  const int fd = ::open(dir.file(dir.entries()[0]).c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  ::close(fd);
 }
 
 TEST(AtomicOutputFile, TwoWritersOfOneNameDoNotCollide) {

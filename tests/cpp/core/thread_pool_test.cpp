@@ -11,7 +11,9 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/thread_pool.hpp"
 #include "test_support.hpp"
@@ -169,6 +171,48 @@ TEST(ThreadPool, ConcurrentCallersWithExceptions) {
   EXPECT_EQ(caught.load(), 4 * 25);
 }
 
+// Runs `test` (a ThreadPoolChild test) in a new process of this executable and returns its wait
+// status, or -1 after failing the calling test when it could not start or did not end in 20 s.
+int run_child_test(const std::string& test) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.emplace_back("VOXPIPE_TEST_POOL_CHILD=1");
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = "--gtest_filter=ThreadPoolChild." + test;
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    ADD_FAILURE() << "posix_spawn: " << spawned;
+    return -1;
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    ADD_FAILURE() << test << ": the process did not exit within 20 s after main returned";
+    return -1;
+  }
+  return status;
+}
+
+void expect_normal_exit(int status) {
+  if (status == -1) return;  // already reported
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 // Runs only inside the child process that ProcessExitsAfterUsingThePool starts.
 TEST(ThreadPoolChild, UsePoolThenReturnFromMain) {
   if (!std::getenv("VOXPIPE_TEST_POOL_CHILD")) GTEST_SKIP() << "runs as a child process only";
@@ -178,35 +222,34 @@ TEST(ThreadPoolChild, UsePoolThenReturnFromMain) {
 // The library may keep workers for the life of the process, but it must still let the process
 // end: a program (the CLI, a Python interpreter) that used the pool has to exit normally.
 TEST(ThreadPool, ProcessExitsAfterUsingThePool) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.emplace_back("VOXPIPE_TEST_POOL_CHILD=1");
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  std::string filter = "--gtest_filter=ThreadPoolChild.UsePoolThenReturnFromMain";
-  char* argv[] = {exe.data(), filter.data(), nullptr};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data()), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  expect_normal_exit(run_child_test("UsePoolThenReturnFromMain"));
+}
 
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "a process that used parallel_for with 4 threads did not exit within 20 s after "
-              "main returned (hang in static destruction of the worker pool?)";
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+// Runs only inside the child process that ProcessExitsWhileTasksRun starts.
+TEST(ThreadPoolChild, ReturnFromMainWhileTasksRun) {
+  if (!std::getenv("VOXPIPE_TEST_POOL_CHILD")) GTEST_SKIP() << "runs as a child process only";
+  static std::atomic<int> rounds{0};
+  std::thread([] {
+    for (;;) {
+      std::atomic<std::uint64_t> sum{0};
+      parallel_for(64, 4, [&](std::size_t i) {
+        std::vector<std::uint64_t> v(4096, i);  // allocates and frees while exit() runs
+        std::uint64_t s = 0;
+        for (auto x : v) s += x;
+        sum.fetch_add(s, std::memory_order_relaxed);
+      });
+      rounds.fetch_add(1);
+    }
+  }).detach();
+  while (rounds.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// A thread still inside parallel_for, its tasks running on the workers, when the program ends (a
+// Python daemon thread in the middle of a read at interpreter exit): exit() runs the static
+// destructors while the workers work, and the process must still end with its own status, not
+// abort on a pool, mutex or condition variable destroyed under them, nor hang.
+TEST(ThreadPool, ProcessExitsWhileTasksRun) {
+  expect_normal_exit(run_child_test("ReturnFromMainWhileTasksRun"));
 }
 
 // A forked child (PyTorch DataLoader workers, multiprocessing) gets a working pool of its own:
