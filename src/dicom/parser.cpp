@@ -479,8 +479,12 @@ DicomFile parse(Backend& backend, const std::string& name, const DicomReadOption
 
   const auto not_dicom = [&] {
     return Error(ErrorCode::format, name, "preamble",
-                 "expected a DICOM file (128-byte preamble and \"DICM\", or without them an "
-                 "explicit VR element or one of group 0002 to 0010), but found other bytes",
+                 options.require_preamble
+                     ? "expected a DICOM file (128-byte preamble and \"DICM\"), but found other "
+                       "bytes"
+                     : "expected a DICOM file (128-byte preamble and \"DICM\", or without them "
+                       "an explicit VR element or one of group 0002 to 0010), but found other "
+                       "bytes",
                  0);
   };
   std::uint8_t head[132];
@@ -492,12 +496,21 @@ DicomFile parse(Backend& backend, const std::string& name, const DicomReadOption
     // Without the preamble, the first element must look like DICOM: an explicit VR, or a
     // group of 0002 (file meta) to 0010 (patient) in either byte order; anything else is not
     // a DICOM file (pydicom reads those only with force=True, and then reads garbage).
-    if (options.require_preamble || have < 8) throw not_dicom();
-    const std::uint32_t le = load16(head, false), be = load16(head, true);
-    const char vr[2] = {static_cast<char>(head[4]), static_cast<char>(head[5])};
-    if (!dicom_vr_from_name(std::string_view(vr, 2)) && !(le >= 0x0002 && le <= 0x0010) &&
-        !(be >= 0x0002 && be <= 0x0010))
-      throw not_dicom();
+    bool looks_like_dicom = false;
+    if (have >= 8) {
+      const std::uint32_t le = load16(head, false), be = load16(head, true);
+      const char vr[2] = {static_cast<char>(head[4]), static_cast<char>(head[5])};
+      looks_like_dicom = dicom_vr_from_name(std::string_view(vr, 2)) ||
+                         (le >= 0x0002 && le <= 0x0010) || (be >= 0x0002 && be <= 0x0010);
+    }
+    if (!looks_like_dicom) throw not_dicom();
+    // A layout that is read when the preamble is not required: say which option reads it.
+    if (options.require_preamble)
+      throw Error(ErrorCode::format, name, "preamble",
+                  "expected the 128-byte preamble and \"DICM\" at byte 128, but found none; the "
+                  "file starts with a DICOM element, which is read without them with force=True "
+                  "(DicomReadOptions::require_preamble = false)",
+                  0);
   }
 
   // File Meta Information: explicit VR little endian (implicit when its first element says so).

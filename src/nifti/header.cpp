@@ -201,9 +201,25 @@ bool guess_swapped(std::span<const std::uint8_t> b, int version) {
   return !(dim0 >= 1 && dim0 <= 7);
 }
 
-// Applies nibabel's check_fix() for Nifti1Header / Nifti2Header in its order; problems of level
-// >= 40 raise, lower ones are fixed and recorded.
+// Applies nibabel's check_fix() for Nifti1Header / Nifti2Header in its order, after a check of
+// dim[0] (which chose the byte order every other field was read in); problems of level >= 40
+// raise, lower ones are fixed and recorded.
 void check_fix(NiftiHeader& h, const std::string& path, std::vector<std::string>& warnings) {
+  // dim[0] chose the byte order (guess_swapped): out of 0..7 here means it is out of range in
+  // both orders, so every other field was read in a guessed order and would be blamed for it
+  // (nibabel reports a vox_offset "too low" for dim[0] = 8). It is checked first, by name.
+  if (h.dim[0] < 0 || h.dim[0] > 7) {
+    const auto raw = static_cast<std::uint64_t>(h.dim[0]);
+    const auto raw16 = static_cast<std::uint16_t>(raw);
+    const auto swapped16 = static_cast<std::int16_t>(__builtin_bswap16(raw16));
+    const std::int64_t other =
+        h.version == 2 ? static_cast<std::int64_t>(__builtin_bswap64(raw)) : swapped16;
+    throw Error(ErrorCode::format, path, "dim[0]",
+                "expected 0 to 7 dimensions in either byte order, but found " +
+                    std::to_string(h.dim[0]) + " (" + std::to_string(other) +
+                    " in the other byte order)",
+                h.version == 2 ? 16 : 40);
+  }
   const std::int32_t expected_size = h.version == 2 ? 540 : 348;
   if (h.sizeof_hdr != expected_size) {
     warnings.push_back("sizeof_hdr: expected " + std::to_string(expected_size) + ", but found " +

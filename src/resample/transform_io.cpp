@@ -132,10 +132,26 @@ Numbers parse_numbers(std::string_view s, bool commas, const std::string& path,
   return n;
 }
 
+// Whether a line is a row of numbers rather than a file name: its first token reads whole as a
+// number (std::from_chars, which also reads "nan", "inf" and "infinity" in any case, as Python's
+// float() does; out of range still counts), or it starts like one and has more tokens (a row
+// with a malformed value). So "nan 0 0 0" is a matrix with a value that is not finite, and
+// "001.tfm" a list naming a file, each reported as what it is.
 bool starts_with_number(std::string_view s) {
+  std::size_t end = 0;
+  while (end < s.size() && !is_blank(s[end]) && s[end] != ',') ++end;
+  std::string_view token = s.substr(0, end);
+  if (token.starts_with('+')) token.remove_prefix(1);
+  if (!token.empty()) {
+    double v = 0;
+    const char* last = token.data() + token.size();
+    const auto [ptr, ec] = std::from_chars(token.data(), last, v, std::chars_format::general);
+    if (ptr == last && (ec == std::errc() || ec == std::errc::result_out_of_range)) return true;
+  }
   if (s.empty()) return false;
   const char c = s.front();
-  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.';
+  const bool numeric_start = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.';
+  return numeric_start && end < s.size();
 }
 
 constexpr std::string_view kItkHeader = "#Insight Transform File V1.0";

@@ -509,3 +509,46 @@ def test_interpreter_exits_after_use(tmp_path, code):
         pytest.fail('python did not exit within 60 s after using voxpipe (hang at exit)')
     assert cp.returncode == code, (cp.returncode, cp.stdout[-1000:], cp.stderr[-2000:])
     assert 'ok' in cp.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages name the field that is wrong, and the flag that would read the file (issue 17).
+
+@pytest.mark.parametrize('version', [1, 2])
+def test_dim0_out_of_range_names_dim0_not_vox_offset(tmp_path, version):
+    parts = good(tmp_path, version=version)
+    parts.patch(dim=[8, 5, 6, 7, 1, 1, 1, 1])
+    p = write_parts(tmp_path / 'd8', parts, 'nii')
+    res = check(p, fields=['dim[0]'], stages=['load'], nib_raises=True)
+    assert 'vox_offset' not in res['msg'] and 'vox offset' not in res['msg']
+
+
+@pytest.mark.parametrize('token', ['nan', 'inf', 'NaN', 'Infinity'])
+def test_a_matrix_starting_with_nan_or_inf_is_a_bad_value_not_a_missing_file(tmp_path, token):
+    from voxpipe import transforms
+    p = tmp_path / 'm.txt'
+    p.write_text(f'{token} 0 0 0\n0 1 0 0\n0 0 1 0\n0 0 0 1\n')
+    with pytest.raises(vp_errors().FormatError) as info:
+        transforms.load_affine(p)
+    message = str(info.value)
+    assert 'row 1' in message and repr(token) in message and 'finite' in message
+    assert 'no such file' not in message
+
+
+def test_dicom_without_preamble_names_force(tmp_path):
+    import voxpipe as vp
+    pydicom = pytest.importorskip('pydicom')
+    from pydicom.data import get_testdata_file
+    raw = open(get_testdata_file('CT_small.dcm'), 'rb').read()
+    p = tmp_path / 'no_preamble.dcm'
+    p.write_bytes(raw[132:])  # the File Meta Information first, no preamble, no "DICM"
+    with pytest.raises(vp.errors.FormatError) as info:
+        vp.dicom.read(p)
+    message = str(info.value)
+    assert os.fspath(p) in message and 'preamble' in message and 'force=True' in message
+    assert vp.dicom.read(p, force=True).Rows == pydicom.dcmread(p, force=True).Rows
+
+
+def vp_errors():
+    import voxpipe.errors
+    return voxpipe.errors

@@ -129,11 +129,32 @@ TEST(NiftiHeader, ByteOrderIsGuessedFromDim0) {
   // dim[0] outside 1..7 in the machine's order means the other byte order (nibabel's
   // guessed_endian), even when sizeof_hdr reads correctly.
   for (int version : {1, 2}) {
+    NiftiHeader h = vptest::make_header(version, voxpipe::DType::u8, {2, 2}, vptest::kNativeBig);
+    h.dim[0] = version == 1 ? 0x0300 : std::int64_t{3} << 56;  // 3 in the other order
+    const NiftiHeader decoded =
+        voxpipe::decode_nifti_header(voxpipe::encode_nifti_header(h), "h.nii");
+    EXPECT_EQ(decoded.big_endian, !vptest::kNativeBig) << "version " << version;
+    EXPECT_EQ(decoded.dim[0], 3);
+  }
+}
+
+// A dim[0] outside 0..7 in both byte orders makes every other field unreadable: the error names
+// dim[0], not the first field that the guessed byte order garbles (vox_offset, datatype).
+TEST(NiftiHeader, Dim0OutOfRangeInBothOrdersIsNamed) {
+  for (int version : {1, 2}) {
     for (std::int64_t dim0 : {8, -1, 300}) {
-      NiftiHeader h = vptest::make_header(version, voxpipe::DType::u8, {2, 2}, vptest::kNativeBig);
-      h.dim[0] = dim0;
-      EXPECT_EQ(parse(voxpipe::encode_nifti_header(h)).header.big_endian, !vptest::kNativeBig)
-          << "version " << version << " dim0 " << dim0;
+      SCOPED_TRACE("version " + std::to_string(version) + " dim0 " + std::to_string(dim0));
+      for (bool big : {false, true}) {
+        NiftiHeader h = vptest::make_header(version, voxpipe::DType::f32, {2, 2}, big);
+        h.dim[0] = dim0;
+        h.vox_offset = version == 1 ? 352 : 544;
+        const auto e = vptest::catch_error([&] { parse(voxpipe::encode_nifti_header(h)); });
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->code(), ErrorCode::format);
+        EXPECT_EQ(e->field(), "dim[0]");
+        EXPECT_EQ(e->offset(), std::optional<std::uint64_t>(version == 1 ? 40 : 16));
+        EXPECT_NE(e->detail().find("expected 0 to 7 dimensions"), std::string::npos) << e->what();
+      }
     }
   }
 }

@@ -380,6 +380,35 @@ TEST(Files, ListErrorsNameTheListAndLine) {
   EXPECT_VP_ERROR(read_affines(dir.file("empty")), ErrorCode::format);
 }
 
+// "nan" or "inf" first is a matrix with a value that is not finite, not a list naming a file
+// called "nan" (Python's float() reads all these spellings).
+TEST(Files, AMatrixStartingWithNanOrInfIsABadValueNotAMissingFile) {
+  TempDir dir;
+  for (const std::string token : {"nan", "inf", "NaN", "Infinity", "nan(1)"}) {
+    SCOPED_TRACE(token);
+    const std::string text = token + " 0 0 0\n0 1 0 0\n0 0 1 0\n0 0 0 1\n";
+    EXPECT_EQ(resample::classify_transform_text(text), resample::TransformText::numbers);
+    write_text(dir.file("m.txt"), text);
+    auto e = vptest::catch_error([&] { read_affines(dir.file("m.txt")); });
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->code(), ErrorCode::format);
+    EXPECT_EQ(e->field(), "line 1: row 1");
+    EXPECT_NE(e->detail().find("expected a finite number, but found '" + token + "'"),
+              std::string::npos)
+        << e->what();
+  }
+  // A list entry that only starts like a number is a file name; a row with a bad value a row.
+  for (const char* name : {"nan.tfm\n", "info.txt\n", "001.tfm\n", "-b.mat\n"})
+    EXPECT_EQ(resample::classify_transform_text(name), resample::TransformText::list) << name;
+  EXPECT_EQ(resample::classify_transform_text("1..0 0 0 0\n"), resample::TransformText::numbers);
+  EXPECT_EQ(resample::classify_transform_text("1e999 0 0 0\n"), resample::TransformText::numbers);
+  write_text(dir.file("001.tfm"), "#Insight Transform File V1.0\n#Transform 0\n"
+                                  "Transform: AffineTransform_double_3_3\n"
+                                  "Parameters: 1 0 0 0 1 0 0 0 1 0 0 0\nFixedParameters: 0 0 0\n");
+  write_text(dir.file("list.txt"), "001.tfm\n");
+  EXPECT_EQ(read_affines(dir.file("list.txt")).size(), 1u);
+}
+
 TEST(Files, TextLargerThanTheCapIsRefusedBeforeReading) {
   TempDir dir;
   const std::string path = dir.file("huge.txt");
