@@ -59,6 +59,10 @@ const char* kDcm2niiUsage =
     "  --overwrite       replace existing files (by default a series whose file exists is\n"
     "                    skipped and reported)\n"
     "  --threads N       threads for parsing, decoding and compressing, 0 = all cores (default)\n"
+    "  --on-corrupt raise|warn\n"
+    "                    a compressed image its decoder reports damaged (\"Corrupt JPEG data\")\n"
+    "                    skips the series (raise, default) or is written as the decoder recovers\n"
+    "                    it, with a warning (warn)\n"
     "  -v, --verbose     list the files that are not DICOM images\n"
     "\n"
     "Exit status: 0 when every series was written; 11 when some series were skipped (they are\n"
@@ -425,13 +429,14 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   std::string format = "%s_%d";
   bool gzip = true, force_float = false, overwrite = false, verbose = false;
   unsigned threads = 0;
+  DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kDcm2niiUsage;
       return 0;
     }
-    if (a == "-o" || a == "-f" || a == "-z" || a == "--threads") {
+    if (a == "-o" || a == "-f" || a == "-z" || a == "--threads" || a == "--on-corrupt") {
       if (i + 1 >= args.size()) {
         err << "voxpipe dcm2nii: " << a << " needs a value\n" << kDcm2niiUsage;
         return kUsage;
@@ -447,6 +452,12 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
           return kUsage;
         }
         gzip = v != "n";
+      } else if (a == "--on-corrupt") {
+        if (v != "raise" && v != "warn") {
+          err << "voxpipe dcm2nii: --on-corrupt expects raise or warn, but received " << v << "\n";
+          return kUsage;
+        }
+        on_corrupt = v == "warn" ? DicomOnCorrupt::warn : DicomOnCorrupt::raise;
       } else {
         char* end = nullptr;
         const long l = std::strtol(v.c_str(), &end, 10);
@@ -574,7 +585,8 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     for (auto d : s.shape()) voxels *= d;
     std::vector<std::uint8_t> data(voxels * dtype_size(plan.dtype));
     try {
-      read_dicom_series(s, data, plan.dtype, threads);
+      for (std::string& w : read_dicom_series(s, data, plan.dtype, threads, on_corrupt))
+        warnings.push_back(std::move(w));
     } catch (const Error& e) {
       skip(std::string("error (") + error_code_name(e.code()) + "): " + e.what());
       continue;

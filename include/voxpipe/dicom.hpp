@@ -256,6 +256,12 @@ struct DicomPixelInfo {
 // `bytes`: the file's bytes, for a DicomFile from parse_dicom; empty: read from file.path.
 DicomPixelInfo dicom_pixel_info(const DicomFile& file, std::span<const std::uint8_t> bytes = {});
 
+// Damage a frame decoder detects but can decode past (libjpeg's "Corrupt JPEG data" warnings,
+// OpenJPEG's warnings of a damaged codestream): `raise` makes it Error(corrupt) naming the file,
+// the frame and the decoder's message; `warn` returns what the decoder recovered and reports the
+// damage among the warnings (docs/dicom.md lists what each codec detects).
+enum class DicomOnCorrupt : std::uint8_t { raise, warn };
+
 struct DicomDecodeOptions {
   // YBR_FULL / YBR_FULL_422 decoded to RGB (pydicom's default, as_rgb=True); false keeps YBR.
   bool as_rgb = true;
@@ -265,6 +271,7 @@ struct DicomDecodeOptions {
   // (pydicom's apply_modality_lut: the Modality LUT Sequence where present, else Rescale Slope
   // and Intercept, computed in float64; f32 is that float64 result rounded to float32).
   std::optional<DType> modality;
+  DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise;
 };
 
 // The bytes one frame of decode_dicom_frames output takes for these options.
@@ -276,11 +283,16 @@ std::uint64_t dicom_output_frame_bytes(const DicomPixelInfo& info, const DicomDe
 // were not read by read_dicom), or taken from `bytes` when given. Frames are decoded in parallel; memory beyond `out` is the
 // encoded bytes and one decoded frame per thread. Throws Error(invalid_argument) for frames
 // beyond the file's, Error(truncated / corrupt / format / unsupported) naming the file, the
-// frame and its offset for data that do not decode.
-void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std::uint64_t first,
-                         std::uint64_t count, std::span<std::uint8_t> out,
-                         const DicomDecodeOptions& options = {},
-                         std::span<const std::uint8_t> bytes = {});
+// frame and its offset for data that do not decode (or that a decoder reports damaged, unless
+// options.on_corrupt is warn). Returns the warnings, in frame order, each naming the file and
+// the frame: damage decoded past (on_corrupt warn), and what pydicom warns about without refusing
+// a frame (an RLE segment that decodes to more bytes than the frame holds). The library prints
+// nothing: callers pass them on (the Python layer as warnings.warn).
+std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info,
+                                             std::uint64_t first, std::uint64_t count,
+                                             std::span<std::uint8_t> out,
+                                             const DicomDecodeOptions& options = {},
+                                             std::span<const std::uint8_t> bytes = {});
 
 // The encoded bytes of each frame of encapsulated pixel data, as pydicom's generate_frames finds
 // them (Extended Offset Table, else Basic Offset Table, else one fragment per frame, one frame

@@ -127,8 +127,10 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
 // image's Rescale Slope and Intercept applied in float64, then rounded to f32). Images are
 // decoded in parallel on `threads` (0: all cores); memory beyond `out` is a frame per thread.
 // Error(format) when series.problem is set; Error(invalid_argument) for an `out` of the wrong
-// size or type.
-void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
-                       unsigned threads = 0);
+// size or type; the decoders' errors as decode_dicom_frames has them (`on_corrupt` as there).
+// Returns decode_dicom_frames' warnings, image by image.
+std::vector<std::string> read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out,
+                                           DType out_type, unsigned threads = 0,
+                                           DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise);
 
 }  // namespace voxpipe

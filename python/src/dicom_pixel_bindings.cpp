@@ -10,12 +10,25 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "gil.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 
 namespace nb = nanobind;
 using namespace voxpipe;
+
+namespace {
+
+// on_corrupt='raise' | 'warn' (voxpipe.dicom's spelling of DicomOnCorrupt).
+DicomOnCorrupt on_corrupt_of(const std::string& name, const std::string& path) {
+  if (name == "raise") return DicomOnCorrupt::raise;
+  if (name == "warn") return DicomOnCorrupt::warn;
+  throw Error(ErrorCode::invalid_argument, path, "on_corrupt",
+              "expected 'raise' or 'warn', but received '" + name + "'");
+}
+
+}  // namespace
 
 void bind_dicom_pixels(nb::module_& m) {
   nb::class_<DicomPixelInfo>(m, "DicomPixelInfo")
@@ -37,17 +50,18 @@ void bind_dicom_pixels(nb::module_& m) {
       .def_ro("shape", &DicomPixelInfo::shape);
 
   m.def("dicom_pixel_info", [](const DicomFile& file) { return dicom_pixel_info(file); },
-        nb::arg("file"), nb::call_guard<nb::gil_scoped_release>(),
+        nb::arg("file"), nb::call_guard<python::GilRelease>(),
         "The checked Image Pixel module of a parsed file and the shape and dtype of its frames.");
 
   m.def(
       "dicom_decode_frames",
       [](const DicomFile& file, const DicomPixelInfo& info, std::uint64_t first,
          std::uint64_t count, nb::ndarray<nb::c_contig, nb::device::cpu> out, bool as_rgb,
-         unsigned threads, std::optional<std::string> modality) {
+         unsigned threads, std::optional<std::string> modality, const std::string& on_corrupt) {
         DicomDecodeOptions options;
         options.as_rgb = as_rgb;
         options.threads = threads;
+        options.on_corrupt = on_corrupt_of(on_corrupt, file.path);
         if (modality) {
           const auto t = dtype_from_name(*modality);
           if (!t || (*t != DType::f32 && *t != DType::f64))
@@ -56,13 +70,15 @@ void bind_dicom_pixels(nb::module_& m) {
           options.modality = *t;
         }
         std::span<std::uint8_t> bytes(static_cast<std::uint8_t*>(out.data()), out.nbytes());
-        nb::gil_scoped_release release;
-        decode_dicom_frames(file, info, first, count, bytes, options);
+        python::GilRelease release;
+        return decode_dicom_frames(file, info, first, count, bytes, options);
       },
       nb::arg("file"), nb::arg("info"), nb::arg("first"), nb::arg("count"), nb::arg("out"),
       nb::arg("as_rgb") = true, nb::arg("threads") = 0, nb::arg("modality") = nb::none(),
+      nb::arg("on_corrupt") = "raise",
       "Decode frames [first, first + count) into the C-contiguous array `out` (pixel_array's "
-      "dtype, or float32/float64 with the modality transform).");
+      "dtype, or float32/float64 with the modality transform). Returns the decoders' warnings "
+      "(damage decoded past with on_corrupt='warn', RLE segments longer than the frame).");
 
   nb::class_<DicomScanResult>(m, "DicomScanResult")
       .def_ro("series", &DicomScanResult::series)
@@ -114,19 +130,22 @@ void bind_dicom_pixels(nb::module_& m) {
         return scan_dicom_series(paths, options);
       },
       nb::arg("paths"), nb::arg("threads") = 0, nb::arg("recursive") = true,
-      nb::arg("strict") = false, nb::call_guard<nb::gil_scoped_release>(),
+      nb::arg("strict") = false, nb::call_guard<python::GilRelease>(),
       "Parse the files under `paths` in parallel and assemble their series.");
 
   m.def(
       "dicom_read_series",
       [](const DicomSeries& series, nb::ndarray<nb::f_contig, nb::device::cpu> out,
-         const std::string& dtype, unsigned threads) {
+         const std::string& dtype, unsigned threads, const std::string& on_corrupt) {
         const auto t = dtype_from_name(dtype);
         if (!t) throw Error(ErrorCode::invalid_argument, "", "dtype", "unknown dtype " + dtype);
+        const DicomOnCorrupt damage = on_corrupt_of(on_corrupt, "");
         std::span<std::uint8_t> bytes(static_cast<std::uint8_t*>(out.data()), out.nbytes());
-        nb::gil_scoped_release release;
-        read_dicom_series(series, bytes, *t, threads);
+        python::GilRelease release;
+        return read_dicom_series(series, bytes, *t, threads, damage);
       },
       nb::arg("series"), nb::arg("out"), nb::arg("dtype"), nb::arg("threads") = 0,
-      "Read a series into the Fortran-ordered array `out` of series.shape.");
+      nb::arg("on_corrupt") = "raise",
+      "Read a series into the Fortran-ordered array `out` of series.shape; returns the "
+      "decoders' warnings.");
 }

@@ -8,10 +8,12 @@ default options (docs/dicom.md lists what differs).
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 
 from . import _core
+from .errors import CorruptDataWarning
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -22,6 +24,23 @@ def _file_of(ds_or_path):
     if core_file is not None:
         return core_file
     return _core.read_dicom(os.fspath(ds_or_path))
+
+
+ON_CORRUPT = ("raise", "warn")
+
+
+def check_on_corrupt(on_corrupt: str) -> str:
+    """``on_corrupt``: 'raise' (damage a decoder detects is a CorruptError) or 'warn' (what the
+    decoder recovers, with a CorruptDataWarning)."""
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be 'raise' or 'warn', not {on_corrupt!r}")
+    return on_corrupt
+
+
+def warn_all(messages, stacklevel: int = 3) -> None:
+    """The core's decode warnings as Python warnings (the library prints nothing)."""
+    for message in messages:
+        warnings.warn(message, CorruptDataWarning, stacklevel=stacklevel + 1)
 
 
 def _frames(info, index):
@@ -48,29 +67,36 @@ def pixel_info(ds_or_path):
 
 
 def pixel_array(ds_or_path, index: int | None = None, *, as_rgb: bool = True,
-                threads: int | None = None, info=None) -> np.ndarray:
+                threads: int | None = None, info=None, on_corrupt: str = "raise") -> np.ndarray:
     """The pixel data as pydicom's ``pixel_array`` gives it: shape (rows, columns[, samples]) or
     (frames, rows, columns[, samples]), dtype from BitsAllocated and PixelRepresentation (float
     for Float / Double Float Pixel Data), BitsStored applied, YBR_FULL/YBR_FULL_422 converted to
     RGB unless ``as_rgb=False``. ``index`` decodes one frame only (pydicom's
     ``pixel_array(path, index=...)``). Frames are decoded on ``threads`` threads (default: all
-    cores)."""
+    cores). ``on_corrupt``: damage a decoder detects in a compressed frame (libjpeg's "Corrupt
+    JPEG data", OpenJPEG's damage warnings) raises CorruptError ('raise', the default) or gives
+    what the decoder recovers with a CorruptDataWarning ('warn')."""
+    check_on_corrupt(on_corrupt)
     core_file = _file_of(ds_or_path)
     if info is None:
         info = _core.dicom_pixel_info(core_file)
     first, count, shape = _frames(info, index)
     out = np.empty(shape, dtype=info.dtype)
-    _core.dicom_decode_frames(core_file, info, first, count, out.reshape(-1).view(np.uint8),
-                              as_rgb=as_rgb, threads=threads or 0)
+    warn_all(_core.dicom_decode_frames(core_file, info, first, count,
+                                       out.reshape(-1).view(np.uint8), as_rgb=as_rgb,
+                                       threads=threads or 0, on_corrupt=on_corrupt))
     return out
 
 
 def modality_array(ds_or_path, dtype=np.float64, index: int | None = None, *,
-                   as_rgb: bool = True, threads: int | None = None, info=None) -> np.ndarray:
+                   as_rgb: bool = True, threads: int | None = None, info=None,
+                   on_corrupt: str = "raise") -> np.ndarray:
     """The pixel data with the modality transform applied, as pydicom's
     ``apply_modality_lut(ds.pixel_array, ds)`` (the Modality LUT Sequence where there is one,
     else Rescale Slope and Intercept when both are present), computed in float64 and returned as
-    ``dtype`` (float64 or float32: the float64 values rounded once)."""
+    ``dtype`` (float64 or float32: the float64 values rounded once). ``on_corrupt`` as in
+    ``pixel_array``."""
+    check_on_corrupt(on_corrupt)
     dt = np.dtype(dtype)
     if dt not in _FLOATS:
         raise ValueError(f"dtype must be float32 or float64, not {dt}")
@@ -79,6 +105,8 @@ def modality_array(ds_or_path, dtype=np.float64, index: int | None = None, *,
         info = _core.dicom_pixel_info(core_file)
     first, count, shape = _frames(info, index)
     out = np.empty(shape, dtype=dt)
-    _core.dicom_decode_frames(core_file, info, first, count, out.reshape(-1).view(np.uint8),
-                              as_rgb=as_rgb, threads=threads or 0, modality=_FLOATS[dt])
+    warn_all(_core.dicom_decode_frames(core_file, info, first, count,
+                                       out.reshape(-1).view(np.uint8), as_rgb=as_rgb,
+                                       threads=threads or 0, modality=_FLOATS[dt],
+                                       on_corrupt=on_corrupt))
     return out

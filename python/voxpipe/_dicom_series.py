@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import _core
+from . import _core, _dicom_pixels
 from .errors import FormatError, InvalidArgumentError
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
@@ -66,21 +66,27 @@ class Series:
         return ds
 
     def get_data(self, dtype=np.float32, out=None, threads: int | None = None, *,
-                 device=None) -> np.ndarray:
+                 device=None, on_corrupt: str = "raise") -> np.ndarray:
         """The volume: ``dtype`` float32 (default) or float64 with each image's Rescale Slope
         and Intercept applied (in float64, then rounded), or None for the stored values
         (pixel_array's dtype; ``slope``/``intercept`` say how to scale them when
         ``uniform_rescale``). ``out``: a Fortran-ordered array of ``shape`` to fill.
         ``device`` 'cuda', 'cuda:N' or a torch.device: the same values in a DeviceArray on that
         device (native pixel data converted there; other series decoded here, each slice streamed
-        to the device as it is decoded)."""
+        to the device as it is decoded). ``on_corrupt``: a compressed image its decoder reports
+        damaged raises CorruptError ('raise', the default), or 'warn': what the decoder recovers,
+        with a CorruptDataWarning (host arrays only)."""
         from . import _device
 
+        _dicom_pixels.check_on_corrupt(on_corrupt)
         ordinal = _device.parse_device(device)
         if ordinal is not None and out is not None:
             raise ValueError("out is a host array: it cannot be combined with a device")
         if ordinal is not None:
             _device.require_device(ordinal)
+            if on_corrupt != "raise":
+                raise InvalidArgumentError("on_corrupt='warn' reads into a host array: leave "
+                                           "device unset, or use on_corrupt='raise'")
         if self._s.problem:
             raise FormatError(f"series {self.series_number} ({self.series_description!r}, "
                               f"{self.series_instance_uid}) cannot be assembled: {self._s.problem}")
@@ -101,15 +107,17 @@ class Series:
         elif out.shape != self.shape or out.dtype != dt or not out.flags.f_contiguous:
             raise InvalidArgumentError(
                 f"out must be a Fortran-ordered {dt} array of shape {self.shape}")
-        _core.dicom_read_series(self._s, out, dt.name,
-                                threads=self._threads if threads is None else threads)
+        _dicom_pixels.warn_all(_core.dicom_read_series(
+            self._s, out, dt.name, threads=self._threads if threads is None else threads,
+            on_corrupt=on_corrupt))
         return out
 
-    def load(self, dtype=np.float32, threads: int | None = None):
+    def load(self, dtype=np.float32, threads: int | None = None, *, on_corrupt: str = "raise"):
         """The series as an in-memory ``vp.Nifti1Image`` (data from ``get_data(dtype)``, the RAS
-        affine as sform and qform, zooms, TR for 4D); ``img.dicom`` is this object."""
+        affine as sform and qform, zooms, TR for 4D); ``img.dicom`` is this object.
+        ``on_corrupt`` as in ``get_data``."""
         from ._image import Nifti1Image
-        data = self.get_data(dtype, threads=threads)
+        data = self.get_data(dtype, threads=threads, on_corrupt=on_corrupt)
         img = Nifti1Image(data, self.affine)
         zooms = [self.pixel_spacing[1], self.pixel_spacing[0], self.slice_spacing]
         if data.ndim == 4:
@@ -154,7 +162,8 @@ def scan(paths, threads: int | None = None, recursive: bool = True,
     return out
 
 
-def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None):
+def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None, *,
+               on_corrupt: str = "raise"):
     """A DICOM series as a ``vp.Nifti1Image``: the data (float32 with each image's rescale by
     default; ``dtype=None`` for the stored values), the RAS affine nibabel.nicom and dcm2niix
     agree on, and ``img.dicom`` (the Series: metadata, files, geometry checks).
@@ -162,7 +171,11 @@ def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None)
     ``paths``: a folder, a file, or a list of them. ``series``: which series when there are
     several: its index in ``vp.dicom.scan(paths)``, its SeriesNumber (an int that is not an
     index is taken as one), or its SeriesInstanceUID. Raises FormatError when the series cannot
-    be assembled (naming why), or when several series are found and none is chosen."""
+    be assembled (naming why), or when several series are found and none is chosen.
+    ``on_corrupt``: a compressed image its decoder reports damaged (libjpeg's "Corrupt JPEG
+    data", OpenJPEG's damage warnings) raises CorruptError ('raise', the default), or 'warn':
+    what the decoder recovers, with a voxpipe.errors.CorruptDataWarning."""
+    _dicom_pixels.check_on_corrupt(on_corrupt)
     found = scan(paths, threads=threads)
     if not found:
         raise FormatError(f"no DICOM images found under {paths!r} "
@@ -193,4 +206,4 @@ def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None)
             if len(matches) != 1:
                 raise InvalidArgumentError(f"{len(matches)} series have SeriesNumber {series}")
             chosen = matches[0]
-    return chosen.load(dtype, threads=threads)
+    return chosen.load(dtype, threads=threads, on_corrupt=on_corrupt)

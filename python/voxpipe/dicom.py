@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 import struct
 import zlib
 from typing import Any, Iterator
@@ -303,17 +304,27 @@ class _Source:
 
     def read(self, offset: int, length: int, tag: int) -> bytes:
         field = f"deferred value {Tag(tag)}"
+        # Opened without waiting (a FIFO that took the name would wait for a writer forever),
+        # then checked on the descriptor: the file that is read is the file that was checked.
         try:
-            size = os.stat(self.path).st_size
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             raise errors.VoxpipeFileNotFoundError(
                 f"{self.path}: {field}: the file no longer exists", self.path, field, offset
             ) from None
-        if size != self.size:
-            raise errors.VoxpipeIOError(
-                f"{self.path}: {field}: expected the file as read ({self.size} bytes), but it "
-                f"now has {size} bytes", self.path, field, offset)
-        with open(self.path, "rb") as f:
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "directory"
+                        if stat.S_ISDIR(st.st_mode) else "special file")
+                raise errors.VoxpipeIOError(
+                    f"{self.path}: {field}: expected a regular file, but found a {kind}",
+                    self.path, field, offset)
+            os.set_blocking(fd, True)
+            if st.st_size != self.size:
+                raise errors.VoxpipeIOError(
+                    f"{self.path}: {field}: expected the file as read ({self.size} bytes), but "
+                    f"it now has {st.st_size} bytes", self.path, field, offset)
             if not self.inflated:
                 f.seek(offset)
                 data = f.read(length)
@@ -616,9 +627,11 @@ class FileDataset(Dataset):
     ``transfer_syntax``, ``is_implicit_VR``, ``is_little_endian``, and where the pixel data lies:
     ``pixel_data_offset``, ``pixel_data_length``, ``pixel_data_fragments``."""
 
-    def __init__(self, core_file, stop_before_pixels: bool, size: int):
+    def __init__(self, core_file, stop_before_pixels: bool, size: int,
+                 on_corrupt: str = "raise"):
         source = _Source(core_file, size)
         self._file = core_file  # the parsed file (_core.DicomFile), for the pixel layer
+        self._on_corrupt = on_corrupt  # read(on_corrupt=...): the pixel_array property's
         pixel = core_file.pixel_data
         hidden = pixel.tag if (stop_before_pixels and pixel is not None) else None
         super().__init__(core_file.dataset, source, None, hidden)
@@ -685,25 +698,33 @@ class FileDataset(Dataset):
     @property
     def pixel_array(self) -> np.ndarray:
         """The pixel data as pydicom's ``Dataset.pixel_array``: same shape, dtype (native byte
-        order) and values; frames are decoded in parallel. Cached, as in pydicom."""
+        order) and values; frames are decoded in parallel. Cached, as in pydicom. A compressed
+        frame its decoder reports damaged raises CorruptError, unless the file was read with
+        ``on_corrupt='warn'`` (then: what the decoder recovers, with a CorruptDataWarning)."""
         arr = self.__dict__.get("_pixel_array")
         if arr is None:
             arr = self.__dict__["_pixel_array"] = _dicom_pixels.pixel_array(
-                self, info=self.pixel_info)
+                self, info=self.pixel_info, on_corrupt=self._on_corrupt)
         return arr
 
-    def pixel_array_frame(self, index: int, *, as_rgb: bool = True) -> np.ndarray:
-        """Frame `index` only (pydicom's ``pixel_array(path, index=...)``); nothing cached."""
-        return _dicom_pixels.pixel_array(self, index, as_rgb=as_rgb, info=self.pixel_info)
+    def pixel_array_frame(self, index: int, *, as_rgb: bool = True,
+                          on_corrupt: str | None = None) -> np.ndarray:
+        """Frame `index` only (pydicom's ``pixel_array(path, index=...)``); nothing cached.
+        ``on_corrupt``: 'raise' or 'warn' (default: the one ``read`` was given)."""
+        return _dicom_pixels.pixel_array(self, index, as_rgb=as_rgb, info=self.pixel_info,
+                                         on_corrupt=on_corrupt or self._on_corrupt)
 
     def get_fdata(self, dtype=np.float64, *, index: int | None = None,
-                  as_rgb: bool = True, threads: int | None = None) -> np.ndarray:
+                  as_rgb: bool = True, threads: int | None = None,
+                  on_corrupt: str | None = None) -> np.ndarray:
         """The pixel data with the modality transform applied, equal to pydicom's
         ``apply_modality_lut(ds.pixel_array, ds)``: the Modality LUT Sequence where present,
         else Rescale Slope and Intercept when both are, computed in float64; ``dtype=float32``
-        rounds those values once. Decoded and transformed in one pass; not cached."""
+        rounds those values once. Decoded and transformed in one pass; not cached.
+        ``on_corrupt``: 'raise' or 'warn' (default: the one ``read`` was given)."""
         return _dicom_pixels.modality_array(self, dtype, index, as_rgb=as_rgb, threads=threads,
-                                            info=self.pixel_info)
+                                            info=self.pixel_info,
+                                            on_corrupt=on_corrupt or self._on_corrupt)
 
     def _undefined_length(self, tag: int) -> int:
         pixel = self._file.pixel_data
@@ -744,7 +765,8 @@ def _defer_limit(defer_size) -> int:
 
 
 def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
-         stop_before_pixels: bool = False, force: bool = False) -> FileDataset:
+         stop_before_pixels: bool = False, force: bool = False,
+         on_corrupt: str = "raise") -> FileDataset:
     """Parse the DICOM file at `path`, as pydicom's ``dcmread``.
 
     defer_size: values longer than this many bytes (int, or "512 KB" / "1 MiB") are located but
@@ -755,9 +777,15 @@ def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
         ``pixel_data_offset``/``length`` still say where it is.
     force: also read files without the 128-byte preamble and "DICM" when their first element
         looks like DICOM (pydicom's force=True); without it they raise FormatError.
+    on_corrupt: what ``pixel_array`` (and by default ``get_fdata``, ``pixel_array_frame``) do
+        with a compressed frame whose decoder reports damage it can decode past (libjpeg's
+        "Corrupt JPEG data", OpenJPEG's damage warnings): 'raise' a CorruptError naming the
+        file, the frame and the decoder's message (default), or 'warn': return what the decoder
+        recovers, with a voxpipe.errors.CorruptDataWarning.
 
     Raises voxpipe.errors exceptions (FormatError, TruncatedError, ... : docs/dicom.md).
     """
+    _dicom_pixels.check_on_corrupt(on_corrupt)
     path = os.fspath(path)
     try:
         size = os.stat(path).st_size
@@ -766,7 +794,7 @@ def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
     core_file = _core.read_dicom(path, _defer_limit(defer_size),
                                  stop_at_pixel_data=stop_before_pixels,
                                  require_preamble=not force)
-    return FileDataset(core_file, stop_before_pixels, size)
+    return FileDataset(core_file, stop_before_pixels, size, on_corrupt)
 
 
 from ._dicom_series import ScanResult, Series, load_dicom, scan  # noqa: E402

@@ -73,6 +73,11 @@ class SkippedFileWarning(UserWarning):
     """A file that failed to load was skipped (``on_error="skip"``); the message names it."""
 
 
+class CorruptDataWarning(UserWarning):
+    """Data a decoder read past: damage it recovered from (DICOM ``on_corrupt="warn"``), or an
+    RLE segment longer than its frame. The message names the file, the frame and what was found."""
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -666,7 +667,8 @@ std::uint64_t dicom_output_frame_bytes(const DicomPixelInfo& info,
          dtype_size(*options.modality);
 }
 
-void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std::uint64_t first,
+std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info,
+                                             std::uint64_t first,
                          std::uint64_t count, std::span<std::uint8_t> out,
                          const DicomDecodeOptions& options, std::span<const std::uint8_t> bytes) {
   const std::string& name = file.path;
@@ -684,7 +686,7 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
     throw Error(ErrorCode::invalid_argument, name, "out",
                 "the output holds " + std::to_string(out.size()) + " bytes, " +
                     std::to_string(count) + " frames need " + std::to_string(count * out_frame));
-  if (count == 0) return;
+  if (count == 0) return {};
   const DicomPixelData& px = *file.pixel_data;
   const Source source(file, bytes);
   const Modality modality = options.modality ? read_modality(file, source) : Modality{};
@@ -754,7 +756,7 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
         frame_from(stored.data() + (fb - begin), fe - fb, fskip, logical, fb, first + k, swapped,
                    frame, scratch);
       });
-      return;
+      return {};
     }
     core::parallel_for(count, options.threads, [&](std::size_t k) {
       thread_local std::vector<std::uint8_t> buffer, swapped, frame, scratch;
@@ -780,7 +782,7 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
       const std::uint64_t logical = static_cast<std::uint64_t>(frame_length) * index;
       frame_from(target, fe - fb, skip, logical, fb, index, swapped, frame, scratch);
     });
-    return;
+    return {};
   }
 
   // Encapsulated frames.
@@ -790,6 +792,8 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
                 "holds " + std::to_string(frames.size()) + " frames, " +
                     std::to_string(first + count) + " are needed",
                 px.offset);
+  // Each frame's warnings in its own slot, so that they come back in frame order.
+  std::vector<std::vector<std::string>> frame_warnings(count);
   core::parallel_for(count, options.threads, [&](std::size_t k) {
     thread_local std::vector<std::uint8_t> encoded, frame, scratch;
     const std::uint64_t index = first + k;
@@ -831,14 +835,22 @@ void decode_dicom_frames(const DicomFile& file, const DicomPixelInfo& info, std:
       spec.is_signed = info.pixel_representation == 1;
       spec.planar_configuration = info.planar_configuration;
       spec.photometric = info.photometric;
-      const dicom::FrameOutcome outcome =
+      spec.recover_corrupt = options.on_corrupt == DicomOnCorrupt::warn;
+      dicom::FrameOutcome outcome =
           decode_encapsulated(info.codec, encoded, spec, std::span(dst, info.frame_bytes));
       photometric = outcome.photometric;
       sign_corrected = outcome.sign_corrected;
+      for (std::string& w : outcome.warnings)
+        frame_warnings[k].push_back(name + ": " + frame_field(index) + ": " + std::move(w));
     }
     finish_frame(dst, info, photometric, sign_corrected, options, name, index, offset);
     emit_frame(dst, out.data() + k * out_frame, info, options, modality);
   });
+  std::vector<std::string> warnings;
+  for (auto& w : frame_warnings)
+    warnings.insert(warnings.end(), std::make_move_iterator(w.begin()),
+                    std::make_move_iterator(w.end()));
+  return warnings;
 }
 
 }  // namespace voxpipe

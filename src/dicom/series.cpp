@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -708,14 +709,16 @@ namespace {
 // Decodes every image of the series into its plane (rows x columns of out_type) on `threads`:
 // into place(n) where that is not null, else into a buffer of the decoding thread. Each complete
 // plane is handed to done(n, plane) before the thread decodes anything else. One decode per
-// frame: the tiles of a mosaic share theirs.
-void decode_series_planes(const DicomSeries& series, DType out_type, unsigned threads,
-                          const std::function<std::uint8_t*(std::size_t n)>& place,
-                          const std::function<void(std::size_t n, std::span<const std::uint8_t>)>& done) {
+// frame: the tiles of a mosaic share theirs. Returns the decoders' warnings, in image order.
+std::vector<std::string> decode_series_planes(
+    const DicomSeries& series, DType out_type, unsigned threads, DicomOnCorrupt on_corrupt,
+    const std::function<std::uint8_t*(std::size_t n)>& place,
+    const std::function<void(std::size_t n, std::span<const std::uint8_t>)>& done) {
   const std::uint64_t plane = std::uint64_t(series.rows) * series.columns;
   const std::size_t plane_bytes = static_cast<std::size_t>(plane * dtype_size(out_type));
   DicomDecodeOptions one;
   one.threads = 1;
+  one.on_corrupt = on_corrupt;
   std::vector<std::vector<std::size_t>> jobs;
   {
     std::map<std::pair<const DicomFile*, std::uint64_t>, std::size_t> job_of;
@@ -743,6 +746,7 @@ void decode_series_planes(const DicomSeries& series, DType out_type, unsigned th
       apply_modality(values, in, dst, out_type, count, rescale);
     }
   };
+  std::vector<std::vector<std::string>> job_warnings(jobs.size());
   const auto decode_job = [&](std::size_t j) {
     thread_local std::vector<std::uint8_t> own_plane;
     // Where image n's plane is written, and its hand-over once it is complete.
@@ -759,13 +763,14 @@ void decode_series_planes(const DicomSeries& series, DType out_type, unsigned th
     if (first.tile_grid == 0 && out_type == info.dtype) {
       // Straight into its place.
       std::uint8_t* dst = target(jobs[j].front());
-      decode_dicom_frames(*first.file, info, first.frame, 1, std::span(dst, plane_bytes), one);
+      job_warnings[j] =
+          decode_dicom_frames(*first.file, info, first.frame, 1, std::span(dst, plane_bytes), one);
       finished(jobs[j].front(), dst);
       return;
     }
     thread_local std::vector<std::uint8_t> frame;
     frame.resize(info.frame_bytes);
-    decode_dicom_frames(*first.file, info, first.frame, 1, frame, one);
+    job_warnings[j] = decode_dicom_frames(*first.file, info, first.frame, 1, frame, one);
     if (first.tile_grid == 0) {
       std::uint8_t* dst = target(jobs[j].front());
       emit(first, frame.data(), plane, dst);
@@ -796,20 +801,27 @@ void decode_series_planes(const DicomSeries& series, DType out_type, unsigned th
       throw Error(e.code(), e.path(), e.field(), e.detail(), file.pixel_data->offset);
     }
   });
+  std::vector<std::string> warnings;
+  for (auto& w : job_warnings)
+    warnings.insert(warnings.end(), std::make_move_iterator(w.begin()),
+                    std::make_move_iterator(w.end()));
+  return warnings;
 }
 
 }  // namespace
 
-void read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out, DType out_type,
-                       unsigned threads) {
+std::vector<std::string> read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out,
+                                           DType out_type, unsigned threads,
+                                           DicomOnCorrupt on_corrupt) {
   const std::string name = dicom::check_series_read(series, out_type);
   const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
   if (out.size() != plane_bytes * series.images.size())
     throw Error(ErrorCode::invalid_argument, name, "out",
                 "holds " + std::to_string(out.size()) + " bytes, the series needs " +
                     std::to_string(plane_bytes * series.images.size()));
-  decode_series_planes(
-      series, out_type, threads, [&](std::size_t n) { return out.data() + n * plane_bytes; },
+  return decode_series_planes(
+      series, out_type, threads, on_corrupt,
+      [&](std::size_t n) { return out.data() + n * plane_bytes; },
       [](std::size_t, std::span<const std::uint8_t>) {});
 }
 
@@ -820,7 +832,8 @@ void decode_dicom_series(const DicomSeries& series, DType out_type, unsigned thr
   check_series_read(series, out_type);
   const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
   decode_series_planes(
-      series, out_type, threads, [](std::size_t) -> std::uint8_t* { return nullptr; },
+      series, out_type, threads, DicomOnCorrupt::raise,
+      [](std::size_t) -> std::uint8_t* { return nullptr; },
       [&](std::size_t n, std::span<const std::uint8_t> bytes) { deliver(n * plane_bytes, std::as_bytes(bytes)); });
 }
 

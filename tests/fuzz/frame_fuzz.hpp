@@ -5,6 +5,12 @@
 // fills the whole output (two decodes into differently pre-filled buffers must agree, so no byte
 // is left unwritten) with an outcome the target accepts, and refuses an output of the wrong size
 // (as invalid_argument, or as unsupported when it refuses the stream before looking at the output).
+// Damage: a decode that succeeds reports no damage (only RLE's pydicom-style overrun warnings may
+// come back), and the target checks it against its reference decoder (the library called
+// directly, or a plain reimplementation): the reference must accept the frame, without a warning
+// of damage, and give the same samples, so that a frame the reference flags is never returned as
+// data. With FrameSpec::recover_corrupt the decoder may return what it recovers, but only with a
+// warning when the default decode refused the frame, and the same frame when it did not.
 #pragma once
 
 #include <cstdint>
@@ -40,14 +46,26 @@ int fuzz_frame(const std::uint8_t* data, std::size_t size, FrameDecoder decode,
       std::size_t{spec.rows} * spec.columns * spec.samples * spec.bits_allocated / 8;
   std::vector<std::uint8_t> a(n, 0x00), b(n, 0xFF);
   bool decoded = false;
+  dicom::FrameOutcome outcome;
   try {
-    check_outcome(spec, decode(src, spec, a));
+    outcome = decode(src, spec, a);
     decoded = true;
   } catch (const Error&) {
   }
   if (decoded) {
+    check_outcome(spec, outcome, src, std::span<const std::uint8_t>(a));
     decode(src, spec, b);  // the same input decodes again, to the same values
     if (a != b) std::abort();
+  }
+  dicom::FrameSpec recover = spec;
+  recover.recover_corrupt = true;
+  std::vector<std::uint8_t> c(n, 0x55);
+  try {
+    const dicom::FrameOutcome recovered = decode(src, recover, c);
+    if (decoded && (c != a || recovered.warnings != outcome.warnings)) std::abort();
+    if (!decoded && recovered.warnings.empty()) std::abort();  // refused only for damage
+  } catch (const Error&) {
+    if (decoded) std::abort();
   }
   std::vector<std::uint8_t> wrong(n + 1);
   try {

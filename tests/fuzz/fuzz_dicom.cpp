@@ -67,7 +67,17 @@ void check_pixels(const DicomFile& f, std::span<const std::uint8_t> bytes) {
     DicomDecodeOptions options;
     options.threads = 1;
     std::vector<std::uint8_t> out(info.frame_bytes * info.number_of_frames);
-    decode_dicom_frames(f, info, 0, info.number_of_frames, out, options, bytes);
+    const auto warnings =
+        decode_dicom_frames(f, info, 0, info.number_of_frames, out, options, bytes);
+    // Damage decoded past: the frames a default decode accepts come back the same, with the same
+    // warnings (pydicom-style notes only: damage was an error above).
+    DicomDecodeOptions recover = options;
+    recover.on_corrupt = DicomOnCorrupt::warn;
+    std::vector<std::uint8_t> recovered(out.size());
+    if (decode_dicom_frames(f, info, 0, info.number_of_frames, recovered, recover, bytes) !=
+            warnings ||
+        recovered != out)
+      std::abort();
     options.modality = DType::f64;
     options.as_rgb = false;
     std::vector<std::uint8_t> scaled(dicom_output_frame_bytes(info, options));

@@ -274,3 +274,22 @@ def test_missing_input_and_unwritable_output(tmp_path):
     write_series(tmp_path / 'dicom', slices=2)
     r = run_cli(str(tmp_path / 'dicom'), '-o', str(tmp_path / 'file' / 'sub'))
     assert r.returncode == 4, r.stderr
+
+
+def test_decoder_warnings_reach_the_output_and_on_corrupt_is_checked(tmp_path):
+    """An RLE segment one byte longer than its frame (pydicom warns, and so does dcm2nii, on
+    stdout and in the sidecar); --on-corrupt takes raise or warn only."""
+    from pydicom.data import get_testdata_file
+    from pydicom.encaps import encapsulate, generate_frames
+    ds = pydicom.dcmread(get_testdata_file('MR_small_RLE.dcm'))
+    frame = next(generate_frames(ds.PixelData, number_of_frames=1))
+    ds.PixelData = encapsulate([frame + b'\x00\x07'])
+    (tmp_path / 'dicom').mkdir()
+    ds.save_as(tmp_path / 'dicom' / 'rle.dcm')
+    r = run_cli(str(tmp_path / 'dicom'), '-o', str(tmp_path / 'out'), '--on-corrupt', 'warn')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'RLE segment 1 decodes to 4097 bytes' in r.stdout, r.stdout
+    sidecar = json.loads(next((tmp_path / 'out').glob('*.json')).read_text())
+    assert any('RLE segment 1' in w for w in sidecar['Warnings']), sidecar
+    r = run_cli(str(tmp_path / 'dicom'), '-o', str(tmp_path / 'out2'), '--on-corrupt', 'ignore')
+    assert r.returncode == 2 and '--on-corrupt expects raise or warn' in r.stderr, r.stderr

@@ -188,3 +188,100 @@ def test_bits_stored_below_the_codestream_precision(tmp_path, syntax):
     got = vp.dicom.read(out).pixel_array
     np.testing.assert_array_equal(got, ref)
     assert (ref.max() > 63) == (syntax != 'RLELossless')
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged compressed frames (issue 17): damage a decoder detects is an error by default.
+
+def _zero_burst(tmp_path, name: str, where: float) -> Path:
+    """pydicom's test file `name` with 16 bytes zeroed at `where` (a fraction) of its first
+    frame's entropy-coded data (after the SOS segment, before EOI)."""
+    from pydicom.encaps import encapsulate, generate_frames
+    ds = pydicom.dcmread(os.path.join(DATA_ROOT, 'test_files', name))
+    frames = list(generate_frames(ds.PixelData, number_of_frames=1))
+    frame = bytearray(frames[0])
+    sos = frame.index(b'\xff\xda')
+    start = sos + 2 + int.from_bytes(frame[sos + 2:sos + 4], 'big')
+    at = start + int((len(frame) - 2 - start) * where) - 8
+    frame[at:at + 16] = bytes(16)
+    ds.PixelData = encapsulate([bytes(frame)])
+    out = tmp_path / f'burst_{name}'
+    ds.save_as(out)
+    return out
+
+
+def _pydicom_pixels(path, plugin):
+    from pydicom.pixels import pixel_array
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return pixel_array(os.fspath(path), decoding_plugin=plugin)
+
+
+# (file, where): libjpeg reports "Corrupt JPEG data" on each; pydicom's pylibjpeg plugin
+# raises on the first, and decodes the second without a word.
+BURSTS = [('SC_rgb_jpeg_dcmtk.dcm', 0.3, True), ('SC_jpeg_no_color_transform.dcm', 0.5, False)]
+
+
+@pytest.mark.parametrize('name,where,pylibjpeg_raises', BURSTS, ids=[b[0] for b in BURSTS])
+def test_a_zeroed_burst_in_a_jpeg_frame_is_a_corrupt_error(tmp_path, name, where,
+                                                           pylibjpeg_raises):
+    path = _zero_burst(tmp_path, name, where)
+    if pylibjpeg_raises:
+        with pytest.raises(Exception):
+            _pydicom_pixels(path, 'pylibjpeg')
+    ds = vp.dicom.read(path)
+    with pytest.raises(vp.errors.CorruptError) as info:
+        ds.pixel_array
+    message = str(info.value)
+    assert os.fspath(path) in message and 'frame 0' in message
+    assert 'Corrupt JPEG data' in message and "on_corrupt='warn'" in message
+    with pytest.raises(vp.errors.CorruptError):
+        ds.get_fdata()
+
+
+@pytest.mark.parametrize('name,where,pylibjpeg_raises', BURSTS, ids=[b[0] for b in BURSTS])
+def test_on_corrupt_warn_returns_what_libjpeg_recovers(tmp_path, name, where, pylibjpeg_raises):
+    path = _zero_burst(tmp_path, name, where)
+    with pytest.warns(vp.errors.CorruptDataWarning, match='frame 0: JPEG: Corrupt JPEG data'):
+        arr = vp.dicom.read(path, on_corrupt='warn').pixel_array
+    try:
+        recovered = _pydicom_pixels(path, 'gdcm')  # GDCM's libjpeg decodes past some damage
+    except RuntimeError:
+        recovered = None
+    if recovered is not None:
+        np.testing.assert_array_equal(arr, recovered)
+    # The lines before the burst decode as in the intact file (sequential JPEG).
+    intact = reference(os.path.join(DATA_ROOT, 'test_files', name))[1]
+    lines = int(intact.shape[0] * where * 0.5)
+    np.testing.assert_array_equal(arr[:lines], intact[:lines])
+    ds = vp.dicom.read(path)
+    with pytest.warns(vp.errors.CorruptDataWarning):
+        np.testing.assert_array_equal(ds.pixel_array_frame(0, on_corrupt='warn'), arr)
+    with pytest.warns(vp.errors.CorruptDataWarning):
+        ds.get_fdata(on_corrupt='warn')
+    with pytest.raises(ValueError, match='on_corrupt'):
+        vp.dicom.read(path, on_corrupt='ignore')
+
+
+def test_an_rle_segment_longer_than_the_frame_warns_as_pydicom(tmp_path):
+    from pydicom.encaps import encapsulate, generate_frames
+    ds = pydicom.dcmread(os.path.join(DATA_ROOT, 'test_files', 'MR_small_RLE.dcm'))
+    frame = next(generate_frames(ds.PixelData, number_of_frames=1))
+    ds.PixelData = encapsulate([frame + b'\x00\x07'])  # a literal run of one byte more
+    path = tmp_path / 'rle_long.dcm'
+    ds.save_as(path)
+    from pydicom.pixels import pixel_array
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter('always')
+        reference = pixel_array(os.fspath(path), decoding_plugin='pydicom')
+    assert any('non-conformant padding' in str(w.message) for w in seen)
+    with pytest.warns(vp.errors.CorruptDataWarning,
+                      match='frame 0: RLE segment 1 decodes to 4097 bytes, but the frame holds 4096'):
+        arr = vp.dicom.read(path).pixel_array
+    np.testing.assert_array_equal(arr, reference)
+    # The series path passes the warning on too (the volume is (columns, rows, slices)).
+    with pytest.warns(vp.errors.CorruptDataWarning, match='RLE segment 1'):
+        img = vp.load_dicom(path, dtype=None)
+    np.testing.assert_array_equal(np.asarray(img.dataobj)[:, :, 0], reference.T)
+    with pytest.raises(ValueError, match='on_corrupt'):
+        vp.load_dicom(path, on_corrupt='ignore')

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace voxpipe::dicom {
 
@@ -29,6 +30,11 @@ struct FrameSpec {
   bool is_signed = false;           // PixelRepresentation 1: the output type is signed
   std::uint32_t planar_configuration = 0;  // as stored in the dataset
   std::string_view photometric;     // (0028,0004) as stored, e.g. "MONOCHROME2", "YBR_FULL_422"
+  // Damage the decoder detects but decodes past (libjpeg's "Corrupt JPEG data" warnings,
+  // OpenJPEG's warnings of a damaged codestream, bytes skipped before a JPEG marker): false, an
+  // Error(corrupt); true, the frame is decoded as far as the decoder can and the decoder's
+  // message is added to FrameOutcome::warnings.
+  bool recover_corrupt = false;
 };
 
 struct FrameOutcome {
@@ -40,6 +46,10 @@ struct FrameOutcome {
   // PixelRepresentation 1, JPEG 2000 MONOCHROME), so the pixel layer must not apply
   // correct_unused_bits.
   bool sign_corrected = false;
+  // What the caller should pass on as warnings, each naming what was found: damage decoded past
+  // (only with FrameSpec::recover_corrupt), and what pydicom warns about without refusing the
+  // frame (an RLE segment that decodes to more bytes than the frame holds).
+  std::vector<std::string> warnings;
 };
 
 // Each function decodes `src`, the concatenated fragments of one frame, into `out`, which holds
@@ -48,7 +58,9 @@ struct FrameOutcome {
 // configuration, each value as pydicom's pixel_array has it in an array of that integer type
 // (signed when is_signed). Errors (voxpipe::Error) name spec.name, the field "frame N" and
 // spec.offset:
-//   Error(corrupt)     the stream does not decode (bad markers, Huffman codes, segment offsets);
+//   Error(corrupt)     the stream does not decode (bad markers, Huffman codes, segment offsets),
+//                      or the decoder reports damage it could decode past (unless
+//                      spec.recover_corrupt: then a warning in the outcome);
 //   Error(format)      it decodes to something the dataset contradicts (size, components);
 //   Error(unsupported) a valid stream this build does not decode (e.g. 12-bit lossy JPEG).
 

@@ -20,6 +20,15 @@ namespace voxpipe::dicom::codec_support {
               std::move(detail), spec.offset);
 }
 
+// Damage a decoder found and could decode past: Error(corrupt) naming the frame, or with
+// spec.recover_corrupt a warning in `outcome` (the decoder then carries on).
+inline void damaged(const FrameSpec& spec, FrameOutcome& outcome, std::string detail) {
+  if (!spec.recover_corrupt)
+    fail(spec, ErrorCode::corrupt,
+         std::move(detail) + " (on_corrupt='warn' decodes past it, with a warning)");
+  outcome.warnings.push_back(std::move(detail));
+}
+
 // Samples in the frame (rows * columns * samples), checked against `out`: the caller's contract.
 std::uint64_t checked_sample_count(const FrameSpec& spec, std::span<const std::uint8_t> out);
 

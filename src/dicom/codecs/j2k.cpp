@@ -12,6 +12,8 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "dicom/codecs/codec.hpp"
 #include "dicom/codecs/codec_support.hpp"
@@ -121,6 +123,40 @@ void on_error(const char* msg, void* user) {
 }
 void on_quiet(const char*, void*) {}
 
+// OpenJPEG reports damage it decodes past as warnings, among warnings about valid but unusual
+// codestreams (e.g. "Non conformant codestream TPsot==TNsot", which pydicom's own test files
+// give, or JP2 boxes it ignores). Its messages are all there is to tell them apart: these are
+// the ones that say the data are damaged (malformed HT code-blocks, a stream that ends early,
+// lengths that disagree with the stream, missing SOP/EPH markers, bad termination).
+bool warns_of_damage(std::string_view msg) {
+  static constexpr std::string_view kDamage[] = {
+      "Malformed", "malformed", "Corrupt",      "corrupt",      "Stream too short",
+      "inconsistent", "truncat", "Expected SOP", "Expected EPH", "PTERM",
+      "too long",     "giving up", "Incomplete", "incomplete"};
+  for (std::string_view d : kDamage)
+    if (msg.find(d) != std::string_view::npos) return true;
+  return false;
+}
+
+// The damage warnings, in order (the first kept in full, the rest counted).
+struct Warnings {
+  std::string first;
+  unsigned count = 0;
+};
+void on_warning(const char* msg, void* user) {
+  // A message OpenJPEG shows once per process cannot decide about a frame: later decodes of the
+  // same damage would pass.
+  if (msg == nullptr || !warns_of_damage(msg) ||
+      std::string_view(msg).find("will not be displayed again") != std::string_view::npos)
+    return;
+  auto* w = static_cast<Warnings*>(user);
+  if (w->count++ == 0) {
+    w->first = msg;
+    while (!w->first.empty() && (w->first.back() == '\n' || w->first.back() == ' '))
+      w->first.pop_back();
+  }
+}
+
 struct CodecDeleter {
   void operator()(opj_codec_t* c) const noexcept { opj_destroy_codec(c); }
 };
@@ -163,7 +199,8 @@ FrameOutcome decode_j2k_frame(std::span<const std::uint8_t> src, const FrameSpec
   std::unique_ptr<opj_stream_t, StreamDeleter> stream(opj_stream_create(64 * 1024, OPJ_TRUE));
   if (!codec || !stream) fail(spec, ErrorCode::limit, "JPEG 2000: cannot create a decoder");
   opj_set_error_handler(codec.get(), on_error, &message);
-  opj_set_warning_handler(codec.get(), on_quiet, nullptr);
+  Warnings warnings;
+  opj_set_warning_handler(codec.get(), on_warning, &warnings);
   opj_set_info_handler(codec.get(), on_quiet, nullptr);
   opj_stream_set_user_data(stream.get(), &memory, nullptr);
   opj_stream_set_user_data_length(stream.get(), src.size());
@@ -213,10 +250,16 @@ FrameOutcome decode_j2k_frame(std::span<const std::uint8_t> src, const FrameSpec
   if (!opj_decode(codec.get(), stream.get(), image.get())) library_error("decode");
   if (!opj_end_decompress(codec.get(), stream.get())) library_error("end of codestream");
   check_components(true);
+  FrameOutcome outcome;
+  if (warnings.count != 0) {
+    std::string warning = "JPEG 2000: " + warnings.first;
+    if (warnings.count > 1)
+      warning += " (and " + std::to_string(warnings.count - 1) + " more OpenJPEG warnings)";
+    codec_support::damaged(spec, outcome, std::move(warning));
+  }
 
   const std::string_view pi = spec.photometric;
   const bool monochrome = pi == "MONOCHROME1" || pi == "MONOCHROME2";
-  FrameOutcome outcome;
   outcome.photometric = (pi == "YBR_ICT" || pi == "YBR_RCT") ? "RGB" : std::string(pi);
   outcome.sign_corrected = monochrome;
 

@@ -27,7 +27,8 @@ namespace {
 
 using codec_support::fail;
 
-enum class JobResult { ok, corrupt, format, unsupported };
+// damaged: a warning of damage stopped the decode (FrameSpec::recover_corrupt false).
+enum class JobResult { ok, corrupt, damaged, format, unsupported };
 
 // Everything the setjmp scope touches is plain data: a longjmp must not skip destructors.
 struct JpegJob {
@@ -36,8 +37,12 @@ struct JpegJob {
   std::uint8_t* dst;  // rows * columns * samples bytes
   std::uint32_t rows, columns, samples;
   bool keep_ycc;
+  bool recover;  // FrameSpec::recover_corrupt
   JobResult result = JobResult::ok;
   char message[JMSG_LENGTH_MAX + 64] = {};
+  // Damage decoded past (recover only): how many warnings, and the first one's text.
+  unsigned damage_count = 0;
+  char damage[JMSG_LENGTH_MAX] = {};
 };
 
 struct ErrorManager {
@@ -45,6 +50,8 @@ struct ErrorManager {
   std::jmp_buf jump;
   JobResult result;
   char message[JMSG_LENGTH_MAX];
+  JpegJob* job;
+  bool finishing;  // every scanline is out; jpeg_finish_decompress reads up to EOI
 };
 
 [[noreturn]] void on_error_exit(j_common_ptr cinfo) {
@@ -55,10 +62,32 @@ struct ErrorManager {
   std::longjmp(err->jump, 1);
 }
 
-// Warnings are not printed. The one that means the data ran out (libjpeg then pads with zeros)
-// is an error: the frame is truncated.
+// libjpeg decodes past damage with a warning (level -1) and nothing else to show for it: the
+// "Corrupt JPEG data: ..." family (bad Huffman code, premature end of data segment, extraneous
+// bytes before a marker, a wrong RST marker), invalid scan parameters, and data that run out
+// (it pads with zeros: the frame is truncated). TurboJPEG reports them all as TJERR_WARNING.
+// Here they are damage (FrameSpec::recover_corrupt decides), except
+//  - an unknown JFIF revision or Adobe transform code: metadata this decode does not use (the
+//    colour space is set below, as GDCM sets it);
+//  - the end of the data while jpeg_finish_decompress looks for EOI after the last scanline:
+//    every sample is out, and encoders that leave EOI out exist;
+// and data that run out before the last scanline are always an error.
 void on_emit_message(j_common_ptr cinfo, int level) {
-  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
+  if (level >= 0) return;  // trace messages
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  const int code = cinfo->err->msg_code;
+  if (code == JWRN_JFIF_MAJOR || code == JWRN_ADOBE_XFORM) return;
+  if (code == JWRN_JPEG_EOF) {
+    if (err->finishing) return;
+    on_error_exit(cinfo);
+  }
+  JpegJob& job = *err->job;
+  if (!job.recover) {
+    (*cinfo->err->format_message)(cinfo, err->message);
+    err->result = JobResult::damaged;
+    std::longjmp(err->jump, 1);
+  }
+  if (job.damage_count++ == 0) (*cinfo->err->format_message)(cinfo, job.damage);
 }
 
 void on_output_message(j_common_ptr) {}
@@ -72,6 +101,8 @@ void run_job(JpegJob& job) {
   err.pub.emit_message = on_emit_message;
   err.pub.output_message = on_output_message;
   err.result = JobResult::ok;
+  err.job = &job;
+  err.finishing = false;
   if (setjmp(err.jump) != 0) {
     jpeg_destroy_decompress(&cinfo);
     job.result = err.result;
@@ -125,8 +156,10 @@ void run_job(JpegJob& job) {
       return;
     }
   }
-  // No jpeg_finish_decompress: every sample is out, and what follows the last scan (an EOI that
-  // a writer left out) does not change them.
+  // The rest of the scan up to EOI: damage there (bytes left over in the entropy-coded data
+  // after the last block, which a burst of damage inside it often leaves) is only seen here.
+  err.finishing = true;
+  jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
 }
 
@@ -156,7 +189,8 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
     widened.resize(count);
     dst = widened.data();
   }
-  JpegJob job{src.data(), src.size(), dst, spec.rows, spec.columns, spec.samples, keep_ycc};
+  JpegJob job{src.data(), src.size(), dst, spec.rows, spec.columns, spec.samples, keep_ycc,
+              spec.recover_corrupt};
   run_job(job);
   switch (job.result) {
     case JobResult::ok:
@@ -168,6 +202,15 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
            std::string("JPEG: ") + job.message + " (12-bit lossy JPEG needs libjpeg-turbo 3)");
     case JobResult::corrupt:
       fail(spec, ErrorCode::corrupt, std::string("JPEG: ") + job.message);
+    case JobResult::damaged:
+      codec_support::damaged(spec, outcome, std::string("JPEG: ") + job.message);
+      break;
+  }
+  if (job.damage_count != 0) {
+    std::string warning = std::string("JPEG: ") + job.damage;
+    if (job.damage_count > 1)
+      warning += " (and " + std::to_string(job.damage_count - 1) + " more libjpeg warnings)";
+    codec_support::damaged(spec, outcome, std::move(warning));
   }
   if (spec.bits_allocated != 8) {
     for (std::uint64_t i = 0; i < count; ++i) {

@@ -19,8 +19,9 @@
 // Scans other than Ss 0, Se 63, Ah 0, Al 0 are corrupt for a sequential frame, as libjpeg has them
 // (pydicom refuses JPEG-lossy.dcm, whose scan ends at Se 0). Restart intervals (DRI / RSTn) are
 // supported; entropy-coded data that ends (or meets a marker) before the scan is complete is
-// corrupt. Three components, progressive, lossless, hierarchical and arithmetic-coded frames are
-// refused as unsupported.
+// corrupt; bytes left over before an RSTn or after the scan, and an RSTn out of order, are damage
+// decoded past (FrameSpec::recover_corrupt), as libjpeg warns about them. Three components,
+// progressive, lossless, hierarchical and arithmetic-coded frames are refused as unsupported.
 #include "dicom/codecs/jpeg12.hpp"
 
 #include <algorithm>
@@ -166,22 +167,14 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
   const std::uint32_t block_rows = (frame.rows + 7) / 8, block_columns = (frame.columns + 7) / 8;
   BitReader reader(data, end);
   std::uint64_t mcus_left = restart_interval ? restart_interval : UINT64_MAX;
+  std::uint32_t restarts = 0;  // restart intervals ended: the next RSTn is RST(restarts % 8)
   std::int32_t dc = 0;
   std::array<std::int32_t, 64> coefficients{};
   std::array<std::uint16_t, 64> samples{};
   for (std::uint32_t by = 0; by < block_rows; ++by) {
     for (std::uint32_t bx = 0; bx < block_columns; ++bx) {
       if (mcus_left == 0) {
-        // Restart: the data must be at an RSTn marker; the bits left in the buffer are padding.
-        if (reader.overran()) ctx.corrupt("entropy-coded data ends before the restart interval");
-        const std::uint8_t* p = reader.position();
-        while (p + 1 < end && !(p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7)) {
-          if (p[0] == 0xFF && p[1] != 0x00 && p[1] != 0xFF) break;
-          ++p;
-        }
-        if (!(p + 1 < end && p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7))
-          ctx.corrupt("expected an RSTn marker after a restart interval");
-        reader = BitReader(p + 2, end);
+        reader = BitReader(next_restart(reader, end, restarts, ctx), end);
         mcus_left = restart_interval;
         dc = 0;
       }
@@ -198,6 +191,7 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
     }
     if (reader.overran()) ctx.corrupt("entropy-coded data ends before the scan is complete");
   }
+  check_scan_end(reader, end, ctx);
   return reader.position();
 }
 
@@ -205,7 +199,8 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
 
 FrameOutcome decode_jpeg12_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
                                  std::span<std::uint8_t> out) {
-  const Context ctx{spec};
+  FrameOutcome outcome{std::string(spec.photometric), false, {}};
+  const Context ctx{spec, outcome};
   codec_support::checked_sample_count(spec, out);
   if (spec.samples != 1)
     ctx.fail(ErrorCode::unsupported,
@@ -334,7 +329,7 @@ FrameOutcome decode_jpeg12_frame(std::span<const std::uint8_t> src, const FrameS
   if (!frame.present) ctx.corrupt("no SOF frame header");
   if (!scanned) ctx.corrupt("no scan of the frame's component");
   // No EOI needed: every sample is out (what follows the scan does not change them).
-  return FrameOutcome{std::string(spec.photometric), false};
+  return outcome;
 }
 
 }  // namespace voxpipe::dicom

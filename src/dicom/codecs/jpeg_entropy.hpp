@@ -13,13 +13,18 @@
 
 namespace voxpipe::dicom::jpeg_entropy {
 
-// Error codes of a decoder, thrown from nested helpers with the frame's context.
+// Error codes of a decoder, thrown from nested helpers with the frame's context; damage the
+// decoder can decode past goes to codec_support::damaged (an error, or a warning in `outcome`).
 struct Context {
   const FrameSpec& spec;
+  FrameOutcome& outcome;
   [[noreturn]] void fail(ErrorCode code, const std::string& detail) const {
     codec_support::fail(spec, code, detail);
   }
   [[noreturn]] void corrupt(const std::string& detail) const { fail(ErrorCode::corrupt, detail); }
+  void damaged(std::string detail) const {
+    codec_support::damaged(spec, outcome, std::move(detail));
+  }
 };
 
 // Canonical Huffman table (T.81 Annex C) with a 9-bit first-level lookup: most codes (lossless
@@ -100,6 +105,11 @@ class BitReader {
   int count() const { return count_; }
   // True when decoding used zero bits fed past the end of the data.
   bool overran() const { return count_ < padding_; }
+  // Whole bytes of data taken into the buffer but not decoded (the bits of a partly used byte
+  // are the encoder's padding).
+  std::size_t unread_bytes() const {
+    return count_ > padding_ ? static_cast<std::size_t>(count_ - padding_) / 8 : 0;
+  }
   // Where the marker parser continues: the first byte not yet taken into the buffer.
   const std::uint8_t* position() const { return p_; }
 
@@ -126,6 +136,46 @@ inline int decode_symbol(BitReader& r, const HuffmanTable& t, const Context& ctx
     }
   }
   ctx.corrupt("bad Huffman code in the entropy-coded data");
+}
+
+// The end of a restart interval: the entropy-coded data must be followed by RSTn, n the
+// interval's number modulo 8; returns the data after it, counting the intervals in `restarts`.
+// Data left over before the marker, or the wrong RSTn, are damage (libjpeg's "Corrupt JPEG data:
+// N extraneous bytes before marker" / "found marker 0xN instead of RSTn", decoded past);
+// entropy-coded data that end before the interval does, or no RSTn at all, are corrupt.
+inline const std::uint8_t* next_restart(const BitReader& reader, const std::uint8_t* end,
+                                        std::uint32_t& restarts, const Context& ctx) {
+  if (reader.overran()) ctx.corrupt("entropy-coded data ends before the restart interval");
+  std::size_t extra = reader.unread_bytes();
+  const std::uint8_t* p = reader.position();
+  while (p + 1 < end && !(p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7)) {
+    if (p[0] == 0xFF && p[1] != 0x00 && p[1] != 0xFF) break;
+    if (p[0] != 0xFF) ++extra;
+    ++p;
+  }
+  if (!(p + 1 < end && p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7))
+    ctx.corrupt("expected an RSTn marker after a restart interval");
+  if (extra != 0)
+    ctx.damaged("Corrupt JPEG data: " + std::to_string(extra) +
+                " extraneous bytes before an RST marker");
+  const unsigned want = restarts++ % 8;
+  if (p[1] - 0xD0u != want)
+    ctx.damaged("Corrupt JPEG data: found RST" + std::to_string(p[1] - 0xD0) + " instead of RST" +
+                std::to_string(want));
+  return p + 2;
+}
+
+// After a scan: data left over before the next marker are damage (libjpeg's "extraneous bytes
+// before marker"); a scan that used bits past the end of its data has been refused already.
+inline void check_scan_end(const BitReader& reader, const std::uint8_t* end, const Context& ctx) {
+  std::size_t extra = reader.unread_bytes();
+  for (const std::uint8_t* p = reader.position(); p < end; ++p) {
+    if (p[0] == 0xFF && (p + 1 == end || (p[1] != 0x00 && p[1] != 0xFF))) break;
+    if (p[0] != 0xFF) ++extra;
+  }
+  if (extra != 0)
+    ctx.damaged("Corrupt JPEG data: " + std::to_string(extra) +
+                " extraneous bytes after the scan's entropy-coded data");
 }
 
 // A big-endian 16-bit marker segment field.

@@ -17,7 +17,9 @@
 //     (libjpeg predicts the first sample by 2^(P - 1) instead and clamps: other values);
 //   - a restart interval that is not a whole number of lines is refused as unsupported (GDCM
 //     refuses it too; T.81 H.1.2.1 only defines the prediction for whole lines).
-// Entropy-coded data that ends (or meets a marker) before the scan is complete is corrupt.
+// Entropy-coded data that ends (or meets a marker) before the scan is complete is corrupt; bytes
+// left over before an RSTn or after a scan, and an RSTn out of order, are damage decoded past
+// (FrameSpec::recover_corrupt), as libjpeg warns about them.
 // The photometric interpretation follows pydicom's DecodeRunner._conform_jpg_colorspace:
 // component ids 'R','G','B' (or 'r','g','b') mean RGB, a JFIF APP segment before the frame
 // header YBR_FULL.
@@ -83,6 +85,7 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
                                          std::to_string(columns));
   BitReader reader(data, end);
   std::uint64_t mcus_left = restart_interval ? restart_interval : UINT64_MAX;
+  std::uint32_t restarts = 0;  // restart intervals ended: the next RSTn is RST(restarts % 8)
   bool fresh = true;        // the next sample starts the image or a restart interval
   std::size_t first_row = 0;  // the row in which the current restart interval started
 
@@ -91,16 +94,7 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
     const std::uint16_t* above = y ? line - row_stride : nullptr;
     for (std::size_t x = 0; x < columns; ++x) {
       if (mcus_left == 0) {
-        // Restart: the data must be at an RSTn marker; the bits left in the buffer are padding.
-        const std::uint8_t* p = reader.position();
-        if (reader.overran()) ctx.corrupt("entropy-coded data ends before the restart interval");
-        while (p + 1 < end && !(p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7)) {
-          if (p[0] == 0xFF && p[1] != 0x00 && p[1] != 0xFF) break;
-          ++p;
-        }
-        if (!(p + 1 < end && p[0] == 0xFF && p[1] >= 0xD0 && p[1] <= 0xD7))
-          ctx.corrupt("expected an RSTn marker after a restart interval");
-        reader = BitReader(p + 2, end);
+        reader = BitReader(next_restart(reader, end, restarts, ctx), end);
         mcus_left = restart_interval;
         fresh = true;
         first_row = y;
@@ -138,6 +132,7 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
     }
     if (reader.overran()) ctx.corrupt("entropy-coded data ends before the scan is complete");
   }
+  check_scan_end(reader, end, ctx);
   return reader.position();
 }
 
@@ -145,7 +140,8 @@ const std::uint8_t* decode_scan(const std::uint8_t* data, const std::uint8_t* en
 
 FrameOutcome decode_jpeg_lossless_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
                                         std::span<std::uint8_t> out) {
-  const Context ctx{spec};
+  FrameOutcome outcome{std::string(spec.photometric), false, {}};
+  const Context ctx{spec, outcome};
   const std::uint32_t element = spec.bits_allocated / 8;
   if (spec.bits_allocated != 8 && spec.bits_allocated != 16 && spec.bits_allocated != 32)
     ctx.fail(ErrorCode::unsupported, "expected BitsAllocated 8, 16 or 32 for JPEG Lossless, but "
@@ -319,7 +315,6 @@ FrameOutcome decode_jpeg_lossless_frame(std::span<const std::uint8_t> src, const
     }
   }
 
-  FrameOutcome outcome{std::string(spec.photometric), false};
   if (spec.samples == 3) {
     std::array<std::uint8_t, 3> ids{frame.components[0].id, frame.components[1].id,
                                     frame.components[2].id};

@@ -10,10 +10,12 @@
 //     cut to the frame like a Python slice: an offset past the end, or one not greater than the
 //     one before, gives an empty segment; offsets are not required to be >= 64;
 //   - a segment must decode to at least Rows x Columns bytes; bytes beyond that (non-conformant
-//     padding, which pydicom warns about) are ignored; a literal run cut short by the end of the
-//     segment contributes the bytes that are there, a repeat run without its byte nothing.
+//     padding, or damage) are ignored with a warning in the outcome, as pydicom warns "The
+//     decoded RLE segment contains non-conformant padding"; a literal run cut short by the end
+//     of the segment contributes the bytes that are there, a repeat run without its byte nothing.
 // Segments come most significant byte first, one per byte of each sample, plane by plane; they
 // are written straight into colour-by-pixel, host-byte-order elements.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -31,42 +33,40 @@ namespace {
               spec.offset);
 }
 
-// Decodes one PackBits segment into `needed` bytes at dst, dst + stride, ...; returns how many
-// bytes it produced (less than `needed` when the segment runs out). Every iteration consumes at
-// least one input byte, so the loop ends.
-std::size_t decode_segment(const std::uint8_t* seg, std::size_t len, std::uint8_t* dst,
-                           std::size_t stride, std::size_t needed) {
-  std::size_t pos = 0, produced = 0;
-  while (pos < len && produced < needed) {
+// Decodes one PackBits segment into its first `needed` bytes at dst, dst + stride, ...;
+// returns how many bytes the whole segment decodes to (pydicom's length of the decoded segment:
+// fewer than `needed` when it runs out, more when it holds more than the frame). Every
+// iteration consumes at least one input byte, so the loop ends.
+std::uint64_t decode_segment(const std::uint8_t* seg, std::size_t len, std::uint8_t* dst,
+                             std::size_t stride, std::size_t needed) {
+  std::size_t pos = 0;
+  std::uint64_t total = 0;
+  while (pos < len) {
     const unsigned header = seg[pos++];
-    if (header > 128) {  // repeat the next byte 257 - header times
-      if (pos >= len) break;
-      const std::uint8_t value = seg[pos++];
-      std::size_t count = 257 - header;
-      if (count > needed - produced) count = needed - produced;
-      if (stride == 1) {
-        std::memset(dst + produced, value, count);
+    if (header == 128) continue;  // no operation
+    const bool repeat = header > 128;
+    // A repeat run without its byte decodes to nothing; a literal run to the bytes that are there.
+    std::size_t count = repeat ? (pos < len ? 257 - header : 0)
+                               : std::min<std::size_t>(header + 1, len - pos);
+    const std::size_t room = total < needed ? needed - static_cast<std::size_t>(total) : 0;
+    const std::size_t write = std::min(count, room);
+    if (write != 0) {
+      std::uint8_t* p = dst + static_cast<std::size_t>(total) * stride;
+      const std::uint8_t* from = seg + pos;
+      if (repeat && stride == 1) {
+        std::memset(p, *from, write);
+      } else if (repeat) {
+        for (std::size_t i = 0; i < write; ++i, p += stride) *p = *from;
+      } else if (stride == 1) {
+        std::memcpy(p, from, write);
       } else {
-        std::uint8_t* p = dst + produced * stride;
-        for (std::size_t i = 0; i < count; ++i, p += stride) *p = value;
+        for (std::size_t i = 0; i < write; ++i, p += stride) *p = from[i];
       }
-      produced += count;
-    } else if (header < 128) {  // copy the next header + 1 bytes (those that are there)
-      std::size_t count = header + 1;
-      if (count > len - pos) count = len - pos;
-      if (count > needed - produced) count = needed - produced;
-      if (stride == 1) {
-        std::memcpy(dst + produced, seg + pos, count);
-      } else {
-        std::uint8_t* p = dst + produced * stride;
-        for (std::size_t i = 0; i < count; ++i, p += stride) *p = seg[pos + i];
-      }
-      produced += count;
-      pos += header + 1;
     }
-    // header == 128: no operation
+    pos += repeat ? (pos < len ? 1 : 0) : header + 1;
+    total += count;
   }
-  return produced;
+  return total;
 }
 
 }  // namespace
@@ -104,6 +104,7 @@ FrameOutcome decode_rle_frame(std::span<const std::uint8_t> src, const FrameSpec
          "expected " + std::to_string(expected_segments) + " RLE segments, but the header says " +
              std::to_string(segments));
 
+  FrameOutcome outcome{std::string(spec.photometric), false, {}};
   std::size_t bounds[16];
   for (std::size_t i = 0; i < segments; ++i) {
     const std::uint64_t offset = core::load_le(src.data() + 4 + 4 * i, 4);
@@ -121,7 +122,7 @@ FrameOutcome decode_rle_frame(std::span<const std::uint8_t> src, const FrameSpec
     const std::size_t begin = bounds[i];
     const std::size_t end = bounds[i + 1] > begin ? bounds[i + 1] : begin;
     if (pixels == 0) continue;
-    const std::size_t produced =
+    const std::uint64_t produced =
         decode_segment(src.data() + begin, end - begin,
                        out.data() + sample * bytes_per_sample + byte_in_element, pixel_stride,
                        pixels);
@@ -129,8 +130,13 @@ FrameOutcome decode_rle_frame(std::span<const std::uint8_t> src, const FrameSpec
       fail(spec, ErrorCode::corrupt,
            "expected RLE segment " + std::to_string(i) + " to decode to " +
                std::to_string(pixels) + " bytes, but it gives " + std::to_string(produced));
+    if (produced > pixels)
+      outcome.warnings.push_back("RLE segment " + std::to_string(i) + " decodes to " +
+                                 std::to_string(produced) + " bytes, but the frame holds " +
+                                 std::to_string(pixels) +
+                                 " (non-conformant padding or damage): the rest is ignored");
   }
-  return FrameOutcome{std::string(spec.photometric), false};
+  return outcome;
 }
 
 }  // namespace voxpipe::dicom

@@ -211,6 +211,41 @@ TEST(DicomJpegLossless, AMissingRestartMarkerIsCorrupt) {
   EXPECT_EQ(error_of(f, spec(5, 4, 1, 16)), ErrorCode::corrupt);
 }
 
+// What libjpeg decodes past with "Corrupt JPEG data" warnings: data left over before an RSTn or
+// after the scan, an RSTn out of order. An error naming it by default; with recover_corrupt the
+// frame (intact here: the restarts resynchronise) and the message as a warning.
+TEST(DicomJpegLossless, LeftOverDataAndRestartsOutOfOrderAreDamage) {
+  Bytes before_rst = kMono12Pred7Restart;
+  const std::size_t rst1 = find_marker(before_rst, 0xD1);
+  before_rst.insert(before_rst.begin() + rst1, {0x12, 0x34});
+  Bytes wrong_rst = kMono12Pred7Restart;
+  wrong_rst[find_marker(wrong_rst, 0xD1) + 1] = 0xD3;
+  Bytes after_scan = kMono12Pred7Restart;
+  after_scan.insert(after_scan.end() - 2, {0x00, 0x00, 0x00});
+  const std::pair<Bytes, std::string> cases[] = {
+      {before_rst, "2 extraneous bytes before an RST marker"},
+      {wrong_rst, "found RST3 instead of RST1"},
+      {after_scan, "3 extraneous bytes after the scan"}};
+  for (const auto& [stream, message] : cases) {
+    SCOPED_TRACE(message);
+    std::vector<std::uint8_t> out(5 * 4 * 2);
+    try {
+      decode_jpeg_lossless_frame(stream, spec(5, 4, 1, 16), out);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::corrupt);
+      EXPECT_EQ(e.field(), "frame 1");
+      EXPECT_NE(e.detail().find(message), std::string::npos) << e.detail();
+    }
+    FrameSpec recover = spec(5, 4, 1, 16);
+    recover.recover_corrupt = true;
+    const FrameOutcome outcome = decode_jpeg_lossless_frame(stream, recover, out);
+    ASSERT_EQ(outcome.warnings.size(), 1u);
+    EXPECT_NE(outcome.warnings[0].find(message), std::string::npos) << outcome.warnings[0];
+    EXPECT_EQ(decode(stream, recover).values, kMono12Pred7RestartValues);
+  }
+}
+
 TEST(DicomJpegLossless, RestartIntervalsOfPartLinesAreUnsupported) {
   Bytes f = kMono12Pred7Restart;
   const std::size_t dri = find_marker(f, 0xDD);

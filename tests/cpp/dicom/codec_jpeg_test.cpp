@@ -353,14 +353,42 @@ TEST(CodecJpeg, GarbageIsCorrupt) {
   std::vector<std::uint8_t> garbage(300);
   for (std::size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<std::uint8_t>(i * 91);
   EXPECT_EQ(error_of(garbage, spec(6, 8, 1, "MONOCHROME2")).code(), ErrorCode::corrupt);
-  std::vector<std::uint8_t> bad_huffman(std::begin(kJpegGrey), std::end(kJpegGrey));
-  bad_huffman[bad_huffman.size() - 30] = 0xFF;  // a marker in the middle of the scan
-  bad_huffman[bad_huffman.size() - 29] = 0xD9;
-  std::vector<std::uint8_t> out(48);
-  // libjpeg pads a scan cut short by a marker (a warning, as GDCM decodes it): no error, no print.
-  testing::internal::CaptureStderr();
-  EXPECT_NO_THROW(decode_jpeg_frame(bad_huffman, spec(6, 8, 1, "MONOCHROME2"), out));
-  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+// libjpeg decodes past damage with a "Corrupt JPEG data" warning (TurboJPEG's TJERR_WARNING):
+// an error naming the frame and libjpeg's message, or with recover_corrupt the frame libjpeg
+// recovers (what GDCM returns) and the message as a warning. Nothing is printed either way.
+TEST(CodecJpeg, DamageLibjpegWarnsAboutIsCorruptUnlessRecovered) {
+  std::vector<std::uint8_t> cut(std::begin(kJpegGrey), std::end(kJpegGrey));
+  cut[cut.size() - 30] = 0xFF;  // a marker in the middle of the scan
+  cut[cut.size() - 29] = 0xD9;
+  // Bytes left over between the last block and EOI: only seen when the decode reads up to EOI.
+  std::vector<std::uint8_t> extra(std::begin(kJpegGrey), std::end(kJpegGrey) - 2);
+  extra.insert(extra.end(), 24, 0x00);
+  extra.insert(extra.end(), {0xFF, 0xD9});
+  const std::pair<std::vector<std::uint8_t>, std::string> cases[] = {
+      {cut, "Corrupt JPEG data: premature end of data segment"},
+      {extra, "extraneous bytes before marker 0xd9"}};
+  for (const auto& [stream, message] : cases) {
+    SCOPED_TRACE(message);
+    testing::internal::CaptureStderr();
+    const Error e = error_of(stream, spec(6, 8, 1, "MONOCHROME2"));
+    EXPECT_EQ(e.code(), ErrorCode::corrupt);
+    EXPECT_NE(e.detail().find(message), std::string::npos) << e.detail();
+    EXPECT_NE(e.detail().find("on_corrupt='warn'"), std::string::npos) << e.detail();
+    FrameSpec recover = spec(6, 8, 1, "MONOCHROME2");
+    recover.recover_corrupt = true;
+    FrameOutcome outcome;
+    decode(stream, recover, outcome);
+    ASSERT_EQ(outcome.warnings.size(), 1u);
+    EXPECT_NE(outcome.warnings[0].find(message), std::string::npos) << outcome.warnings[0];
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  }
+  // The bytes after the last block are not samples: what is recovered is the intact frame.
+  FrameSpec recover = spec(6, 8, 1, "MONOCHROME2");
+  recover.recover_corrupt = true;
+  FrameOutcome outcome;
+  EXPECT_EQ(decode(extra, recover, outcome), expected(kJpegGreyExpected));
 }
 
 }  // namespace

@@ -112,11 +112,28 @@ TEST(DicomRle, ThirtyTwoBitsUseFourSegments) {
             (std::vector<std::uint32_t>{0x01020304u, 0xFFFFFFFFu, 0u, 0x80000001u}));
 }
 
-TEST(DicomRle, PaddingAfterASegmentIsIgnoredAsPydicomDoes) {
-  // pydicom warns about the extra decoded bytes and keeps the first Rows x Columns.
-  EXPECT_EQ(decode<std::uint8_t>(cat(header({1, 64}), {128, 254, 7, 128, 0, 9, 0, 0, 0}),
-                                 spec(2, 2, 1, 8)),
-            (std::vector<std::uint8_t>{7, 7, 7, 9}));
+TEST(DicomRle, PaddingAfterASegmentIsIgnoredWithAWarningAsPydicomDoes) {
+  // pydicom warns about the extra decoded bytes ("The decoded RLE segment contains
+  // non-conformant padding - 5 vs. 4 bytes expected") and keeps the first Rows x Columns.
+  const FrameSpec s = spec(2, 2, 1, 8);
+  std::vector<std::uint8_t> values(4);
+  FrameOutcome outcome =
+      decode_rle_frame(cat(header({1, 64}), {128, 254, 7, 128, 0, 9, 0, 0, 0}), s, values);
+  EXPECT_EQ(values, (std::vector<std::uint8_t>{7, 7, 7, 9}));
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  EXPECT_EQ(outcome.warnings[0],
+            "RLE segment 0 decodes to 5 bytes, but the frame holds 4 (non-conformant padding or "
+            "damage): the rest is ignored");
+  // A run that crosses the end of the frame counts whole, as pydicom's decoded length does.
+  outcome = decode_rle_frame(cat(header({1, 64}), {253, 5}), spec(1, 2, 1, 8), values = {0, 0});
+  EXPECT_EQ(values, (std::vector<std::uint8_t>{5, 5}));
+  ASSERT_EQ(outcome.warnings.size(), 1u);
+  EXPECT_NE(outcome.warnings[0].find("decodes to 4 bytes, but the frame holds 2"),
+            std::string::npos);
+  // A no-operation byte (128) or a repeat without its byte after the frame adds nothing.
+  outcome = decode_rle_frame(cat(header({1, 64}), {1, 3, 4, 128, 255}), spec(1, 2, 1, 8), values);
+  EXPECT_EQ(values, (std::vector<std::uint8_t>{3, 4}));
+  EXPECT_TRUE(outcome.warnings.empty());
   EXPECT_EQ(decode<std::uint8_t>(cat(kMono8, {0, 0}), spec(4, 5, 1, 8))[19], 1);
 }
 
