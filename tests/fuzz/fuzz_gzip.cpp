@@ -11,9 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include <zlib.h>
-
 #include "fuzz_support.hpp"
+#include "gzip_reference.hpp"
 #include "gz/gzip_reader.hpp"
 #include "voxpipe/error.hpp"
 
@@ -22,63 +21,13 @@ namespace {
 // allocated once: touching fresh pages on every input would dominate the run time.
 constexpr std::size_t kMaxOutput = std::size_t{4} << 20;
 
-// zlib's reading: the bytes it produced, whether the whole input was valid, and whether a
-// failure lay outside the deflate data (a trailer, a member header, the file ending): deflate
-// decoders disagree on where some bad Huffman tables are noticed, never on those.
-struct Reference {
-  std::vector<std::uint8_t> out;
-  bool ok = false;
-  bool framing_error = false;
-};
-
-// True for zlib's messages about gzip framing rather than deflate data (truncation: no message).
-bool framing(const char* msg) {
-  return msg == nullptr || std::strstr(msg, "check") || std::strstr(msg, "header") ||
-         std::strstr(msg, "method") || std::strstr(msg, "flags");
-}
-
-Reference zlib_gunzip(const std::uint8_t* data, std::size_t size) {
-  Reference r;
-  std::size_t pos = 0;
-  bool first = true;
-  static std::vector<std::uint8_t> buf(1 << 16);
-  while (first || pos < size) {
-    if (!first) {
-      while (pos < size && data[pos] == 0) ++pos;
-      if (pos == size) break;
-    }
-    first = false;
-    z_stream z{};
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) std::abort();
-    z.next_in = const_cast<Bytef*>(data + pos);
-    z.avail_in = static_cast<uInt>(size - pos);
-    int rc;
-    do {
-      z.next_out = buf.data();
-      z.avail_out = static_cast<uInt>(buf.size());
-      rc = inflate(&z, Z_NO_FLUSH);
-      r.out.insert(r.out.end(), buf.data(), buf.data() + (buf.size() - z.avail_out));
-      if (rc == Z_BUF_ERROR && z.avail_in == 0) {
-        rc = Z_DATA_ERROR;
-        z.msg = nullptr;  // the input ends
-      }
-      if (r.out.size() > kMaxOutput) rc = Z_MEM_ERROR;
-    } while (rc == Z_OK);
-    pos += z.total_in;
-    r.framing_error = rc == Z_DATA_ERROR && framing(z.msg);
-    inflateEnd(&z);
-    if (rc != Z_STREAM_END) return r;
-  }
-  r.ok = true;
-  return r;
-}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string path = vpfuzz::scratch_file("in.gz");
   vpfuzz::write_bytes(path, data, size);
   static std::vector<std::byte> whole(kMaxOutput);
-  const Reference ref = zlib_gunzip(data, size);
+  const vpfuzz::GunzipResult ref = vpfuzz::zlib_gunzip(data, size, kMaxOutput);
   const bool ref_fits = ref.out.size() < kMaxOutput;
   if (!ref.ok && ref.framing_error && ref_fits && !ref.out.empty()) {
     // Exactly the bytes zlib got before it failed: that read fails (damage after the member's
