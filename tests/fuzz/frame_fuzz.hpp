@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -75,6 +76,20 @@ int fuzz_frame(const std::uint8_t* data, std::size_t size, FrameDecoder decode,
     if (e.code() != ErrorCode::invalid_argument && e.code() != ErrorCode::unsupported) std::abort();
   }
   return 0;
+}
+
+// Sample i of a decoded frame whose samples are `bits` (8, 16 or 32) wide, native byte order.
+inline std::uint64_t value_at(std::span<const std::uint8_t> out, std::size_t i,
+                              std::uint32_t bits) {
+  if (bits == 8) return out[i];
+  if (bits == 16) {
+    std::uint16_t w;
+    std::memcpy(&w, out.data() + 2 * i, 2);
+    return w;
+  }
+  std::uint32_t w;
+  std::memcpy(&w, out.data() + 4 * i, 4);
+  return w;
 }
 
 }  // namespace vpfuzz

@@ -20,18 +20,6 @@ struct Memory {
   std::size_t pos = 0;
 };
 
-std::uint64_t value_at(std::span<const std::uint8_t> out, std::size_t i, std::uint32_t bits) {
-  if (bits == 8) return out[i];
-  if (bits == 16) {
-    std::uint16_t w;
-    std::memcpy(&w, out.data() + 2 * i, 2);
-    return w;
-  }
-  std::uint32_t w;
-  std::memcpy(&w, out.data() + 4 * i, 4);
-  return w;
-}
-
 void check_against_openjpeg(const voxpipe::dicom::FrameSpec& spec,
                             std::span<const std::uint8_t> src, std::span<const std::uint8_t> out) {
   static constexpr std::uint8_t kJp2[12] = {0,    0,    0,    0x0C, 'j',  'P',
@@ -85,7 +73,7 @@ void check_against_openjpeg(const voxpipe::dicom::FrameSpec& spec,
     const std::uint64_t mask = comp.prec >= 64 ? ~0ull : (std::uint64_t{1} << comp.prec) - 1;
     for (std::size_t p = 0; p < pixels; ++p) {
       const auto expected = static_cast<std::uint64_t>(static_cast<std::int64_t>(comp.data[p]));
-      if ((value_at(out, p * spec.samples + c, spec.bits_allocated) & mask) != (expected & mask))
+      if ((vpfuzz::value_at(out, p * spec.samples + c, spec.bits_allocated) & mask) != (expected & mask))
         std::abort();
     }
   }

@@ -15,20 +15,6 @@ namespace {
 
 constexpr const char* kPhotometric[] = {"MONOCHROME2", "RGB", "YBR_FULL", "MONOCHROME1"};
 
-std::uint64_t value_at(std::span<const std::uint8_t> out, std::size_t i, std::uint32_t bits) {
-  std::uint64_t v = 0;
-  if (bits == 8) return out[i];
-  if (bits == 16) {
-    std::uint16_t w;
-    std::memcpy(&w, out.data() + 2 * i, 2);
-    return w;
-  }
-  std::uint32_t w;
-  std::memcpy(&w, out.data() + 4 * i, 4);
-  v = w;
-  return v;
-}
-
 constexpr charls_jpegls_errc kOk{};
 
 void check_against_charls(const voxpipe::dicom::FrameSpec& spec,
@@ -60,7 +46,7 @@ void check_against_charls(const voxpipe::dicom::FrameSpec& spec,
       std::memcpy(&w, ref.data() + 2 * from, 2);
       expected = w;
     }
-    if ((value_at(out, i, spec.bits_allocated) & mask) != (expected & mask)) std::abort();
+    if ((vpfuzz::value_at(out, i, spec.bits_allocated) & mask) != (expected & mask)) std::abort();
   }
 }
 
