@@ -4,7 +4,7 @@ tools in one run. Writes the "GPU" section of BENCHMARKS.md (between its markers
 
 Rows (medians of --repeat runs in this process, page cache warm; first runs reported apart):
   1. pinned host-to-device bandwidth (cuMemAllocHost + cuMemcpyHtoD through the driver, 256 MiB)
-  2. .nii (int16, scaled) -> float32 on the device: vp get_fdata(device='cuda') against that
+  2. .nii (int16, scaled) -> float32 on the device: vp dataobj.read(device='cuda') against that
      bandwidth (payload bytes moved per second) and against nibabel get_fdata(float32) + copy
   3. .nii.gz -> float32 on the device: voxpipe-written (parallel members) and nibabel-written
      (one member) files, against voxpipe's CPU-only decode with the same threads and against
@@ -214,7 +214,7 @@ def cufile_rows(vp, nii, add, out_bytes, ref, notes):
     old = os.environ.get("VOXPIPE_CUFILE")
 
     def load():
-        vp.load(nii).get_fdata(dtype=np.float32, device="cuda")
+        vp.load(nii).dataobj.read(dtype=np.float32, device="cuda")
 
     def cold():
         dropped(nii)
@@ -225,8 +225,8 @@ def cufile_rows(vp, nii, add, out_bytes, ref, notes):
     try:
         for policy, label in modes:
             os.environ["VOXPIPE_CUFILE"] = policy
-            add(f"vp get_fdata(float32, device='cuda'), {label}, warm cache", load, out_bytes, ref)
-            add(f"vp get_fdata(float32, device='cuda'), {label}, cold cache", cold, out_bytes, ref)
+            add(f"vp dataobj.read(float32, device='cuda'), {label}, warm cache", load, out_bytes, ref)
+            add(f"vp dataobj.read(float32, device='cuda'), {label}, cold cache", cold, out_bytes, ref)
     finally:
         if old is None:
             os.environ.pop("VOXPIPE_CUFILE", None)
@@ -277,9 +277,9 @@ def run(args):
     add("vp get_fdata(float32), CPU", lambda: vp.load(files["nii"]).get_fdata(dtype=np.float32),
         out_bytes, nib_nii)
     if gpu:
-        med = add("vp get_fdata(float32, device='cuda')",
-                  lambda: sync_free(vp.load(files["nii"]).get_fdata(dtype=np.float32,
-                                                                     device="cuda")),
+        med = add("vp dataobj.read(float32, device='cuda')",
+                  lambda: sync_free(vp.load(files["nii"]).dataobj.read(dtype=np.float32,
+                                                                        device="cuda")),
                   out_bytes, nib_nii)
         notes.append(f".nii -> device moves {payload / med / 1e9:.1f} GB/s of file payload: "
                      f"**{payload / med / bw:.0%}** of the pinned bandwidth (target >= 70%).")
@@ -296,8 +296,8 @@ def run(args):
                   lambda: vp.load(path, threads=threads).get_fdata(dtype=np.float32),
                   out_bytes, nib_gz)
         if gpu:
-            med = add(f"[{what}] vp get_fdata(float32, device='cuda')",
-                      lambda: sync_free(vp.load(path, threads=threads).get_fdata(
+            med = add(f"[{what}] vp dataobj.read(float32, device='cuda')",
+                      lambda: sync_free(vp.load(path, threads=threads).dataobj.read(
                           dtype=np.float32, device="cuda")), out_bytes, nib_gz)
             notes.append(f".nii.gz ({what}) -> device runs at **{cpu / med:.0%}** of voxpipe's "
                          f"CPU-only decode rate (target >= 90%) and **{nib_gz / med:.1f}x** "

@@ -3,25 +3,20 @@
 The API follows nibabel's, so that switching is a one-line change::
 
     import voxpipe as vp
-    img = vp.load("bold.nii.gz")          # header only
+    img = vp.load("bold.nii.gz")          # a nibabel.Nifti1Image; header only
     vol = img.dataobj[..., 10]            # reads (inflates) only what is needed
     data = img.get_fdata(dtype="float32") # no float64 detour
+
+Images are nibabel's own classes (``vp.Nifti1Image is nibabel.Nifti1Image``) whose ``dataobj`` is
+voxpipe's ArrayProxy; ``vp.accelerate_nibabel()`` makes ``nibabel.load`` itself return them.
 """
 
 from . import dicom, errors, gz
 from . import transforms
-from ._header import Nifti1Header, Nifti2Header
-from ._image import (
-    ArrayProxy,
-    Extension,
-    Nifti1Image,
-    Nifti1Pair,
-    Nifti2Image,
-    Nifti2Pair,
-    from_nibabel,
-    load,
-    save,
-)
+from nibabel import Nifti1Header, Nifti1Image, Nifti1Pair, Nifti2Header, Nifti2Image, Nifti2Pair
+
+from ._accelerate import NibabelAcceleration, accelerate_nibabel, nibabel_accelerated
+from ._image import ArrayProxy, Extension, load, save
 from ._dicom_series import load_dicom
 from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, cuda_status,
                       cufile_status, to_device)
@@ -35,7 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors", "from_nibabel",
+    "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors",
+    "NibabelAcceleration", "accelerate_nibabel", "nibabel_accelerated",
     "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
     "affine_transform", "map_coordinates", "resample",
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",

@@ -282,14 +282,13 @@ def array_to_device(arr: np.ndarray, ordinal: int | None) -> DeviceArray:
     return out
 
 
-def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
-    """Decode img's data as the host path would give it (np.asanyarray(img.dataobj, dtype), or
+def _image_into(out: DeviceArray, offset: int, proxy, dtype) -> None:
+    """Decode a data object as the host path would give it (np.asanyarray(dataobj, dtype), or
     the natural dtype for None) into out's memory at `offset` (F order). The reader converts
     straight on the device where the host reader would decode the dtype directly; otherwise the
     host result is copied."""
     from ._image import ArrayProxy
 
-    proxy = img.dataobj
     if isinstance(proxy, ArrayProxy) and proxy._natural_dtype().fields is None:
         if dtype is None:
             scaled = proxy._scaled()
@@ -308,49 +307,54 @@ def _image_into(out: DeviceArray, offset: int, img, dtype) -> None:
             _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part,
                                   proxy._threads, *proxy._index)
             return
-    host = _host_data(img, dtype)
+    host = _host_data(proxy, dtype)
     host = np.asfortranarray(host).astype(host.dtype.newbyteorder("="), copy=False)
     if host.size:
         out._memory.copy_from_host(offset, host.reshape(-1, order="F").view(np.uint8))
 
 
-def _host_data(img, dtype) -> np.ndarray:
-    """What the host path gives: np.asanyarray(img.dataobj[, dtype])."""
+def _host_data(dataobj, dtype) -> np.ndarray:
+    """What the host path gives: np.asanyarray(dataobj[, dtype])."""
     if dtype is None:
-        return np.asanyarray(img.dataobj)
-    return np.asanyarray(img.dataobj, dtype=dtype)
+        return np.asanyarray(dataobj)
+    return np.asanyarray(dataobj, dtype=dtype)
 
 
-def _out_dtype(img, dtype) -> np.dtype:
+def _out_dtype(dataobj, dtype) -> np.dtype:
     from ._image import ArrayProxy
 
     if dtype is not None:
         d = np.dtype(dtype)
-    elif isinstance(img.dataobj, ArrayProxy):
-        d = img.dataobj._natural_dtype()
+    elif isinstance(dataobj, ArrayProxy):
+        d = dataobj._natural_dtype()
     else:  # an image made in memory
-        d = np.asanyarray(img.dataobj).dtype
+        d = np.asanyarray(dataobj).dtype
     d = d.newbyteorder("=")
     if not _dlpack_dtype_ok(d):
         raise TypeError(f"cannot load {d} to a device: DLPack has no such dtype")
     return d
 
 
-def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
-    """img's data (as the host path gives it for `dtype`; None: the natural dtype) in a new
-    F-ordered device array. `ordinal` None: host memory (tests of the export)."""
+def proxy_to_device(dataobj, dtype, ordinal: int | None) -> DeviceArray:
+    """A data object's values (as the host path gives them for `dtype`; None: the natural
+    dtype) in a new F-ordered device array. `ordinal` None: host memory (tests of the export)."""
     from ._image import ArrayProxy
 
     if ordinal is not None:
         require_device(ordinal)
-    out_dtype = _out_dtype(img, dtype)
-    if not isinstance(img.dataobj, ArrayProxy) or ordinal is None:
+    out_dtype = _out_dtype(dataobj, dtype)
+    if not isinstance(dataobj, ArrayProxy) or ordinal is None:
         # An image made in memory (its array's layout), or host memory for tests: the host
         # path's array, copied.
-        return array_to_device(_host_data(img, dtype), ordinal)
-    out = _new(ordinal, img.shape, out_dtype)
-    _image_into(out, 0, img, None if dtype is None else out_dtype)
+        return array_to_device(_host_data(dataobj, dtype), ordinal)
+    out = _new(ordinal, dataobj.shape, out_dtype)
+    _image_into(out, 0, dataobj, None if dtype is None else out_dtype)
     return out
+
+
+def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
+    """img's data on a device (proxy_to_device of its data object)."""
+    return proxy_to_device(img.dataobj, dtype, ordinal)
 
 
 def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
@@ -361,14 +365,14 @@ def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
     once are safe. Every call is complete on the device when it returns."""
     require_device(ordinal)
     shape = tuple(imgs[0].shape)
-    out_dtype = _out_dtype(imgs[0], dtype)
+    out_dtype = _out_dtype(imgs[0].dataobj, dtype)
     item = _f_strides(shape)
     volume = math.prod(shape)
     out = _new(ordinal, (len(imgs),) + shape, out_dtype, (volume,) + item)
     item_dtype = None if dtype is None else out_dtype
 
     def load_item(i: int) -> None:
-        _image_into(out, i * volume * out_dtype.itemsize, imgs[i], item_dtype)
+        _image_into(out, i * volume * out_dtype.itemsize, imgs[i].dataobj, item_dtype)
 
     run(load_item)
     return out
@@ -378,11 +382,9 @@ def to_device(obj, device="cuda", dtype=None) -> DeviceArray | np.ndarray:
     """An image's data (as ``np.asanyarray(img.dataobj, dtype)``), or a NumPy array (cast to
     `dtype` when given), on `device`. For the host (None/'cpu') the NumPy array itself."""
     ordinal = parse_device(device)
-    from ._image import Nifti1Image
-
-    if isinstance(obj, Nifti1Image):
+    if hasattr(obj, "dataobj") and hasattr(obj, "affine"):  # a nibabel image
         if ordinal is None:
-            return _host_data(obj, dtype)
+            return _host_data(obj.dataobj, dtype)
         return image_to_device(obj, dtype, ordinal)
     arr = np.asanyarray(obj)
     if dtype is not None:

@@ -116,7 +116,7 @@ class Series:
         """The series as an in-memory ``vp.Nifti1Image`` (data from ``get_data(dtype)``, the RAS
         affine as sform and qform, zooms, TR for 4D); ``img.dicom`` is this object.
         ``on_corrupt`` as in ``get_data``."""
-        from ._image import Nifti1Image
+        from nibabel import Nifti1Image
         data = self.get_data(dtype, threads=threads, on_corrupt=on_corrupt)
         img = Nifti1Image(data, self.affine)
         zooms = [self.pixel_spacing[1], self.pixel_spacing[0], self.slice_spacing]

@@ -9,43 +9,20 @@ import warnings
 
 import numpy as np
 
+import nibabel as nib
+from nibabel.fileholders import FileHolder, copy_file_map
+from nibabel.nifti1 import Nifti1Extension, extension_codes
+
 from . import _core
-from ._header import (
-    _CODE_TO_NAME,
-    _NAME_TO_DTYPE,
-    Nifti1Header,
-    Nifti2Header,
-    dtype_code,
-)
+from ._header import _CODE_TO_NAME, _NAME_TO_DTYPE, Nifti2Header, convert_header, dtype_code
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 
 _FAST_OUTPUTS = {np.dtype("f4"): "float32", np.dtype("f8"): "float64",
                  np.dtype("c8"): "complex64", np.dtype("c16"): "complex128"}
 
 
-class Extension:
-    """A header extension (nibabel's Nifti1Extension interface: get_code, get_content)."""
-
-    def __init__(self, code: int, content: bytes):
-        self._code = int(code)
-        self._content = bytes(content)
-
-    def get_code(self):
-        return self._code
-
-    def get_content(self):
-        return self._content
-
-    @property
-    def code(self):
-        return self._code
-
-    def __eq__(self, other):
-        return (isinstance(other, Extension) and self._code == other._code
-                and self._content == other._content)
-
-    def __repr__(self):
-        return f"Extension(code={self._code}, {len(self._content)} bytes)"
+# Header extensions are nibabel's: Extension(code, content) makes one.
+Extension = Nifti1Extension
 
 
 # Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
@@ -100,6 +77,23 @@ class ArrayProxy:
         if raw.fields is None:
             raw = raw.newbyteorder(">" if core_image.big_endian else "<")
         self._dtype = raw
+
+    # -- copies and pickles -----------------------------------------------------------------
+    def _options(self):
+        return dict(threads=self._threads, index=self._index, mmap=self._mmap,
+                    keep_file_open=self._keep_file_open)
+
+    def __copy__(self):
+        """A proxy of the same opened image (headers are immutable) with its own reader."""
+        return type(self)(self._img, self._threads, *self._index, mmap=self._mmap,
+                          keep_file_open=self._keep_file_open)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        # The file's name and the options, never the data: the receiver opens the header again.
+        return (_reopened_proxy, (self._img.header_path, self._options()))
 
     @property
     def shape(self):
@@ -207,6 +201,69 @@ class ArrayProxy:
     def _full_ranges(self):
         return [(0, 1, d) for d in self._shape]
 
+    # -- voxpipe's doorway -------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads for large reads (0: the default, docs/python.md "Threads")."""
+        return self._threads
+
+    @property
+    def random_access(self) -> bool:
+        """Whether any part of the data is read without decoding what comes before it
+        (uncompressed data, voxpipe's sized gzip members, or a seek index)."""
+        return not self._img.gzip or self._open_reader().random_access
+
+    def result_dtype(self, dtype=None, scaling: bool = True) -> np.dtype:
+        """The dtype ``read`` gives for `dtype`: itself when given; otherwise, with `scaling`,
+        the dtype of ``np.asanyarray(proxy)`` (the stored one, or nibabel's float for scaled
+        data), without it the stored dtype (byte order included)."""
+        if dtype is not None:
+            return np.dtype(dtype)
+        return self._natural_dtype() if scaling else self._dtype
+
+    def read(self, slicer=(), dtype=None, *, out=None, device=None, scaling: bool = True):
+        """The values of ``proxy[slicer]`` as a new array (or in `out`), decoded in one pass.
+
+        ``dtype``: None gives nibabel's dtype (``np.asanyarray(proxy)``'s); float32/float64 and
+        complex outputs are cast, byte-swapped and scaled by the reader itself (no float64
+        array first); other dtypes are cast from that result as ``np.asarray(proxy, dtype)``
+        does. ``scaling=False``: the stored values, in the file's byte order (``get_unscaled``).
+        ``out``: an F-contiguous array of the result's dtype and shape to decode into (e.g. a
+        buffer reused across files); it is returned. ``device``: None/'cpu' for the host;
+        'cuda', 'cuda:N' or a torch.device for a DeviceArray (whole reads only; docs/gpu.md).
+        Unlike ``proxy[slicer]`` the result is never a memory map of the file.
+        """
+        ranges, out_shape = plan(slicer, self._shape)
+        if device is not None:
+            from . import _device
+
+            ordinal = _device.parse_device(device)
+            if ordinal is not None:
+                if out is not None:
+                    raise ValueError("out is a host array: it cannot be combined with a device")
+                if not reads_whole(slicer, self._shape) or not scaling:
+                    raise ValueError("device reads take the whole image, scaled")
+                return _device.proxy_to_device(self, dtype, ordinal)
+        shape = read_shape(ranges)
+        if out is not None:
+            out_view = out.reshape(shape, order="F") if out.shape != shape else out
+            if not np.shares_memory(out_view, out) and out.size:
+                raise ValueError(f"out must be F-contiguous of shape {out_shape}")
+        else:
+            out_view = None
+        if scaling:
+            arr = self._get_scaled(dtype, ranges, out=out_view)
+        else:
+            want = self._dtype if dtype is None else np.dtype(dtype)
+            arr = self._read(ranges, self._dtype, False, True, out=None if want != self._dtype
+                             else out_view)
+            if want != self._dtype:
+                arr = arr.astype(want)
+                if out_view is not None:
+                    out_view[...] = arr
+                    arr = out_view
+        return out if out is not None else arr.reshape(out_shape, order="F")
+
     # -- nibabel's API ---------------------------------------------------------------------------
     def get_unscaled(self, out=None):
         """The stored values, in the file's dtype and byte order: as nibabel, a memory map of
@@ -293,192 +350,85 @@ class ArrayProxy:
         return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
 
 
-class Nifti1Image:
-    """A NIfTI-1 image: header, affine and data (a lazy ArrayProxy or an in-memory array)."""
-
-    header_class = Nifti1Header
-    _is_pair = False
-
-    def __init__(self, dataobj, affine, header=None, extra=None, file_map=None, dtype=None):
-        danger = (np.dtype("int64"), np.dtype("uint64"))
-        if header is None and dtype is None and getattr(dataobj, "dtype", None) in danger:
-            raise ValueError(
-                f"Image data has type {dataobj.dtype}, which may cause incompatibilities with "
-                "other tools. To use this type, pass an explicit header or dtype argument to "
-                f"{type(self).__name__}().")
-        self._dataobj = dataobj
-        if affine is not None:
-            affine = np.array(affine, dtype=np.float64)
-            if affine.shape != (4, 4):
-                raise ValueError("Affine should be shape 4,4")
-        self._affine = affine
-        self.extra = {} if extra is None else extra
-        if header is None:
-            self._header = self.header_class()
-            if hasattr(dataobj, "dtype"):
-                self._header.set_data_dtype(dataobj.dtype)
-        else:
-            self._header = _convert_header(header, self.header_class)
-        self._fdata_cache = None
-        self._filename = None
-        self.update_header()
-        # nibabel resets the "consumed" values: the proxy carries the real ones.
-        self._header.set_data_offset(0)
-        self._header.set_slope_inter(None, None)
-        if dtype is not None:
-            self._header.set_data_dtype(dtype)
-        if header is None and affine is not None:
-            self._affine2header()
-
-    # -- nibabel's attributes ---------------------------------------------------------------
-    @property
-    def header(self):
-        return self._header
-
-    @property
-    def affine(self):
-        return self._affine
-
-    @property
-    def dataobj(self):
-        return self._dataobj
-
-    @property
-    def shape(self):
-        return self._dataobj.shape
-
-    @property
-    def ndim(self):
-        return self._dataobj.ndim
-
-    @property
-    def in_memory(self):
-        return not isinstance(self._dataobj, ArrayProxy) or self._fdata_cache is not None
-
-    def get_filename(self):
-        return self._filename
-
-    def get_data_dtype(self):
-        return self._header.get_data_dtype()
-
-    def set_data_dtype(self, dtype):
-        self._header.set_data_dtype(dtype)
-
-    def update_header(self):
-        hdr = self._header
-        shape = self._dataobj.shape
-        if hdr.get_data_shape() != shape:
-            hdr.set_data_shape(shape)
-        if self._affine is not None and not np.allclose(self._affine, hdr.get_best_affine()):
-            self._affine2header()
-        hdr["magic"] = hdr.pair_magic if self._is_pair else hdr.single_magic
-
-    def _affine2header(self):
-        self._header.set_sform(self._affine, code="aligned")
-        self._header.set_qform(self._affine, code="unknown")
-
-    def get_fdata(self, caching="fill", dtype=np.float64, *, out=None, device=None):
-        """The data as floating point (nibabel's get_fdata, cache semantics included).
-
-        `out` (voxpipe only): an F-contiguous array of `dtype` and the image's shape to decode
-        into, e.g. a buffer reused across files; it is filled, returned and not cached.
-        `device` (voxpipe only): None or 'cpu' for a NumPy array; 'cuda', 'cuda:N' or a
-        torch.device for a DeviceArray (DLPack) holding the same values, decoded on that device
-        and not cached (docs/python.md, "Loading to the GPU").
-        """
-        if caching not in ("fill", "unchanged"):
-            raise ValueError('caching value should be "fill" or "unchanged"')
-        dtype = np.dtype(dtype)
-        if not issubclass(dtype.type, np.inexact):
-            raise ValueError(f"{dtype} should be floating point type")
-        if device is not None:
-            from . import _device
-
-            ordinal = _device.parse_device(device)
-            if ordinal is not None:
-                if out is not None:
-                    raise ValueError("out is a host array: it cannot be combined with a device")
-                return _device.image_to_device(self, dtype, ordinal)
-        if out is not None:
-            if isinstance(self._dataobj, ArrayProxy):
-                return self._dataobj._get_scaled(dtype, self._dataobj._full_ranges(), out=out)
-            out[...] = np.asanyarray(self._dataobj, dtype=dtype)
-            return out
-        if self._fdata_cache is not None and self._fdata_cache.dtype.type == dtype.type:
-            return self._fdata_cache
-        data = np.asanyarray(self._dataobj, dtype=dtype)
-        if caching == "fill":
-            self._fdata_cache = data
-        return data
-
-    def uncache(self):
-        self._fdata_cache = None
-
-    def to_nibabel(self):
-        """The same image as a nibabel image (data read now; header and extensions copied)."""
-        import nibabel as nib
-
-        if isinstance(self, Nifti2Image):
-            klass = nib.Nifti2Pair if self._is_pair else nib.Nifti2Image
-        else:
-            klass = nib.Nifti1Pair if self._is_pair else nib.Nifti1Image
-        hdr = klass.header_class(endianness=self._header.endianness)
-        hdr._structarr = np.ndarray((), dtype=hdr._structarr.dtype,
-                                    buffer=bytearray(self._header.binaryblock))
-        for ext in self._header.extensions:
-            hdr.extensions.append(nib.nifti1.Nifti1Extension(ext.get_code(), ext.get_content()))
-        data = np.asanyarray(self._dataobj)
-        return klass(data, self._affine, header=hdr)
-
-    def __repr__(self):
-        return f"<{type(self).__name__} shape={self.shape} affine=\n{self._affine}>"
+def _reopened_proxy(path, options):
+    """An unpickled ArrayProxy: the file opened again with the pickled options."""
+    index = options.pop("index")
+    return ArrayProxy(_core.open(path), options.pop("threads"), *index, **options)
 
 
-class Nifti2Image(Nifti1Image):
-    """A NIfTI-2 image."""
-
-    header_class = Nifti2Header
-
-
-class Nifti1Pair(Nifti1Image):
-    """A NIfTI-1 image stored as a .hdr/.img pair."""
-
-    _is_pair = True
+# vp.load returns nibabel's own classes, not subclasses: code that tests ``type(img)`` (nibabel's
+# nib.save conversions and slicer, among others) treats them as nibabel's.
+_NIBABEL_CLASSES = {(1, False): nib.Nifti1Image, (2, False): nib.Nifti2Image,
+                    (1, True): nib.Nifti1Pair, (2, True): nib.Nifti2Pair}
 
 
-class Nifti2Pair(Nifti2Image):
-    """A NIfTI-2 image stored as a .hdr/.img pair."""
+def _index_args(index):
+    if index is None:
+        return ("auto", "")
+    if index is False:
+        return ("none", "")
+    if isinstance(index, (str, os.PathLike)):
+        return ("path", os.fspath(index))
+    raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
 
-    _is_pair = True
+
+def _check_open_args(mmap, keep_file_open):
+    if mmap not in (True, False, "c", "r"):
+        raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
+    if keep_file_open not in (True, False, None):
+        raise ValueError("keep_file_open should be one of {None, True, False}")
 
 
-def _convert_header(header, klass):
-    """A copy of `header` as `klass` (voxpipe or nibabel headers of either version)."""
-    if isinstance(header, klass) and type(header) is klass:
-        return header.copy()
-    exts = [Extension(e.get_code(), e.get_content()) for e in getattr(header, "extensions", [])]
-    if getattr(header, "sizeof_hdr", None) == klass.sizeof_hdr or (
-            hasattr(header, "binaryblock") and len(header.binaryblock) == np.dtype(klass._fields).itemsize):
-        return klass(header.binaryblock, header.endianness, exts)
-    # Different version: copy the fields both have.
-    out = klass(endianness=getattr(header, "endianness", "<"))
-    for name in out.keys():
-        if name in ("sizeof_hdr", "magic", "eol_check"):
-            continue
-        try:
-            out[name] = header[name]
-        except (KeyError, ValueError):
-            pass
-    out.extensions = exts
-    return out
+def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index):
+    """An instance of `klass` (voxpipe's or nibabel's class) over an opened core image, built as
+    nibabel's from_file_map builds one: its header (the core's fixed block, extensions through
+    nibabel's handlers), voxpipe's proxy, the affine as nibabel computes it."""
+    index_args = _index_args(index)
+    hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<", check=False)
+    for code, content in core.extensions:
+        handler = extension_codes.handler.get(code, Nifti1Extension)
+        hdr.extensions.append(handler(code, content))
+    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open)
+    if index_args[0] == "path" and core.gzip:
+        _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
+    img = klass(proxy, None, hdr, file_map=file_map)
+    img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
+    img._load_cache = {"header": hdr.copy(), "affine": img._affine.copy(),
+                       "file_map": copy_file_map(file_map)}
+    return img
+
+
+def _from_file_map(klass, file_map, mmap, keep_file_open, threads, index):
+    """`klass`'s image of `file_map` read through voxpipe, or None where nibabel's own
+    from_file_map should serve it (see _VoxpipeImage.from_file_map)."""
+    _check_open_args(mmap, keep_file_open)
+    hdr_fh, img_fh = klass._get_fileholders(file_map)
+    if hdr_fh.fileobj is not None or img_fh.fileobj is not None or not hdr_fh.filename:
+        return None
+    core = _core.open(os.fspath(hdr_fh.filename))
+    pair = not klass.header_class.is_single
+    version = 2 if issubclass(klass.header_class, Nifti2Header) else 1
+    if (core.version != version
+            or (core.header_path != core.data_path) != pair
+            or os.fspath(img_fh.filename) != core.data_path):
+        return None
+    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index)
+
+
+def _file_map_of(core):
+    if core.header_path == core.data_path:
+        return {"image": FileHolder(filename=core.data_path)}
+    return {"header": FileHolder(filename=core.header_path),
+            "image": FileHolder(filename=core.data_path)}
 
 
 def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=None):
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
-    Returns a Nifti1Image / Nifti2Image (Nifti1Pair / Nifti2Pair for .hdr/.img) whose ``dataobj``
-    reads voxels on demand. ``mmap`` (True, False, 'c', 'r') and ``keep_file_open`` (None, False,
-    True) behave as in nibabel (see ArrayProxy): whole reads of uncompressed, unscaled data are
+    Returns a nibabel image (``nibabel.Nifti1Image`` / ``Nifti2Image``, or ``Nifti1Pair`` /
+    ``Nifti2Pair`` for .hdr/.img: nibabel's own classes) whose ``dataobj`` is voxpipe's
+    ArrayProxy: voxels are read on demand, by voxpipe. ``mmap`` (True, False, 'c', 'r') and ``keep_file_open`` (None, False, True)
+    behave as in nibabel (see ArrayProxy): whole reads of uncompressed, unscaled data are
     memory-mapped unless ``mmap=False``; only ``keep_file_open=True`` keeps the data file open
     between accesses. ``threads``: threads for large reads (0: all cores).
     ``index`` (single-member .gz data only): None uses a valid seek index next to the file
@@ -487,64 +437,29 @@ def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=No
     error); False never uses one. With an index, ``img.dataobj[..., t]`` inflates only from the
     nearest seek point.
     """
-    if mmap not in (True, False, "c", "r"):
-        raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
-    if keep_file_open not in (True, False, None):
-        raise ValueError("keep_file_open should be one of {None, True, False}")
-    path = os.fspath(filename)
-    core = _core.open(path)
-    pair = core.header_path != core.data_path
-    if core.version == 2:
-        klass = Nifti2Pair if pair else Nifti2Image
-    else:
-        klass = Nifti1Pair if pair else Nifti1Image
-    hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<",
-                             [Extension(c, b) for c, b in core.extensions])
-    if index is None:
-        index_args = ("auto", "")
-    elif index is False:
-        index_args = ("none", "")
-    elif isinstance(index, (str, os.PathLike)):
-        index_args = ("path", os.fspath(index))
-    else:
-        raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
-    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open)
-    if index_args[0] == "path" and core.gzip:
-        _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
-    img = klass(proxy, None, header=hdr)
-    img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
-    img._filename = path
-    img._core = core
-    return img
-
-
-def from_nibabel(nib_img):
-    """A voxpipe image with the data, affine, header and extensions of a nibabel image."""
-    import nibabel as nib
-
-    if isinstance(nib_img, (nib.Nifti2Image, nib.Nifti2Pair)):
-        klass = Nifti2Pair if isinstance(nib_img, nib.Nifti2Pair) else Nifti2Image
-    else:
-        klass = Nifti1Pair if isinstance(nib_img, nib.Nifti1Pair) and not isinstance(
-            nib_img, nib.Nifti1Image) else Nifti1Image
-    hdr = klass.header_class(nib_img.header.binaryblock, nib_img.header.endianness,
-                             [Extension(e.get_code(), e.get_content()) for e in nib_img.header.extensions])
-    # The data come scaled; the image constructor resets the header's scale factors (as nibabel).
-    return klass(np.asanyarray(nib_img.dataobj), nib_img.affine, header=hdr)
+    _check_open_args(mmap, keep_file_open)
+    core = _core.open(os.fspath(filename))
+    klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
+    return _image_from_core(klass, core, _file_map_of(core), mmap, keep_file_open,
+                            threads, index)
 
 
 def _image_for(obj, affine, header):
-    if isinstance(obj, Nifti1Image):
+    """A NIfTI image of `obj`: a nibabel image as it is (other formats converted as nibabel's
+    from_image does), or an array with `affine` and `header`."""
+    if isinstance(obj, (nib.Nifti1Pair, nib.Nifti2Pair)):
         return obj
     if hasattr(obj, "dataobj") and hasattr(obj, "affine") and hasattr(obj, "header"):
-        return from_nibabel(obj)
-    return Nifti1Image(np.asanyarray(obj), affine, header=header)
+        return nib.Nifti1Image.from_image(obj)
+    return nib.Nifti1Image(np.asanyarray(obj), affine, header=header)
 
 
 def save(img, filename, affine=None, *, header=None, level: int = 1, version: int | None = None,
          gzip_layout: str = "members", threads: int = 0):
     """Write an image (or an array with `affine`) to .nii, .nii.gz or a .hdr/.img pair.
 
+    ``img``: any nibabel image (voxpipe's or nibabel's; other formats are converted as
+    ``nib.Nifti1Image.from_image`` converts them), or an array with ``affine`` (and ``header``).
     ``.gz`` outputs are compressed at ``level`` (0-9) on ``threads`` threads (0: all cores).
     ``gzip_layout="members"`` (the default) writes independent gzip members of 1 MiB that
     announce their sizes: every gzip reader (nibabel included) reads the file, and voxpipe reads
@@ -557,11 +472,12 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     """
     path = os.fspath(filename)
     img = _image_for(img, affine, header)
-    klass = Nifti2Image if (version == 2 or (version is None and isinstance(img, Nifti2Image))) else Nifti1Image
-    hdr = _convert_header(img.header, klass.header_class)
-    if _core.is_pair_path(path) != img._is_pair:
-        # nibabel's save converts single <-> pair through a new header in native byte order.
-        hdr = hdr.as_byteorder("=")
+    is2 = isinstance(img, (nib.Nifti2Image, nib.Nifti2Pair))
+    target = _NIBABEL_CLASSES[(2 if (version == 2 or (version is None and is2)) else 1,
+                               bool(_core.is_pair_path(path)))]
+    # nibabel's conversion: a copy for the same header class, otherwise the fields both have in
+    # native byte order (as nib.save converts single <-> pair).
+    hdr = convert_header(img.header, target.header_class)
     # Keep the shape/affine synchronised as nibabel's update_header does.
     if hdr.get_data_shape() != img.shape:
         hdr.set_data_shape(img.shape)
@@ -570,7 +486,8 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
         hdr.set_qform(img.affine, code="unknown")
     out_dtype = hdr.get_data_dtype()
     proxy = img.dataobj
-    if (isinstance(proxy, ArrayProxy) and img._fdata_cache is None
+    # As nibabel's to_file_map, the data object is written (not a get_fdata cache).
+    if (isinstance(proxy, ArrayProxy)
             and proxy.dtype.newbyteorder("=") == out_dtype.newbyteorder("=")):
         data = proxy.get_unscaled().astype(out_dtype, copy=False)
         hdr.set_slope_inter(proxy.slope, proxy.inter)
@@ -580,7 +497,7 @@ def save(img, filename, affine=None, *, header=None, level: int = 1, version: in
     hdr.set_data_offset(0)
     if not data.flags.f_contiguous:
         data = np.asfortranarray(data)
-    _core.write(path, hdr.binaryblock, [(e.get_code(), e.get_content()) for e in hdr.extensions],
+    _core.write(path, hdr.binaryblock, [(e.get_code(), e.content) for e in hdr.extensions],
                 _as_bytes_view(data), level, gzip_layout, threads)
 
 

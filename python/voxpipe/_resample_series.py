@@ -19,7 +19,9 @@ import numpy as np
 
 from . import _core
 from ._header import Nifti1Header, Nifti2Header
-from ._image import Nifti1Image, Nifti2Image, _convert_header, load
+from nibabel import Nifti1Image, Nifti2Image
+
+from ._image import load
 from .errors import InvalidArgumentError
 
 __all__ = ["resample"]
@@ -98,10 +100,12 @@ def _reference(reference):
                        f"received shape {shape} and affine shape {affine.shape}")
     header = getattr(reference, "header", None)
     kind = type(header).__name__ if header is not None else ""
-    if kind in ("Nifti1Header", "Nifti1PairHeader"):
-        header = _convert_header(header, Nifti1Header)
-    elif kind in ("Nifti2Header", "Nifti2PairHeader"):
-        header = _convert_header(header, Nifti2Header)
+    if kind in ("Nifti1Header", "Nifti1PairHeader", "Nifti2Header", "Nifti2PairHeader"):
+        # The same fields and byte order, as a single-file header of the same version.
+        klass = Nifti2Header if kind.startswith("Nifti2") else Nifti1Header
+        copy = klass(header.binaryblock, header.endianness, check=False)
+        copy.extensions[:] = header.extensions[:]
+        header = copy
     else:
         header = None
     return shape[:3], affine, header

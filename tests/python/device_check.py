@@ -294,13 +294,13 @@ def check_index(directory: Path, problems: list) -> int:
     img_path = vp.load(gz, index=idx)
     img_none = vp.load(gz, index=False)
     ok_h, host = outcome(lambda: img_none.get_fdata(dtype=np.float32))
-    ok_d, dev = outcome(lambda: img_none.get_fdata(dtype=np.float32, device="cuda"))
+    ok_d, dev = outcome(lambda: img_none.dataobj.read(dtype=np.float32, device="cuda"))
     why = same(host, dev) if ok_h and ok_d else f"host {host!r}, device {dev!r}"
     if why:
         problems.append(f"index=False: {why}")
     write(41)  # the file changes under the loaded image: its index is stale now
     ok_h, host = outcome(lambda: vp.load(gz, index=idx) and img_path.get_fdata(dtype=np.float32))
-    ok_d, dev = outcome(lambda: img_path.get_fdata(dtype=np.float32, device="cuda"))
+    ok_d, dev = outcome(lambda: img_path.dataobj.read(dtype=np.float32, device="cuda"))
     if ok_h or ok_d:
         problems.append(f"stale index: host {'read' if ok_h else repr(host)}, device "
                         f"{'read' if ok_d else repr(dev)}; both should raise")
@@ -315,8 +315,8 @@ def main() -> int:
     for case in CASES:
         path = build(case, directory)
         img = vp.load(path)
-        calls = [("get_fdata(float32)", lambda i, d: i.get_fdata(dtype=np.float32, device=d)),
-                 ("get_fdata(float64)", lambda i, d: i.get_fdata(dtype=np.float64, device=d)),
+        calls = [("get_fdata(float32)", lambda i, d: i.dataobj.read(dtype=np.float32, device=d)),
+                 ("get_fdata(float64)", lambda i, d: i.dataobj.read(dtype=np.float64, device=d)),
                  ("to_device(None)", lambda i, d: vp.to_device(i, d)),
                  ("to_device(float32)", lambda i, d: vp.to_device(i, d, dtype=np.float32))]
         for name, call in calls:
@@ -350,7 +350,7 @@ def main() -> int:
     # An image made in memory (its data are copied) and arrays in either order.
     a = np.random.default_rng(0).standard_normal((4, 5, 6)).astype(np.float32)
     mem = vp.Nifti1Image(a, np.eye(4))
-    for host, dev in ((mem.get_fdata(dtype=np.float64), mem.get_fdata(dtype=np.float64, device="cuda")),
+    for host, dev in ((mem.get_fdata(dtype=np.float64), vp.to_device(mem, "cuda", dtype=np.float64)),
                       (a, vp.to_device(mem, "cuda")),
                       (a, vp.to_device(a, "cuda")),
                       (np.asfortranarray(a), vp.to_device(np.asfortranarray(a), "cuda")),

@@ -111,8 +111,8 @@ def test_device_unavailable_error_class():
 
 @pytest.mark.skipif(STATUS.available, reason="CUDA is available here")
 @pytest.mark.parametrize("call", [
-    lambda p: vp.load(p[0]).get_fdata(dtype=np.float32, device="cuda"),
-    lambda p: vp.load(p[0]).get_fdata(device="cuda:1"),
+    lambda p: vp.load(p[0]).dataobj.read(dtype=np.float32, device="cuda"),
+    lambda p: vp.load(p[0]).dataobj.read(device="cuda:1"),
     lambda p: vp.to_device(vp.load(p[1])),
     lambda p: vp.to_device(np.zeros(3), "cuda"),
     lambda p: vp.load_many(p, device="cuda"),
@@ -159,11 +159,9 @@ def test_device_cpu_is_todays_behaviour(nii):
         for dtype in (np.float32, np.float64):
             want = vp.load(p).get_fdata(dtype=dtype)
             for device in ("cpu", None):
-                got = vp.load(p).get_fdata(dtype=dtype, device=device)
-                assert type(got) is type(want) and got.dtype == want.dtype
+                got = vp.load(p).dataobj.read(dtype=dtype, device=device)
+                assert type(got) is np.ndarray and got.dtype == want.dtype
                 assert got.strides == want.strides and np.array_equal(got, want)
-        img = vp.load(p)
-        assert img.get_fdata(device="cpu") is img.get_fdata()  # the cache, as before
         nat = vp.to_device(vp.load(p), "cpu")
         assert np.array_equal(nat, np.asanyarray(vp.load(p).dataobj))
     b = vp.load_batch(nii, device="cpu")
@@ -176,8 +174,8 @@ def test_device_cpu_is_todays_behaviour(nii):
 
 def test_device_cannot_take_out(nii):
     with pytest.raises(ValueError):
-        vp.load(nii[0]).get_fdata(dtype=np.float32, out=np.empty((9, 8, 7), np.float32, order="F"),
-                                  device="cuda")
+        vp.load(nii[0]).dataobj.read(dtype=np.float32,
+                                     out=np.empty((9, 8, 7), np.float32, order="F"), device="cuda")
 
 
 # ---- the DLPack export, on host memory --------------------------------------------------------
@@ -416,8 +414,8 @@ def test_gpu_benchmark_rows_run_on_the_stand_in_driver(fake_driver, tmp_path):
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     text = out.read_text()
-    for row in ("Pinned host-to-device bandwidth", "vp get_fdata(float32, device='cuda') |",
-                "[nibabel-written, one member] vp get_fdata(float32, device='cuda')",
+    for row in ("Pinned host-to-device bandwidth", "vp dataobj.read(float32, device='cuda') |",
+                "[nibabel-written, one member] vp dataobj.read(float32, device='cuda')",
                 "vp.dicom.scan(folder)[0].get_data(float32, device='cuda')",
                 "[JPEG-LS] series.get_data(float32, device='cuda')",
                 "[32 files] vp.load_batch(device='cuda')", "cuFile ("):
@@ -435,7 +433,7 @@ def test_torch_from_dlpack_on_cuda(nii):
     if not torch.cuda.is_available():
         pytest.skip("this torch has no CUDA")
     want = vp.load(nii[1]).get_fdata(dtype=np.float32)
-    d = vp.load(nii[1]).get_fdata(dtype=np.float32, device="cuda")
+    d = vp.load(nii[1]).dataobj.read(dtype=np.float32, device="cuda")
     t = torch.from_dlpack(d)
     assert t.is_cuda and t.data_ptr() == d._memory.address
     assert t.stride() == tuple(s // 4 for s in want.strides)

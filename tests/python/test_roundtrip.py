@@ -176,7 +176,7 @@ def test_save_array_unsupported_dtype_raises(tmp_path, vp, dtype):
     assert not ok_n
     ok_v, ev = outcome(lambda: vp.save(data, str(tmp_path / 'v.nii'), affine=np.eye(4)))
     assert not ok_v, f'voxpipe saved a {dtype} array; nibabel raises {type(en).__name__}: {en}'
-    assert isinstance(ev, (ValueError, TypeError)), repr(ev)
+    assert isinstance(ev, (ValueError, TypeError, nib.spatialimages.HeaderDataError)), repr(ev)
 
 
 def test_save_int16_overflowing_shape_raises(tmp_path, vp):
@@ -265,7 +265,7 @@ def test_pair_header_without_extensions_is_348_bytes(tmp_path, vp):
 
 
 # ---------------------------------------------------------------------------------------------
-# Image classes, from_nibabel / to_nibabel
+# Image classes: nibabel's own
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('kind', ['nii', 'nii.gz', 'pair'])
@@ -315,39 +315,36 @@ def test_image_class_int64_needs_explicit_dtype(vp, version):
 @pytest.mark.parametrize('kind', ['nii', 'nii.gz', 'pair'])
 @pytest.mark.parametrize('version', [1, 2])
 @pytest.mark.parametrize('dtype', ['int64', 'uint64', 'int16'])
-def test_from_nibabel_then_save(tmp_path, vp, version, kind, dtype):
+def test_save_of_a_nibabel_image(tmp_path, vp, version, kind, dtype):
     data = make_data(dtype, (5, 6, 7), seed=10)
     ncls = nib.Nifti1Image if version == 1 else nib.Nifti2Image
     nimg = ncls(data, QFORM, dtype=DTYPES[dtype])
     nimg.header.extensions.append(nib.nifti1.Nifti1Extension(6, b'from nibabel'))
-    nimg.header['descrip'] = b'from_nibabel test'
-    vimg = vp.from_nibabel(nimg)
-    assert_same(vimg, nimg, ('meta', 'header', 'extensions', 'data'), context='(from_nibabel)')
+    nimg.header['descrip'] = b'made by nibabel'
     (tmp_path / 'vp').mkdir()
     (tmp_path / 'nb').mkdir()
     vpath, vfiles = out_paths(tmp_path / 'vp', 'f', kind)
     npath, nfiles = out_paths(tmp_path / 'nb', 'f', kind)
-    vp.save(vimg, vpath)
+    vp.save(nimg, vpath)
     nib.save(nimg, npath)
     assert_same_files(vfiles, nfiles, version)
 
 
 @pytest.mark.parametrize('kind', ['nii', 'nii.gz', 'pair.gz'])
 @pytest.mark.parametrize('scaled', [False, True])
-def test_to_nibabel(tmp_path, vp, kind, scaled):
+def test_loaded_images_are_nibabels(tmp_path, vp, kind, scaled):
     data = make_data('int16', (5, 6, 7), seed=12)
-    parts = nib_parts(data, 1, '>', kind.startswith('nii'), extensions=[(6, b'to_nibabel')])
+    parts = nib_parts(data, 1, '>', kind.startswith('nii'), extensions=[(6, b'nibabel class')])
     if scaled:
         parts.patch(scl_slope=0.25, scl_inter=-3.0)
     p = write_parts(tmp_path / 't', parts, kind)
     ni = nib.load(p)
-    converted = vp.load(p).to_nibabel()
-    assert isinstance(converted, (nib.Nifti1Image, nib.Nifti1Pair))
-    # the converted image may hold its data in memory (no ArrayProxy), so no proxy attributes
-    assert_same(converted, ni, ('meta', 'header', 'extensions', 'data', 'fdata'),
-                context='(to_nibabel vs nib.load)')
-    # nibabel saves the converted image exactly like the image it loads itself
-    nib.save(converted, str(tmp_path / 'conv.nii'))
+    loaded = vp.load(p)
+    assert type(loaded) is type(ni) and type(loaded.header) is type(ni.header)
+    assert_same(loaded, ni, ('meta', 'header', 'extensions', 'data', 'fdata'),
+                context='(vp.load vs nib.load)')
+    # nibabel saves it exactly like the image it loads itself (here converting a pair to .nii)
+    nib.save(loaded, str(tmp_path / 'conv.nii'))
     nib.save(ni, str(tmp_path / 'ref.nii'))
     assert_same_files([str(tmp_path / 'conv.nii')], [str(tmp_path / 'ref.nii')])
 
