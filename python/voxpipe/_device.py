@@ -191,6 +191,25 @@ class DeviceArray:
     def device(self) -> str:
         return f"cuda:{self._memory.ordinal}" if self._memory.on_device else "cpu"
 
+    def copy_from_host(self, arr: np.ndarray) -> None:
+        """Fill this array with `arr`'s values (same shape; cast to this dtype, native order)."""
+        if tuple(arr.shape) != self._shape:
+            raise ValueError(f"expected shape {self._shape}, but received {arr.shape}")
+        host = np.asarray(arr, dtype=self._dtype.newbyteorder("="))
+        if self._strides == _f_strides(self._shape):
+            flat = np.asfortranarray(host).reshape(-1, order="F")
+        else:
+            flat = np.ascontiguousarray(host).reshape(-1)
+        if flat.size:
+            self._memory.copy_from_host(self._offset, flat.view(np.uint8))
+
+    def decode_nifti(self, image, apply_scaling: bool, real_part: bool, threads: int,
+                     index_mode: str, index_path: str) -> None:
+        """Decode a whole opened NIfTI image (the core's) into this F-ordered array, converted
+        on the device (the reader's conversions, as on the host)."""
+        _core.nifti_to_device(self._memory, self._offset, image, self._dtype.name, apply_scaling,
+                              real_part, threads, index_mode, index_path)
+
     def _exported(self):
         if self._view is None:
             self._view = self._memory.view(self._offset, list(self._shape), list(self._strides),
@@ -282,37 +301,6 @@ def array_to_device(arr: np.ndarray, ordinal: int | None) -> DeviceArray:
     return out
 
 
-def _image_into(out: DeviceArray, offset: int, proxy, dtype) -> None:
-    """Decode a data object as the host path would give it (np.asanyarray(dataobj, dtype), or
-    the natural dtype for None) into out's memory at `offset` (F order). The reader converts
-    straight on the device where the host reader would decode the dtype directly; otherwise the
-    host result is copied."""
-    from ._image import ArrayProxy
-
-    if isinstance(proxy, ArrayProxy) and proxy._natural_dtype().fields is None:
-        if dtype is None:
-            scaled = proxy._scaled()
-            direct_dtype = proxy._natural_dtype() if scaled else np.dtype(proxy._dtype)
-            if _dlpack_dtype_ok(direct_dtype):
-                _core.nifti_to_device(out._memory, offset, proxy._img,
-                                      direct_dtype.newbyteorder("=").name, scaled, False,
-                                      proxy._threads, *proxy._index)
-                return
-        elif proxy._decodes_directly(dtype):
-            real_part = proxy._natural_dtype().kind == "c" and dtype.kind == "f"
-            if real_part:
-                import warnings
-                warnings.warn("Casting complex values to real discards the imaginary part",
-                              np.exceptions.ComplexWarning, stacklevel=4)
-            _core.nifti_to_device(out._memory, offset, proxy._img, dtype.name, True, real_part,
-                                  proxy._threads, *proxy._index)
-            return
-    host = _host_data(proxy, dtype)
-    host = np.asfortranarray(host).astype(host.dtype.newbyteorder("="), copy=False)
-    if host.size:
-        out._memory.copy_from_host(offset, host.reshape(-1, order="F").view(np.uint8))
-
-
 def _host_data(dataobj, dtype) -> np.ndarray:
     """What the host path gives: np.asanyarray(dataobj[, dtype])."""
     if dtype is None:
@@ -320,13 +308,17 @@ def _host_data(dataobj, dtype) -> np.ndarray:
     return np.asanyarray(dataobj, dtype=dtype)
 
 
-def _out_dtype(dataobj, dtype) -> np.dtype:
-    from ._image import ArrayProxy
+def _decodes(dataobj) -> bool:
+    """Whether a data object decodes into device arrays itself (voxpipe's ArrayProxy, known
+    by its doorway so that this module needs no import of the image module)."""
+    return hasattr(dataobj, "read_into") and hasattr(dataobj, "result_dtype")
 
+
+def _out_dtype(dataobj, dtype) -> np.dtype:
     if dtype is not None:
         d = np.dtype(dtype)
-    elif isinstance(dataobj, ArrayProxy):
-        d = dataobj._natural_dtype()
+    elif _decodes(dataobj):
+        d = dataobj.result_dtype()
     else:  # an image made in memory
         d = np.asanyarray(dataobj).dtype
     d = d.newbyteorder("=")
@@ -338,17 +330,15 @@ def _out_dtype(dataobj, dtype) -> np.dtype:
 def proxy_to_device(dataobj, dtype, ordinal: int | None) -> DeviceArray:
     """A data object's values (as the host path gives them for `dtype`; None: the natural
     dtype) in a new F-ordered device array. `ordinal` None: host memory (tests of the export)."""
-    from ._image import ArrayProxy
-
     if ordinal is not None:
         require_device(ordinal)
     out_dtype = _out_dtype(dataobj, dtype)
-    if not isinstance(dataobj, ArrayProxy) or ordinal is None:
+    if not _decodes(dataobj) or ordinal is None:
         # An image made in memory (its array's layout), or host memory for tests: the host
         # path's array, copied.
         return array_to_device(_host_data(dataobj, dtype), ordinal)
     out = _new(ordinal, dataobj.shape, out_dtype)
-    _image_into(out, 0, dataobj, None if dtype is None else out_dtype)
+    dataobj.read_into(out)
     return out
 
 
@@ -369,10 +359,13 @@ def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
     item = _f_strides(shape)
     volume = math.prod(shape)
     out = _new(ordinal, (len(imgs),) + shape, out_dtype, (volume,) + item)
-    item_dtype = None if dtype is None else out_dtype
 
     def load_item(i: int) -> None:
-        _image_into(out, i * volume * out_dtype.itemsize, imgs[i].dataobj, item_dtype)
+        dataobj = imgs[i].dataobj
+        if _decodes(dataobj):
+            dataobj.read_into(out[i])
+        else:  # an image made in memory
+            out[i].copy_from_host(np.asanyarray(dataobj, dtype=out_dtype))
 
     run(load_item)
     return out

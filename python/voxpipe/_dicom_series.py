@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from . import _core, _dicom_pixels
+from ._dicom_dataset import FileDataset
 from .errors import FormatError, InvalidArgumentError
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
@@ -59,7 +60,6 @@ class Series:
         """The first image's dataset (a vp.dicom FileDataset), for metadata."""
         ds = self.__dict__.get("_dataset")
         if ds is None:
-            from .dicom import FileDataset
             core_file = self._s.first_file
             ds = self.__dict__["_dataset"] = FileDataset(core_file, False,
                                                          os.stat(core_file.path).st_size)

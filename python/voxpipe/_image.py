@@ -13,7 +13,7 @@ import nibabel as nib
 from nibabel.fileholders import FileHolder, copy_file_map
 from nibabel.nifti1 import Nifti1Extension, extension_codes
 
-from . import _core
+from . import _core, _device
 from ._header import _CODE_TO_NAME, _NAME_TO_DTYPE, Nifti2Header, convert_header, dtype_code
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 
@@ -235,8 +235,6 @@ class ArrayProxy:
         """
         ranges, out_shape = plan(slicer, self._shape)
         if device is not None:
-            from . import _device
-
             ordinal = _device.parse_device(device)
             if ordinal is not None:
                 if out is not None:
@@ -263,6 +261,32 @@ class ArrayProxy:
                     out_view[...] = arr
                     arr = out_view
         return out if out is not None else arr.reshape(out_shape, order="F")
+
+    def read_into(self, out, slicer=(), *, scaling: bool = True):
+        """Decode ``proxy[slicer]`` into `out`, as ``out.dtype``, and return `out`: a NumPy
+        array (F-contiguous, of the result's shape; as ``read(..., out=out)``) or a voxpipe
+        DeviceArray (the whole image, scaled), converted on the device where the host reader
+        would convert too. The one way in for every consumer: load_many, load_batch, the
+        torch datasets and the device path."""
+        if isinstance(out, np.ndarray):
+            return self.read(slicer, out.dtype, out=out, scaling=scaling)
+        if not reads_whole(slicer, self._shape) or not scaling:
+            raise ValueError("device reads take the whole image, scaled")
+        dtype = np.dtype(out.dtype)
+        natural = self._natural_dtype()
+        if natural.fields is None:
+            if dtype == natural.newbyteorder("="):
+                out.decode_nifti(self._img, self._scaled(), False, self._threads, *self._index)
+                return out
+            if self._decodes_directly(dtype):
+                real_part = natural.kind == "c" and dtype.kind == "f"
+                if real_part:
+                    warnings.warn("Casting complex values to real discards the imaginary part",
+                                  np.exceptions.ComplexWarning, stacklevel=2)
+                out.decode_nifti(self._img, True, real_part, self._threads, *self._index)
+                return out
+        out.copy_from_host(np.asanyarray(self, dtype=dtype))
+        return out
 
     # -- nibabel's API ---------------------------------------------------------------------------
     def get_unscaled(self, out=None):

@@ -57,7 +57,7 @@ def _check_dtype(dtype):
 
 def _natural_dtype(img) -> np.dtype:
     """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
-    return img.dataobj._natural_dtype()
+    return img.dataobj.result_dtype()
 
 
 def _out_dtype(img, dtype) -> np.dtype:
@@ -67,8 +67,7 @@ def _out_dtype(img, dtype) -> np.dtype:
 def _decode(img, dtype, out=None):
     """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
     written into `out` when given (F-contiguous, of the right shape and dtype)."""
-    proxy = img.dataobj
-    return proxy._get_scaled(dtype, proxy._full_ranges(), out=out)
+    return img.dataobj.read(dtype=dtype, out=out)
 
 
 def _note(exc: BaseException, path: str) -> BaseException:
