@@ -31,6 +31,7 @@
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 extern char** environ;
 
@@ -53,7 +54,8 @@ const char* kBenchLoadUsage =
     "  --dtype native    as np.asanyarray(img.dataobj): the stored dtype, or float64 when the\n"
     "                    file has scale factors (a memory map nibabel returns is copied in the\n"
     "                    timing, so both tools bring the data into memory)\n"
-    "  --threads N       voxpipe decode threads, 0 = all cores (default)\n"
+    "  --threads N       voxpipe decode threads; 0 (default): $VOXPIPE_NUM_THREADS, else\n"
+    "                    $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  --io-threads N    files voxpipe reads at once (default: the decode thread count); at most\n"
     "                    this many decoded outputs are held in memory\n"
     "  --repeat R        timed rounds over all files (default 3)\n"
@@ -635,7 +637,7 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
     err << "voxpipe bench-load: expected FILES\n" << kBenchLoadUsage;
     return kUsage;
   }
-  const unsigned decode_threads = threads ? threads : core::default_thread_count();
+  const unsigned decode_threads = resolve_threads(threads);
   const unsigned in_flight = io_threads ? *io_threads : decode_threads;
 
   std::vector<BenchFile> files;
@@ -647,7 +649,7 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
 
   // Untimed: warms the page cache, sizes the outputs and finds the files that do not load.
   progress.phase("warm-up");
-  bench_voxpipe_round(files, native, threads, in_flight, pool, progress, true);
+  bench_voxpipe_round(files, native, decode_threads, in_flight, pool, progress, true);
   std::vector<std::string> good;
   std::uint64_t disk = 0, decoded = 0;
   for (const auto& f : files) {
@@ -662,7 +664,8 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   if (!good.empty()) {
     for (int r = 0; r < repeat; ++r) {
       progress.phase("voxpipe round " + std::to_string(r + 1) + "/" + std::to_string(repeat));
-      voxpipe_rounds.push_back(bench_voxpipe_round(files, native, threads, in_flight, pool, progress, false));
+      voxpipe_rounds.push_back(
+          bench_voxpipe_round(files, native, decode_threads, in_flight, pool, progress, false));
     }
   }
   pool.clear();  // the nibabel child gets the memory

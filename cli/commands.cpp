@@ -16,6 +16,7 @@
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe::cli {
 
@@ -63,8 +64,7 @@ static const char* const kUsageText =
     "                           float64 stores the scaled values, otherwise the stored values and\n"
     "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
     "                           --layout members (default: parallel, random access), bgzf, or\n"
-    "                           single (one member, as Python's gzip); --threads 0 = all cores;\n"
-    "                           see convert --help\n"
+    "                           single (one member, as Python's gzip); see convert --help\n"
     "  index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT]\n"
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
@@ -82,7 +82,10 @@ static const char* const kUsageText =
     "  resample MOVING --reference REF [--affine X | --affines LIST | --warp FIELD] -o OUT\n"
     "           [--order 3] [--mode constant] [--dtype float32] [--threads N] [--memory-limit SIZE]\n"
     "                           resample a 3-D/4-D series onto REF's grid volume by volume,\n"
-    "                           streamed to OUT; see resample --help\n";
+    "                           streamed to OUT; see resample --help\n"
+    "\n"
+    "--threads 0, every command's default, means $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS\n"
+    "(its first number), else the CPUs this process may run on (taskset, cgroup cpusets).\n";
 
 namespace {
 
@@ -116,7 +119,8 @@ const char* const kConvertUsage =
     "  --layout L        members (default): independent 1 MiB gzip members that any gzip reader\n"
     "                    opens and voxpipe reads in parallel, with random access; bgzf: BGZF\n"
     "                    blocks (64 KiB); single: one member, as Python's gzip writes\n"
-    "  --threads N       threads for reading and compressing, 0 = all cores (default)\n"
+    "  --threads N       threads for reading and compressing; 0 (default): $VOXPIPE_NUM_THREADS,\n"
+    "                    else $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "\n"
     "OUT appears only once complete (written beside it, then renamed). Exit status: 0, or the\n"
     "code of the error (docs/exit_codes.md).\n";
@@ -135,7 +139,8 @@ const char* const kIndexUsage =
     "                    ~/.cache/voxpipe) instead of FILE.gzidx beside FILE\n"
     "  --fast            build from a parallel inflate: points every ~8 MiB of compressed\n"
     "                    data, no volume points\n"
-    "  --threads N       threads of that inflate, 0 = all cores (default)\n"
+    "  --threads N       threads of that inflate; 0 (default): $VOXPIPE_NUM_THREADS, else\n"
+    "                    $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  -o OUT            write the index to OUT\n"
     "\n"
     "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
@@ -536,6 +541,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "voxpipe convert: expected IN and OUT\n" << kConvertUsage;
     return kUsage;
   }
+  threads = resolve_threads(threads);  // one count for every read and the write
   NiftiImage img = open_nifti(paths[0]);
   check_data_size(img);
   NiftiHeader h = img.header;

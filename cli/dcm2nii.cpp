@@ -28,6 +28,7 @@
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe::cli {
 
@@ -58,7 +59,9 @@ const char* kDcm2niiUsage =
     "                    shares it, float32 otherwise\n"
     "  --overwrite       replace existing files (by default a series whose file exists is\n"
     "                    skipped and reported)\n"
-    "  --threads N       threads for parsing, decoding and compressing, 0 = all cores (default)\n"
+    "  --threads N       threads for parsing, decoding and compressing; 0 (default):\n"
+    "                    $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS, else the CPUs this\n"
+    "                    process may run on\n"
     "  --on-corrupt raise|warn\n"
     "                    a compressed image its decoder reports damaged (\"Corrupt JPEG data\")\n"
     "                    skips the series (raise, default) or is written as the decoder recovers\n"
@@ -513,6 +516,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
 
   Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe dcm2nii");
   progress.phase("scanning");
+  threads = resolve_threads(threads);  // one count for the scan and every series' read and write
   DicomScanOptions scan_options;
   scan_options.threads = threads;
   const DicomScanResult scan = scan_dicom_series(inputs, scan_options);

@@ -50,7 +50,8 @@ const char* const kResampleUsage =
     "  --fast              sum spline taps separably with fused multiply-adds (orders 3..5):\n"
     "                      faster; values within a few ulps of scipy's instead of identical\n"
     "  --dtype T           output type: float32 (default), float64, int16, uint8, ...\n"
-    "  --threads N         threads, 0 = all cores (default)\n"
+    "  --threads N         threads; 0 (default): $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS,\n"
+    "                      else the CPUs this process may run on\n"
     "  --memory-limit SIZE bytes for volumes in flight (e.g. 512M, 2G; default: one per thread)\n"
     "  -o OUT              output file (.nii, .nii.gz)\n";
 

@@ -32,6 +32,7 @@
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace {
 
@@ -123,7 +124,7 @@ int bench_dicom(const std::string& folder, unsigned threads, unsigned rounds, bo
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string path = argv[1];
-  unsigned threads = voxpipe::core::default_thread_count(), rounds = 7;
+  unsigned threads = 0, rounds = 7;
   bool to_f32 = false;
   voxpipe::cuda::StagingOptions staging;
   for (int i = 2; i < argc; ++i) {
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     else if (a == "--buffers") staging.buffers = static_cast<unsigned>(std::atoi(v));
     else return usage();
   }
+  threads = voxpipe::resolve_threads(threads);  // the internal pipeline takes a resolved count
   try {
     if (std::filesystem::is_directory(path)) return bench_dicom(path, threads, rounds, to_f32, staging);
     const voxpipe::NiftiImage image = voxpipe::open_nifti(path);

@@ -124,9 +124,10 @@ class DeviceMemory {
 // Error(truncated) for a short file; gzip errors), Error(invalid_argument) when the bytes do not
 // fit in `dst` after `offset`, and the driver's.
 //
-// `threads`: as ReadOptions::threads (0: all cores): the gzip inflate's threads, and at most as
-// many concurrent reads of an uncompressed payload (default 4). `source`: the seek index to use
-// for a plain gzip, as NiftiReader takes it (automatic: a valid sidecar or cache entry).
+// `threads`: as ReadOptions::threads (0: the default, resolve_threads in voxpipe/threads.hpp):
+// the gzip inflate's threads, and at most as many concurrent reads of an uncompressed payload
+// (at most 4). `source`: the seek index to use for a plain gzip, as NiftiReader takes it
+// (automatic: a valid sidecar or cache entry).
 void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, DeviceMemory& dst,
                                std::size_t offset = 0, unsigned threads = 0,
                                const DataSourceOptions& source = {});
@@ -135,9 +136,10 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
 // (F order, series.shape(); prod(shape) * dtype_size(out_type) bytes). Native pixel data are
 // read with concurrent preads and converted on the device (BitsStored, Rescale Slope/Intercept
 // for f32/f64); anything else is decoded on the host as read_dicom_series decodes it (compressed
-// frames in parallel on `threads`, 0: all cores), each image streamed to the device through the
-// pinned ring once decoded (the host holds the ring, not the volume). Errors: read_dicom_series's,
-// Error(invalid_argument) when the bytes do not fit in `dst` after `offset`, and the driver's.
+// frames in parallel on `threads`, 0: the default, resolve_threads), each image streamed to the
+// device through the pinned ring once decoded (the host holds the ring, not the volume).
+// Errors: read_dicom_series's, Error(invalid_argument) when the bytes do not fit in `dst` after
+// `offset`, and the driver's.
 void read_dicom_series_to_device(const DicomSeries& series, DType out_type, DeviceMemory& dst,
                                  std::size_t offset = 0, unsigned threads = 0);
 

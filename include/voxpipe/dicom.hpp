@@ -265,7 +265,8 @@ enum class DicomOnCorrupt : std::uint8_t { raise, warn };
 struct DicomDecodeOptions {
   // YBR_FULL / YBR_FULL_422 decoded to RGB (pydicom's default, as_rgb=True); false keeps YBR.
   bool as_rgb = true;
-  // Frames are decoded on up to this many threads of the pool (0: all cores).
+  // Frames are decoded on up to this many threads of the pool (0: the default, resolve_threads
+  // in voxpipe/threads.hpp).
   unsigned threads = 0;
   // nullopt: pixel_array's values and dtype. DType::f64 / f32: the modality transform applied
   // (pydicom's apply_modality_lut: the Modality LUT Sequence where present, else Rescale Slope

@@ -91,7 +91,7 @@ struct DicomSeries {
 };
 
 struct DicomScanOptions {
-  unsigned threads = 0;     // files parsed in parallel (0: all cores)
+  unsigned threads = 0;     // files parsed in parallel (0: the default, voxpipe/threads.hpp)
   bool recursive = true;    // folders: their subfolders too
   // Positions closer than this (mm) along the normal are the same position.
   double position_tolerance = 0.01;
@@ -125,7 +125,8 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
 // Reads a series into `out`, Fortran order with series.shape(): `out_type` stored_dtype (the
 // values of pixel_array, every image must share one rescale to be meaningful), or f32/f64 (each
 // image's Rescale Slope and Intercept applied in float64, then rounded to f32). Images are
-// decoded in parallel on `threads` (0: all cores); memory beyond `out` is a frame per thread.
+// decoded in parallel on `threads` (0: the default, resolve_threads in voxpipe/threads.hpp);
+// memory beyond `out` is a frame per thread.
 // Error(format) when series.problem is set; Error(invalid_argument) for an `out` of the wrong
 // size or type; the decoders' errors as decode_dicom_frames has them (`on_corrupt` as there).
 // Returns decode_dicom_frames' warnings, image by image.

@@ -45,7 +45,9 @@ struct GzipIndexOptions {
   // out of a parallel inflate on `threads` threads at almost no cost over the inflate itself,
   // with a point at each chunk start (about every 8 MiB compressed); `wanted` is then ignored.
   bool exact = true;
-  unsigned threads = 0;  // 0: all cores (exact = false only)
+  // Threads of that parallel inflate (exact = false only); 0: the default (resolve_threads,
+  // voxpipe/threads.hpp).
+  unsigned threads = 0;
 };
 
 struct GzipIndexSummary {

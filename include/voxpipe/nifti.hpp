@@ -24,6 +24,11 @@
 
 namespace voxpipe {
 
+namespace core {
+class ByteSource;
+class RandomAccessInput;
+}  // namespace core
+
 // Every field of a NIfTI-1 or NIfTI-2 header, widened to the NIfTI-2 types (exact: NIfTI-1
 // float32/int16 values convert to double/int64 without rounding). Fields that exist only in
 // NIfTI-1 (data_type, db_name, extents, session_error, regular, glmax, glmin) are zero for
@@ -108,7 +113,7 @@ struct Scaling {
 
 // An opened image: everything but the voxel data.
 struct NiftiImage {
-  std::string header_path;
+  std::string header_path;  // the name given to open_nifti_bytes for an image in memory
   std::string data_path;  // equal to header_path for single files
   Compression header_compression = Compression::none;
   Compression data_compression = Compression::none;
@@ -122,6 +127,10 @@ struct NiftiImage {
   std::array<double, 16> affine{};  // get_best_affine(), row-major
   std::uint64_t data_file_size = 0;  // size of data_path when opened (compressed size for gzip;
                                      // 0 when it could not be stat'ed)
+  // The stored bytes of the data when they are not the file at data_path (an image opened with
+  // open_nifti_bytes): readers read them, and copies of the image and readers made from it
+  // share them and keep them alive. Null for files.
+  std::shared_ptr<const core::RandomAccessInput> data_input;
 
   std::uint64_t voxel_count() const;  // product of shape, checked at open
   std::uint64_t data_bytes() const;   // voxel_count * dtype_size, checked at open
@@ -130,7 +139,8 @@ struct NiftiImage {
 
 // Throws Error(truncated) when the data file cannot hold the bytes the header promises: for an
 // uncompressed file, data_offset + data_bytes beyond its end; for gzip, more than deflate's
-// maximum ratio (1032:1) allows. Call before allocating an output for the whole image.
+// maximum ratio (1032:1) allows. Call before allocating an output for the whole image. An image
+// in memory is judged by the size of its buffer.
 void check_data_size(const NiftiImage& image);
 
 struct OpenOptions {
@@ -141,6 +151,18 @@ struct OpenOptions {
 // header and extensions. Throws Error on a missing file, bad magic, bad fields, or a `.gz` name
 // on a file that is not gzip.
 NiftiImage open_nifti(const std::string& path, const OpenOptions& options = {});
+
+// Opens the bytes of a single `.nii` or `.nii.gz` file held in memory, exactly as open_nifti
+// opens that file (the same header checks, fixes and limits). gzip is recognised by its magic
+// (1f 8b). `name` stands for the bytes in header_path, data_path and error messages; a name
+// ending in .gz whose bytes are not gzip is Error(format), as for files, and a .hdr/.img name is
+// Error(unsupported) (pairs are read from files only); any other name is only a label. `owner`
+// keeps `bytes` valid (null when they outlive every copy of the image and its readers); the
+// bytes must not change while the image or a reader of it lives. The image reads its data from
+// them (NiftiReader, read_nifti_data), without copying the buffer, with the selections, gzip
+// engines and integrity checks of a file; a seek index file does not apply to it.
+NiftiImage open_nifti_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                            const std::string& name, const OpenOptions& options = {});
 
 // A selection along one axis: source indices start + i*step for i in [0, count); step != 0 and
 // may be negative. count may be 0.
@@ -160,7 +182,9 @@ struct OutputSpec {
 };
 
 struct ReadOptions {
-  unsigned threads = 0;  // 0: all cores; chunks of large reads are converted in parallel
+  // Chunks of large reads are inflated and converted in parallel on this many threads; 0: the
+  // default (resolve_threads, voxpipe/threads.hpp).
+  unsigned threads = 0;
 };
 
 // Reads the selected voxels (empty `selection`: everything) into `dest`, which must hold exactly
@@ -172,12 +196,9 @@ void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selecti
                      const OutputSpec& spec, std::span<std::byte> dest,
                      const ReadOptions& options = {});
 
-namespace core {
-class ByteSource;
-}
-
 // How a reader of a single-member .gz data file finds a seek index (gzip.hpp). Files in a
-// sized-member layout, and uncompressed files, need none and ignore this.
+// sized-member layout, and uncompressed files, need none and ignore this. Index files belong to
+// files: for an image in memory `automatic` finds none, and `path` is Error(invalid_argument).
 struct DataSourceOptions {
   enum class Index {
     automatic,  // a valid sidecar (FILE.gz.gzidx) or cache entry if there is one; else none
@@ -240,7 +261,8 @@ struct WriteOptions {
   // level 1 makes smaller files than zlib's, the single layout with zlib.
   int gzip_level = 1;
   GzipLayout gzip_layout = GzipLayout::members;
-  unsigned threads = 0;  // compression threads for the members and bgzf layouts; 0: all cores
+  // Compression threads for the members and bgzf layouts; 0: the default (resolve_threads).
+  unsigned threads = 0;
 };
 
 // Produces the next bytes of voxel data, in the header's dtype and byte order, Fortran order;

@@ -12,9 +12,10 @@
 // other or the input.
 //
 // Threads: every function splits its output over at most `threads` threads of the process's
-// pool (0: all cores); the prefilter splits over lines. Calls on different outputs may run
-// concurrently. Errors: a voxpipe::Error with code invalid_argument (bad order, mode, shape or
-// dtype) or limit (a size that overflows 64 bits), thrown before any output is written.
+// pool (0: the default, resolve_threads in voxpipe/threads.hpp); the prefilter splits over
+// lines. Calls on different outputs may run concurrently. Errors: a voxpipe::Error with code
+// invalid_argument (bad order, mode, shape or dtype) or limit (a size that overflows 64 bits),
+// thrown before any output is written.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +58,7 @@ struct InterpOptions {
   InterpMode mode = InterpMode::constant;
   double cval = 0.0;               // value outside the input for constant and grid-constant
   bool prefilter = true;           // B-spline prefilter of the input when order > 1
-  unsigned threads = 0;            // 0: all cores
+  unsigned threads = 0;            // 0: the default (resolve_threads)
   // The value of grid-constant's 12-sample prefilter padding (order > 1 with prefilter). scipy
   // pads with np.pad on the input's dtype, so cval arrives there cast to that dtype (7.5 is 7 in
   // an integer input) while taps beyond the padding read cval itself. Unset: cval cast to the

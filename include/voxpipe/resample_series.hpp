@@ -34,9 +34,10 @@
 // memory_limit allows); series_memory_estimate gives the figures. Peak memory does not depend on
 // the number of volumes.
 //
-// Threads: `threads` threads of the process's pool in all (0: all cores), split between volumes
-// in flight and the interpolation of each. Functions are re-entrant; calls on different outputs
-// may run concurrently.
+// Threads: `threads` threads of the process's pool in all (0: the default, resolve_threads in
+// voxpipe/threads.hpp, resolved once per call), split between volumes in flight and the
+// interpolation of each. Functions are re-entrant; calls on different outputs may run
+// concurrently.
 // Errors: voxpipe::Error, thrown before any output is written where the arguments decide it
 // (invalid_argument: a bad chain count, out shape or dtype, a field step after per-volume steps,
 // a SeriesArray without data or with strides that do not match its shape;
@@ -70,7 +71,7 @@ struct SeriesResampleOptions {
   // Bytes the executor may hold for volumes in flight (the formula above); 0: automatic (as
   // many volumes as threads). Error(limit) when it cannot hold one volume.
   std::uint64_t memory_limit = 0;
-  unsigned threads = 0;  // 0: all cores
+  unsigned threads = 0;  // 0: the default (resolve_threads)
   // Called after each volume is complete (written into `out`, or handed to the file writer),
   // with done increasing from 1 to total, one call at a time, from any of the executor's threads
   // (resample_series_to_file: the caller's). It must not call back into the executor. An

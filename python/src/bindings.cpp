@@ -10,11 +10,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <span>
 
 #include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace nb = nanobind;
 using namespace voxpipe;
@@ -55,6 +58,21 @@ nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
 std::vector<std::uint8_t> from_bytes(const nb::bytes& b) {
   const auto* p = static_cast<const std::uint8_t*>(b.data());
   return std::vector<std::uint8_t>(p, p + b.size());
+}
+
+// The bytes of `object`'s buffer (the buffer protocol; C-contiguous, read-only allowed), read in
+// place: the buffer is held, so the object can be neither resized nor released, until the last
+// copy of the returned owner ends (an image or a reader made from it), which may happen on any
+// thread, with or without the GIL. TypeError / BufferError as Python raises them.
+std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes) {
+  auto view = std::make_unique<Py_buffer>();
+  if (PyObject_GetBuffer(object.ptr(), view.get(), PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+  bytes = std::span(static_cast<const std::byte*>(view->buf), static_cast<std::size_t>(view->len));
+  return std::shared_ptr<const void>(view.release(), [](Py_buffer* v) {
+    python::GilAcquire gil;
+    PyBuffer_Release(v);
+    delete v;
+  });
 }
 
 nb::list affine_list(const std::array<double, 16>& a) {
@@ -109,6 +127,8 @@ NB_MODULE(_core, m) {
       .def_ro("header_path", &NiftiImage::header_path)
       .def_ro("data_path", &NiftiImage::data_path)
       .def_prop_ro("gzip", [](const NiftiImage& i) { return i.data_compression == Compression::gzip; })
+      // False for an image opened with open_bytes: data_path is then only its name.
+      .def_prop_ro("data_in_file", [](const NiftiImage& i) { return !i.data_input; })
       .def_prop_ro("version", [](const NiftiImage& i) { return i.header.version; })
       .def_prop_ro("big_endian", [](const NiftiImage& i) { return i.header.big_endian; })
       .def_prop_ro("shape", [](const NiftiImage& i) {
@@ -136,12 +156,34 @@ NB_MODULE(_core, m) {
         nb::call_guard<python::GilRelease>(),
         "Open a NIfTI file, reading the header and extensions only.");
 
+  m.def(
+      "open_bytes",
+      [](nb::handle buffer, const std::string& name) {
+        std::span<const std::byte> bytes;
+        std::shared_ptr<const void> owner = hold_buffer(buffer, bytes);
+        python::GilRelease release;
+        return open_nifti_bytes(bytes, std::move(owner), name);
+      },
+      nb::arg("buffer"), nb::arg("name") = "<bytes>",
+      "Open the bytes of a .nii or .nii.gz file held in memory (any C-contiguous object with the "
+      "buffer protocol: bytes, bytearray, memoryview, mmap, numpy array), reading the header and "
+      "extensions only. gzip is recognised by its magic; `name` stands for the bytes in "
+      "header_path, data_path and errors (a .gz name requires gzip bytes, .hdr/.img names are "
+      "refused). The bytes are not copied: the image and its readers hold the buffer, which must "
+      "not change while they live. A Reader of it takes index_mode 'auto' (finds no index) or "
+      "'none'.");
+
   m.def("keep_forever", [](nb::handle object) { object.inc_ref(); }, nb::arg("object"),
         "Take a reference that is never given back: `object` is never destroyed, not even at "
         "exit (a reader a forked child inherited in an unknown state).");
 
   m.def("is_pair_path", &nifti_is_pair_path, nb::arg("path"),
         "Whether a file name is a .hdr/.img pair name (optionally .gz).");
+
+  m.def("resolve_threads", &resolve_threads, nb::arg("requested"),
+        "The thread count a call given `requested` runs on: `requested` when > 0; for 0, "
+        "$VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS (its first number), else the CPUs this "
+        "process may run on (voxpipe/threads.hpp; docs/python.md#thread-count).");
 
   nb::class_<NiftiReader>(m, "Reader")
       .def(

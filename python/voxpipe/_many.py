@@ -25,22 +25,16 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import _core
 from ._image import load
 from .errors import SkippedFileWarning
 
 _ON_ERROR = ("raise", "skip")
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> tuple[int, int]:
     """(file workers, decode threads per file) for `threads` in all."""
-    total = _cores() if not threads else int(threads)
+    total = int(threads) if threads else _core.resolve_threads(0)
     if total < 1:
         raise ValueError(f"threads must be >= 0 or None, not {threads}")
     if io_threads is not None and int(io_threads) < 1:
@@ -305,12 +299,13 @@ def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
     ``np.asanyarray(img.dataobj)``), or with ``images=True`` the image itself with its data
     already in its get_fdata cache.
 
-    ``threads``: threads in all (None or 0: every core), shared between files decoded at once and
-    the chunks of each file. ``io_threads``: how many files are opened and read at once (default:
-    as many as ``threads``); keep it low on a network filesystem, the decode still uses
-    ``threads``. ``prefetch``: how many files ahead of the one the caller takes may be in flight
-    (default: twice the file workers). ``max_inflight_bytes``: the most decoded data held that
-    the caller has not taken yet (one file is always allowed, however large).
+    ``threads``: threads in all (None or 0: the default count, docs/python.md "Thread count"),
+    shared between files decoded at once and the chunks of each file. ``io_threads``: how many
+    files are opened and read at once (default: as many as ``threads``); keep it low on a network
+    filesystem, the decode still uses ``threads``. ``prefetch``: how many files ahead of the one
+    the caller takes may be in flight (default: twice the file workers). ``max_inflight_bytes``:
+    the most decoded data held that the caller has not taken yet (one file is always allowed,
+    however large).
     ``on_error="raise"`` raises a file's error (naming the file) when the iteration reaches it and
     stops; ``"skip"`` warns (SkippedFileWarning) and goes on with the next file.
     """

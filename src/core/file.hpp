@@ -1,31 +1,47 @@
-// Files: RAII descriptors, positional reads, atomic output (temporary name + rename), and the
-// ByteSource interface that the readers pull voxel bytes through.
+// Files: RAII descriptors, positional reads, atomic output (temporary name + rename), the
+// RandomAccessInput interface under which stored bytes are read (a file here, a buffer in memory
+// in memory_input.hpp), and the ByteSource interface that the readers pull voxel bytes through.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
 namespace voxpipe::core {
 
+// Bytes as they are stored (a file, a buffer in memory), read by position: what the NIfTI reader
+// reads uncompressed data from and what every gzip engine reads compressed data from, so that
+// each works on any storage. Implementations are immutable after construction and thread-safe.
+class RandomAccessInput {
+ public:
+  virtual ~RandomAccessInput() = default;
+  // Reads up to dst.size() bytes at `offset`; returns how many were read (fewer only at the
+  // end). Errors throw voxpipe::Error naming path().
+  virtual std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const = 0;
+  // The size when opened; reads end there.
+  virtual std::uint64_t size() const noexcept = 0;
+  // Names the bytes in error messages (a path, or the name given to a buffer).
+  virtual const std::string& path() const noexcept = 0;
+};
+
 // A read-only regular file. Errors throw voxpipe::Error(not_found / io) naming the path; a path
 // that is not a regular file (a directory, FIFO, socket or device) is Error(io) at once: opening
 // never waits for a FIFO's writer.
-class InputFile {
+class InputFile final : public RandomAccessInput {
  public:
   explicit InputFile(const std::string& path);
-  ~InputFile();
+  ~InputFile() override;
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
 
-  const std::string& path() const noexcept { return path_; }
-  std::uint64_t size() const noexcept { return size_; }
-  // Reads up to dst.size() bytes at `offset`; returns how many were read (fewer only at EOF).
+  const std::string& path() const noexcept override { return path_; }
+  std::uint64_t size() const noexcept override { return size_; }
   // Thread-safe (pread).
-  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const;
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override;
 
  private:
   std::string path_;
@@ -76,9 +92,10 @@ using ByteSink = std::function<void(std::uint64_t offset, std::span<const std::b
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
-  // Delivers [begin, end) to `sink`, using up to `threads` pool threads (0: all cores) where the
-  // source can decode in parallel. Ends early, without error, only at the end of the stream.
-  // The default reads pieces with read_at on the calling thread.
+  // Delivers [begin, end) to `sink`, using up to `threads` pool threads (the count the public
+  // call resolved, voxpipe/threads.hpp; 0 is taken as 1) where the source can decode in
+  // parallel. Ends early, without error, only at the end of the stream. The default reads
+  // pieces with read_at on the calling thread.
   virtual void read_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                           const ByteSink& sink);
   // True when read_range is faster than the caller splitting the range into read_at calls
@@ -92,18 +109,20 @@ class ByteSource {
   virtual const std::string& path() const noexcept = 0;
 };
 
-class FileByteSource final : public ByteSource {
+// The stored bytes of an input, undecoded, as a ByteSource. Shares ownership of the input.
+class InputByteSource final : public ByteSource {
  public:
-  explicit FileByteSource(const std::string& path) : file_(path) {}
+  explicit InputByteSource(std::shared_ptr<const RandomAccessInput> input)
+      : input_(std::move(input)) {}
   std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) override {
-    return file_.read_at(offset, dst);
+    return input_->read_at(offset, dst);
   }
   bool random_access() const noexcept override { return true; }
-  const std::string& path() const noexcept override { return file_.path(); }
-  std::uint64_t size() const noexcept { return file_.size(); }
+  const std::string& path() const noexcept override { return input_->path(); }
+  std::uint64_t size() const noexcept { return input_->size(); }
 
  private:
-  InputFile file_;
+  std::shared_ptr<const RandomAccessInput> input_;
 };
 
 // Size of the file at `path`, or nullopt when it cannot be stat'ed (missing, no permission).

@@ -136,14 +136,8 @@ class Pool {
 
 }  // namespace
 
-unsigned default_thread_count() noexcept {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
-}
-
 void parallel_for(std::size_t n, unsigned threads, const std::function<void(std::size_t)>& fn) {
   if (n == 0) return;
-  if (threads == 0) threads = default_thread_count();
   if (threads <= 1 || n == 1) {
     for (std::size_t i = 0; i < n; ++i) fn(i);
     return;

@@ -6,11 +6,9 @@
 
 namespace voxpipe::core {
 
-// Number of workers used when a caller passes threads = 0.
-unsigned default_thread_count() noexcept;
-
-// Runs fn(i) for i in [0, n) on at most `threads` threads (0: all cores), the caller's thread
-// included, and returns when all are done. The first exception thrown by any task is rethrown
+// Runs fn(i) for i in [0, n) on at most `threads` threads, the caller's thread included, and
+// returns when all are done. `threads` is the count the public call resolved (resolve_threads,
+// voxpipe/threads.hpp); 0 is taken as 1. The first exception thrown by any task is rethrown
 // here after the others have finished. Tasks may call parallel_for themselves (files in
 // parallel, each decoded in parallel): the caller always works on its own indices, and workers
 // take a call's indices only when they are free, so a nested call finishes even when every

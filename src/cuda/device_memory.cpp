@@ -11,6 +11,7 @@
 #include "cuda/load.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/error.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
@@ -99,8 +100,8 @@ void read_nifti_data_to_device(const NiftiImage& image, const OutputSpec& spec, 
   check_range(dst.size(), offset, bytes, "destination");
   if (!dst.impl_) throw Error(ErrorCode::invalid_argument, "", "destination", "the device memory was moved from");
   cuda::StagingOptions options;
-  options.decode_threads = threads;
-  if (threads) options.readers = std::min(options.readers, threads);
+  options.decode_threads = resolve_threads(threads);
+  options.readers = std::min(options.readers, options.decode_threads);
   cuda::load_nifti_to_device(image, spec, *dst.impl_->ctx, dst.impl_->buffer->get() + offset, bytes,
                              options, source);
 }
@@ -135,7 +136,8 @@ void read_dicom_series_to_device(const DicomSeries& series, DType out_type, Devi
   check_range(dst.size(), offset, bytes, "destination");
   if (!dst.impl_) throw Error(ErrorCode::invalid_argument, "", "destination", "the device memory was moved from");
   cuda::load_dicom_series_to_device(series, out_type, *dst.impl_->ctx,
-                                    dst.impl_->buffer->get() + offset, bytes, threads);
+                                    dst.impl_->buffer->get() + offset, bytes,
+                                    resolve_threads(threads));
 }
 
 }  // namespace voxpipe

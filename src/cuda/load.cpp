@@ -98,8 +98,8 @@ void stage_nifti_data(const NiftiImage& image, StagingSink& sink, const StagingO
   const std::size_t element = dtype_size(image.dtype);
   const std::uint64_t payload = mul(image, voxel_count(image), element);
   if (image.data_compression == Compression::none) {
-    core::InputFile file(image.data_path);
-    stage(file_chunk_source(file, image.data_offset, payload), element, sink, options);
+    const std::shared_ptr<const core::RandomAccessInput> input = nifti::open_data_input(image);
+    stage(file_chunk_source(*input, image.data_offset, payload), element, sink, options);
     return;
   }
   // gzip: the CPU path's own source (member table, seek index or speculative parallel inflate).
@@ -157,6 +157,7 @@ bool load_through_cufile(const NiftiImage& image, const ElementOp& op, const Pri
     return false;
   };
   if (policy == CufilePolicy::off) return skip("VOXPIPE_CUFILE=off");
+  if (image.data_input) return skip("the data are not in a file");
   // The automatic policy opens cuFile's driver (once per process, not free) only for a payload
   // it could use it for, and only where the probe found the library.
   if (policy == CufilePolicy::automatic && payload < kCufileMinBytes)

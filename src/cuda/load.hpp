@@ -24,7 +24,7 @@ namespace voxpipe::cuda {
 // (choose_cufile in cufile.hpp: by default only with GPUDirect Storage, 16 MiB or more, not in
 // the page cache; a file that cannot be opened for direct I/O falls back), else with concurrent
 // preads at image.data_offset into the pinned ring; gzip data through the CPU path's data source, whose parallel inflate
-// (read_range on options.decode_threads threads, default all cores: sized members, a seek index, or speculative decoding
+// (read_range on options.decode_threads threads: sized members, a seek index, or speculative decoding
 // of a plain gzip) writes its pieces into the pinned staging buffers while earlier chunks go to
 // the device (stage(PushSource)). Errors: as
 // read_nifti_data (Error(invalid_argument) for a conversion the CPU path refuses or a wrong

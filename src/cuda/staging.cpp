@@ -231,7 +231,7 @@ void finish_empty(StagingSink& sink) {
 
 }  // namespace
 
-ChunkSource file_chunk_source(const core::InputFile& file, std::uint64_t payload_offset,
+ChunkSource file_chunk_source(const core::RandomAccessInput& file, std::uint64_t payload_offset,
                               std::uint64_t payload_bytes) {
   ChunkSource s;
   s.name = file.path();

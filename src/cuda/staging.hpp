@@ -40,8 +40,9 @@ struct StagingOptions {
   std::size_t chunk_bytes = std::size_t(8) << 20;
   unsigned buffers = 8;  // M, the ring size (>= 1)
   unsigned readers = 4;  // reader threads (>= 1; 1 for a source that is not concurrent)
-  // Threads a push source's producer decodes on (load.cpp passes it to ByteSource::read_range);
-  // 0: all cores, as the CPU path's default. stage() itself does not use it.
+  // Threads a push source's producer decodes on (load.cpp passes it to ByteSource::read_range),
+  // as the public call resolved them (read_nifti_data_to_device: resolve_threads); 0 is taken
+  // as 1. stage() itself does not use it.
   unsigned decode_threads = 0;
   StagingStats* stats = nullptr;  // when set, a push pipeline writes its measurements here
   // For load_nifti_to_device's uncompressed data: whether to read through cuFile (unset:
@@ -78,9 +79,10 @@ struct PushSource {
   std::function<void(const core::ByteSink& deliver)> produce;
 };
 
-// pread of bytes [payload_offset, payload_offset + payload_bytes) of `file`, which must outlive
-// the source. A file that ends early gives Error(truncated) naming the file and the offset.
-ChunkSource file_chunk_source(const core::InputFile& file, std::uint64_t payload_offset,
+// pread of bytes [payload_offset, payload_offset + payload_bytes) of `file` (or the same read from
+// other stored bytes), which must outlive the source. A file that ends early gives
+// Error(truncated) naming the file and the offset.
+ChunkSource file_chunk_source(const core::RandomAccessInput& file, std::uint64_t payload_offset,
                               std::uint64_t payload_bytes);
 
 // One filled buffer handed to the sink.

@@ -22,6 +22,7 @@
 #include "dicom/reader.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/error.hpp"
+#include "voxpipe/threads.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "the pixel layer writes host byte order assuming a little-endian host");
@@ -687,6 +688,7 @@ std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomP
                 "the output holds " + std::to_string(out.size()) + " bytes, " +
                     std::to_string(count) + " frames need " + std::to_string(count * out_frame));
   if (count == 0) return {};
+  const unsigned threads = resolve_threads(options.threads);
   const DicomPixelData& px = *file.pixel_data;
   const Source source(file, bytes);
   const Modality modality = options.modality ? read_modality(file, source) : Modality{};
@@ -748,7 +750,7 @@ std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomP
       const std::uint64_t begin = range.first, end = range.second;
       std::vector<std::uint8_t> stored(end - begin);
       source.read_inflated(file.dataset_offset, px.offset + begin, stored, field_name(px.tag));
-      core::parallel_for(count, options.threads, [&](std::size_t k) {
+      core::parallel_for(count, threads, [&](std::size_t k) {
         thread_local std::vector<std::uint8_t> swapped, frame, scratch;
         unsigned fskip = 0;
         const auto [fb, fe] = stored_range(first + k, first + k + 1, &fskip);
@@ -758,7 +760,7 @@ std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomP
       });
       return {};
     }
-    core::parallel_for(count, options.threads, [&](std::size_t k) {
+    core::parallel_for(count, threads, [&](std::size_t k) {
       thread_local std::vector<std::uint8_t> buffer, swapped, frame, scratch;
       const std::uint64_t index = first + k;
       unsigned skip = 0;
@@ -794,7 +796,7 @@ std::vector<std::string> decode_dicom_frames(const DicomFile& file, const DicomP
                 px.offset);
   // Each frame's warnings in its own slot, so that they come back in frame order.
   std::vector<std::vector<std::string>> frame_warnings(count);
-  core::parallel_for(count, options.threads, [&](std::size_t k) {
+  core::parallel_for(count, threads, [&](std::size_t k) {
     thread_local std::vector<std::uint8_t> encoded, frame, scratch;
     const std::uint64_t index = first + k;
     const auto& fragments = frames[index];

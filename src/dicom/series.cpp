@@ -22,6 +22,7 @@
 #include "core/file.hpp"
 #include "core/thread_pool.hpp"
 #include "voxpipe/error.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 namespace {
@@ -603,7 +604,8 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
   // metadata of thousands of files must not rival the volume in memory.
   DicomReadOptions read_options;
   read_options.max_value_size = 1024;
-  core::parallel_for(files.size(), options.threads, [&](std::size_t i) {
+  const unsigned threads = resolve_threads(options.threads);
+  core::parallel_for(files.size(), threads, [&](std::size_t i) {
     try {
       DicomFile f = read_dicom(files[i], read_options);
       if (!f.pixel_data) {
@@ -675,7 +677,7 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
                             std::tie(b.series_number, b.series_instance_uid, b.split);
                    });
   // The first image's full dataset, for metadata.
-  core::parallel_for(result.series.size(), options.threads, [&](std::size_t i) {
+  core::parallel_for(result.series.size(), threads, [&](std::size_t i) {
     DicomSeries& s = result.series[i];
     if (s.images.empty()) return;
     try {
@@ -820,7 +822,7 @@ std::vector<std::string> read_dicom_series(const DicomSeries& series, std::span<
                 "holds " + std::to_string(out.size()) + " bytes, the series needs " +
                     std::to_string(plane_bytes * series.images.size()));
   return decode_series_planes(
-      series, out_type, threads, on_corrupt,
+      series, out_type, resolve_threads(threads), on_corrupt,
       [&](std::size_t n) { return out.data() + n * plane_bytes; },
       [](std::size_t, std::span<const std::uint8_t>) {});
 }

@@ -15,9 +15,10 @@ namespace voxpipe::dicom {
 std::string check_series_read(const DicomSeries& series, DType out_type);
 
 // The bytes read_dicom_series(series, out, out_type, threads) writes, image by image: each
-// image's plane (rows x columns values of out_type), decoded on `threads` (0: all cores), is
-// handed to deliver(n * plane bytes, plane) from the decoding thread once complete, in any
-// order and concurrently (ByteSink's contract). Memory: a frame and a plane per thread.
+// image's plane (rows x columns values of out_type), decoded on `threads` (resolved by the
+// public call; 0 is taken as 1), is handed to deliver(n * plane bytes, plane) from the decoding
+// thread once complete, in any order and concurrently (ByteSink's contract). Memory: a frame
+// and a plane per thread.
 // read_dicom_series's errors (series.problem, an out_type it refuses, the decoders').
 void decode_dicom_series(const DicomSeries& series, DType out_type, unsigned threads,
                          const core::ByteSink& deliver);

@@ -5,6 +5,7 @@
 #include "gz/parallel_inflate.hpp"
 #include "gz/seek_index.hpp"
 #include "voxpipe/gzip.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
@@ -17,7 +18,7 @@ GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOpt
     index = gz::build_seek_index(file, options.spacing, wanted);
   } else {
     gz::ParallelInflateOptions parallel;
-    parallel.threads = options.threads;
+    parallel.threads = resolve_threads(options.threads);
     parallel.seek_points = &index.points;
     parallel.seek_spacing = options.spacing;
     index.uncompressed_size =

@@ -52,11 +52,15 @@ struct GzipByteSource::State {
   std::uint64_t consumed() const { return file_offset - (input_end - input_begin); }
 };
 
-GzipByteSource::GzipByteSource(const std::string& path) : file_(path) {
+GzipByteSource::GzipByteSource(const std::string& path)
+    : GzipByteSource(std::make_shared<const core::InputFile>(path)) {}
+
+GzipByteSource::GzipByteSource(std::shared_ptr<const core::RandomAccessInput> input)
+    : input_(std::move(input)), file_(*input_) {
   std::uint8_t head[2] = {0, 0};
   std::size_t got = file_.read_at(0, std::as_writable_bytes(std::span(head)));
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
-    throw Error(ErrorCode::format, path, "gzip magic",
+    throw Error(ErrorCode::format, file_.path(), "gzip magic",
                 "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
   restart();
 }

@@ -19,6 +19,8 @@ class GzipByteSource final : public core::ByteSource {
  public:
   // Throws Error(format) if the file does not start with the gzip magic.
   explicit GzipByteSource(const std::string& path);
+  // The same over stored bytes it shares (a file, a buffer in memory).
+  explicit GzipByteSource(std::shared_ptr<const core::RandomAccessInput> input);
   ~GzipByteSource() override;
 
   // Sequential: an offset before the current position restarts inflation from the beginning;
@@ -43,7 +45,8 @@ class GzipByteSource final : public core::ByteSource {
   bool member_data_ended() const noexcept;
   void restart();
 
-  core::InputFile file_;
+  std::shared_ptr<const core::RandomAccessInput> input_;
+  const core::RandomAccessInput& file_;  // *input_
   std::unique_ptr<State> state_;
   std::uint64_t position_ = 0;  // uncompressed offset of the next byte inflate_into produces
   std::unique_ptr<std::byte[]> discard_;  // where skipped bytes are inflated

@@ -17,7 +17,13 @@ constexpr std::size_t kPipePiece = 512 * 1024;
 constexpr std::size_t kPipeRing = 4;
 }  // namespace
 
-GzipSource::GzipSource(const std::string& path, const GzipSourceOptions& options) : file_(path) {
+GzipSource::GzipSource(const std::string& path, const GzipSourceOptions& options)
+    : GzipSource(std::make_shared<const core::InputFile>(path), options) {}
+
+GzipSource::GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
+                       const GzipSourceOptions& options)
+    : input_(std::move(input)), file_(*input_) {
+  const std::string& path = file_.path();
   std::uint8_t head[2] = {0, 0};
   const std::size_t got = file_.read_at(0, std::as_writable_bytes(std::span(head)));
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
@@ -25,11 +31,18 @@ GzipSource::GzipSource(const std::string& path, const GzipSourceOptions& options
                 "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
   members_ = read_member_table(file_);
   if (members_) return;
-  if (!options.index_path.empty())
+  // Index files are found and checked by the path and key of a file: other inputs have none.
+  const bool is_file = dynamic_cast<const core::InputFile*>(&file_) != nullptr;
+  if (!options.index_path.empty()) {
+    if (!is_file)
+      throw Error(ErrorCode::invalid_argument, path, "index",
+                  "expected no index file for data that are not in a file, but received " +
+                      options.index_path);
     index_ = load_index(path, options.index_path);
-  else if (options.find_index)
+  } else if (options.find_index && is_file) {
     index_ = find_index(path);
-  if (!index_) sequential_ = std::make_unique<GzipByteSource>(path);
+  }
+  if (!index_) sequential_ = std::make_unique<GzipByteSource>(input_);
 }
 
 GzipSource::~GzipSource() = default;
@@ -106,8 +119,7 @@ void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned thr
     inflate_members(file_, *members_, begin, end, threads, sink);
   else if (index_)
     read_indexed_range(begin, std::min(end, index_->uncompressed_size), threads, sink);
-  else if ((threads == 0 ? core::default_thread_count() : threads) >= 2 &&
-           file_.size() >= kMinParallelCompressed && end - begin >= begin)
+  else if (threads >= 2 && file_.size() >= kMinParallelCompressed && end - begin >= begin)
     // The parallel engine starts at the file's first byte and leaves the stream where it was,
     // so it only serves reads that make up most of what it inflates (a whole image, the first
     // volumes). Later ranges continue the stream: a loop over volumes inflates the file once,
@@ -149,7 +161,6 @@ void GzipSource::inflate_parallel_range(std::uint64_t begin, std::uint64_t end, 
 void pipelined_read_range(core::ByteSource& source, std::uint64_t begin, std::uint64_t end,
                           unsigned threads, const core::ByteSink& sink) {
   if (begin >= end) return;
-  if (threads == 0) threads = core::default_thread_count();
   if (threads < 2 || end - begin <= kPipePiece) {
     source.ByteSource::read_range(begin, end, 1, sink);
     return;

@@ -26,7 +26,9 @@ namespace voxpipe::gz {
 struct GzipSourceOptions {
   // A seek index for a file without sized members: when `index_path` is set, that GZIDX file
   // (load_index: a stale one is Error(invalid_argument)); otherwise, when `find_index`, a valid
-  // sidecar or cache entry if there is one.
+  // sidecar or cache entry if there is one. Index files belong to files (their key is the
+  // file's size, mtime and tail): other inputs find none, and an `index_path` for one is
+  // Error(invalid_argument).
   std::string index_path;
   bool find_index = true;
 };
@@ -36,6 +38,9 @@ class GzipSource final : public core::ByteSource {
   // Throws Error(format) when the file is not gzip, the errors of read_member_table, and those
   // of load_index for an explicit index.
   explicit GzipSource(const std::string& path, const GzipSourceOptions& options = {});
+  // The same over stored bytes it shares (a file, a buffer in memory).
+  explicit GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
+                      const GzipSourceOptions& options = {});
   ~GzipSource() override;
 
   // Thread-safe for sized-member files (random_access()); otherwise sequential, as
@@ -61,7 +66,8 @@ class GzipSource final : public core::ByteSource {
   void read_indexed_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                           const core::ByteSink& sink);
 
-  core::InputFile file_;
+  std::shared_ptr<const core::RandomAccessInput> input_;
+  const core::RandomAccessInput& file_;  // *input_
   std::optional<std::vector<Member>> members_;
   std::optional<SeekIndex> index_;
   std::unique_ptr<GzipByteSource> sequential_;  // plain gzip without an index only

@@ -26,7 +26,8 @@ constexpr std::size_t kInputBytes = std::size_t{1} << 18;
 // Sequential byte reads for the few framing bytes.
 class ByteCursor {
  public:
-  ByteCursor(const core::InputFile& file, std::uint64_t offset) : file_(file), offset_(offset) {}
+  ByteCursor(const core::RandomAccessInput& file, std::uint64_t offset)
+      : file_(file), offset_(offset) {}
   int next() {
     if (pos_ == len_) {
       len_ = file_.read_at(offset_, std::as_writable_bytes(std::span(buf_)));
@@ -39,15 +40,15 @@ class ByteCursor {
   std::uint64_t offset() const { return offset_; }
 
  private:
-  const core::InputFile& file_;
+  const core::RandomAccessInput& file_;
   std::uint64_t offset_;
   std::uint8_t buf_[4096];
   std::size_t pos_ = 0;
   std::size_t len_ = 0;
 };
 
-[[noreturn]] void truncated(const core::InputFile& file, const char* field, const char* what,
-                            std::uint64_t at) {
+[[noreturn]] void truncated(const core::RandomAccessInput& file, const char* field,
+                            const char* what, std::uint64_t at) {
   throw Error(ErrorCode::truncated, file.path(), field,
               std::string("expected ") + what + ", but the file ends", at);
 }
@@ -106,7 +107,8 @@ void MemberChecker::add(std::span<const Segment> segments, bool at_member_start)
   }
 }
 
-std::uint64_t read_gzip_header(const core::InputFile& file, std::uint64_t offset, bool first) {
+std::uint64_t read_gzip_header(const core::RandomAccessInput& file, std::uint64_t offset,
+                               bool first) {
   ByteCursor c(file, offset);
   const int id1 = c.next();
   const int id2 = c.next();
@@ -163,8 +165,8 @@ std::uint64_t read_gzip_header(const core::InputFile& file, std::uint64_t offset
   return c.offset();
 }
 
-std::optional<std::uint64_t> finish_member(const core::InputFile& file, std::uint64_t end_bit,
-                                           RunOutput& out) {
+std::optional<std::uint64_t> finish_member(const core::RandomAccessInput& file,
+                                           std::uint64_t end_bit, RunOutput& out) {
   const std::uint64_t trailer_byte = (end_bit + 7) / 8;
   std::uint8_t t[8];
   if (file.read_at(trailer_byte, std::as_writable_bytes(std::span(t))) != 8)
@@ -201,7 +203,7 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
 
 #if VOXPIPE_HAVE_ISAL
 
-RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
+RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out) {
   std::unique_ptr<std::uint8_t[]> in(new std::uint8_t[kInputBytes]);
@@ -289,7 +291,7 @@ RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
 
 #else
 
-RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
+RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out) {
   // Output is handed on every kFlush bytes; the last 32 KiB stay for back-references.

@@ -48,13 +48,14 @@ struct RunEnd {
 // Parses the gzip header at `offset`; returns the offset of the first deflate byte. Throws
 // format (first member) or corrupt (later ones) on a bad magic or method, truncated when the
 // file ends inside it.
-std::uint64_t read_gzip_header(const core::InputFile& file, std::uint64_t offset, bool first);
+std::uint64_t read_gzip_header(const core::RandomAccessInput& file, std::uint64_t offset,
+                               bool first);
 
 // A member's final block ended at bit `end_bit`: reads and reports the trailer, skips zero
 // padding, parses the next member's header. Returns the next member's first block bit, or
 // nullopt at the end of the file.
-std::optional<std::uint64_t> finish_member(const core::InputFile& file, std::uint64_t end_bit,
-                                           RunOutput& out);
+std::optional<std::uint64_t> finish_member(const core::RandomAccessInput& file,
+                                           std::uint64_t end_bit, RunOutput& out);
 
 // Advances `chunk` past candidates that end before `bit`; true when chunk's candidate covers
 // `bit` (a run that ends a block at `bit` has reached chunk's start).
@@ -64,7 +65,7 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
 // Inflates from block start `bit` with `window` (the <= 32 KiB before it in its member) until a
 // non-final block ends exactly at the candidate of some chunk >= `chunk`, or the file ends, or
 // out.done() (then RunEnd{chunk_count, 0}: where the run stopped is no block boundary).
-RunEnd run_known_window(const core::InputFile& file, std::uint64_t bit,
+RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out);
 

@@ -78,7 +78,7 @@ void compress_member(std::span<const std::byte> data, int level, GzipLayout layo
 MemberWriter::MemberWriter(core::AtomicOutputFile& out, int level, GzipLayout layout,
                            unsigned threads)
     : out_(out), level_(level), layout_(layout),
-      threads_(threads == 0 ? core::default_thread_count() : threads),
+      threads_(std::max(threads, 1u)),
       member_size_(layout == GzipLayout::bgzf ? kBgzfBlockSize : kMemberSize) {
   if (level < 0 || level > 9)
     throw Error(ErrorCode::invalid_argument, out.path(), "gzip level",

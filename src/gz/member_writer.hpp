@@ -16,7 +16,8 @@ namespace voxpipe::gz {
 class MemberWriter {
  public:
   // `level` 0..9 (0 stores; libdeflate's levels, which at 1 compress better than zlib's 1 and
-  // at 6 about as well as zlib's 6). `layout` is members or bgzf. `threads` 0: all cores.
+  // at 6 about as well as zlib's 6). `layout` is members or bgzf. `threads`: as resolved by the
+  // public call (write_nifti); 0 is taken as 1.
   // Throws Error(invalid_argument) for a bad level or layout.
   MemberWriter(core::AtomicOutputFile& out, int level, GzipLayout layout, unsigned threads);
   ~MemberWriter();

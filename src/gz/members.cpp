@@ -51,7 +51,7 @@ std::optional<SizedHeader> parse_sized_header(std::span<const std::uint8_t> head
   return std::nullopt;
 }
 
-bool all_zero(const core::InputFile& file, std::uint64_t from) {
+bool all_zero(const core::RandomAccessInput& file, std::uint64_t from) {
   std::array<std::byte, 4096> buf;
   while (from < file.size()) {
     const std::size_t n = file.read_at(from, buf);
@@ -70,7 +70,7 @@ struct Decompressor {
 
 }  // namespace
 
-std::optional<std::vector<Member>> read_member_table(const core::InputFile& file) {
+std::optional<std::vector<Member>> read_member_table(const core::RandomAccessInput& file) {
   const std::string& path = file.path();
   const std::uint64_t file_size = file.size();
   std::vector<Member> members;
@@ -131,7 +131,7 @@ std::optional<std::vector<Member>> read_member_table(const core::InputFile& file
   return members;
 }
 
-void inflate_members(const core::InputFile& file, std::span<const Member> members,
+void inflate_members(const core::RandomAccessInput& file, std::span<const Member> members,
                      std::uint64_t begin, std::uint64_t end, unsigned threads, const Sink& sink) {
   if (begin >= end) return;
   auto first = std::upper_bound(members.begin(), members.end(), begin,

@@ -44,13 +44,13 @@ struct Member {
 // members' headers and trailers. Zero bytes after the last member are accepted, as gzip does.
 // Throws Error(truncated) when a member runs past the end of the file and Error(corrupt) when
 // sizes are inconsistent (a member too small, ISIZE not matching 'VP', garbage after the end).
-std::optional<std::vector<Member>> read_member_table(const core::InputFile& file);
+std::optional<std::vector<Member>> read_member_table(const core::RandomAccessInput& file);
 
 // Inflates the members that overlap [begin, end) of the uncompressed stream, on up to `threads`
-// pool threads (0: all cores), and delivers exactly the bytes of [begin, end) to `sink`.
+// pool threads (0 is taken as 1), and delivers exactly the bytes of [begin, end) to `sink`.
 // Every inflated member's CRC32 and ISIZE are checked: Error(corrupt) names the member and its
 // offset. Memory: two buffers of one member per thread.
-void inflate_members(const core::InputFile& file, std::span<const Member> members,
+void inflate_members(const core::RandomAccessInput& file, std::span<const Member> members,
                      std::uint64_t begin, std::uint64_t end, unsigned threads, const Sink& sink);
 
 }  // namespace voxpipe::gz

@@ -145,7 +145,7 @@ struct Unit {
 
 class Engine {
  public:
-  Engine(const core::InputFile& file, const Sink& sink, const ParallelInflateOptions& o);
+  Engine(const core::RandomAccessInput& file, const Sink& sink, const ParallelInflateOptions& o);
   std::uint64_t run();
 
  private:
@@ -179,7 +179,7 @@ class Engine {
   void verify() const;
   Unit* new_unit();
 
-  const core::InputFile& file_;
+  const core::RandomAccessInput& file_;
   const Sink& sink_;
   ParallelInflateOptions opts_;
   inflate_detail::TargetFn target_;
@@ -272,9 +272,9 @@ class Engine::DirectOutput final : public RunOutput {
   std::uint64_t length_ = 0;
 };
 
-Engine::Engine(const core::InputFile& file, const Sink& sink, const ParallelInflateOptions& o)
+Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const ParallelInflateOptions& o)
     : file_(file), sink_(sink), opts_(o) {
-  threads_ = o.threads ? o.threads : core::default_thread_count();
+  threads_ = std::max(o.threads, 1u);
   chunk_ = std::max<std::size_t>(o.chunk_size, 4096);
   n_ = static_cast<std::size_t>(std::max<std::uint64_t>(1, (file.size() + chunk_ - 1) / chunk_));
   // One thread: nothing to speculate on; chunk starts are still searched when seek points at
@@ -625,7 +625,7 @@ void Engine::verify() const {
 
 }  // namespace
 
-std::uint64_t inflate_parallel(const core::InputFile& file, const Sink& sink,
+std::uint64_t inflate_parallel(const core::RandomAccessInput& file, const Sink& sink,
                                const ParallelInflateOptions& options) {
   Engine engine(file, sink, options);
   return engine.run();

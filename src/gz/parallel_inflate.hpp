@@ -19,7 +19,7 @@
 namespace voxpipe::gz {
 
 struct ParallelInflateOptions {
-  unsigned threads = 0;  // 0: core::default_thread_count()
+  unsigned threads = 1;  // as resolved by the public call (voxpipe/threads.hpp); 0 is taken as 1
   // Compressed bytes per chunk. 8 MiB, measured at 2 threads against single-thread ISA-L
   // (2 cores): bold_4d.nii.gz (171 MB, gzip -6) 1 MiB 0.82x, 2 MiB 0.95x, 4 MiB 1.25-1.35x,
   // 8 MiB 1.38-1.44x, 16 MiB 1.48x; its zlib level-1 copy 4 MiB 1.09x, 8 MiB 1.31x, 16 MiB
@@ -53,7 +53,7 @@ struct ParallelInflateOptions {
 // Memory: at most 2 x threads chunks in flight, each capped at 16 x chunk_size of output (a
 // chunk that inflates to more, such as a mask, is decoded sequentially instead), plus 32 KiB
 // windows and I/O buffers; never proportional to the file size.
-std::uint64_t inflate_parallel(const core::InputFile& file, const Sink& sink,
+std::uint64_t inflate_parallel(const core::RandomAccessInput& file, const Sink& sink,
                                const ParallelInflateOptions& options);
 
 }  // namespace voxpipe::gz

@@ -34,7 +34,7 @@ constexpr std::size_t kTailBytes = std::size_t{64} << 10;
 // Compressed input read from the file in pieces, fed to a z_stream.
 class Input {
  public:
-  Input(const core::InputFile& file, std::uint64_t offset)
+  Input(const core::RandomAccessInput& file, std::uint64_t offset)
       : file_(file), buf_(new std::uint8_t[kInputChunk]), next_read_(offset) {}
 
   // Makes input available to z; false at the end of the file.
@@ -64,7 +64,7 @@ class Input {
   }
 
  private:
-  const core::InputFile& file_;
+  const core::RandomAccessInput& file_;
   std::unique_ptr<std::uint8_t[]> buf_;
   std::uint64_t start_ = 0;  // file offset of buf_[0]
   std::size_t pos_ = 0, len_ = 0;
@@ -177,7 +177,7 @@ class PointPicker {
 
 }  // namespace
 
-SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
+SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted) {
   const std::string& path = file.path();
   if (!std::is_sorted(wanted.begin(), wanted.end()))
@@ -313,7 +313,7 @@ bool at_member_start(const SeekPoint& p) { return p.uncompressed == 0 || !p.has_
 // Decodes from point `p` and delivers the output in [from, stop) to the sink; returns the run's
 // segments. With ISA-L (through the parallel engine's known-window run; about twice zlib's
 // speed), else with the engine's own decoder.
-std::vector<inflate_detail::Segment> decode_from(const core::InputFile& file,
+std::vector<inflate_detail::Segment> decode_from(const core::RandomAccessInput& file,
                                                  const SeekIndex& index, const SeekPoint& p,
                                                  std::uint64_t from, std::uint64_t stop,
                                                  const Sink& sink) {
@@ -342,13 +342,13 @@ bool worth_checking(std::uint64_t lead, std::uint64_t range) {
 
 }  // namespace
 
-void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink) {
   RangeChain chain;
   inflate_range(file, index, begin, end, threads, sink, chain);
 }
 
-void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink, RangeChain& chain) {
   const std::string& path = file.path();
   if (index.compressed_size != file.size())
@@ -385,13 +385,12 @@ void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uin
   };
   std::vector<Task> tasks;
   const std::size_t nspans = last - first + 1;
-  if (threads == 1 || nspans == 1) {
+  if (threads <= 1 || nspans == 1) {
     tasks.push_back({first - 1, begin, end});
   } else {
     // Group consecutive spans into a few tasks of similar output size: each task then decodes
     // through the points inside it without restarting, and the pool stays busy.
-    const unsigned workers = threads == 0 ? core::default_thread_count() : threads;
-    const std::uint64_t ntasks = std::min<std::uint64_t>(nspans, std::uint64_t{workers} * 4);
+    const std::uint64_t ntasks = std::min<std::uint64_t>(nspans, std::uint64_t{threads} * 4);
     const std::uint64_t target = (end - begin + ntasks - 1) / ntasks;
     std::size_t start = first - 1;
     for (std::size_t k = first; k <= last; ++k) {

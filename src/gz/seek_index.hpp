@@ -113,7 +113,7 @@ void write_gzidx_file(const std::string& path, const SeekIndex& index,
 // members are skipped, as Python's gzip does; other data there is Error(corrupt). Throws
 // Error(corrupt / truncated / format) naming the file and the compressed byte offset.
 // Memory: one input buffer, one output buffer and two 32 KiB windows plus the points.
-SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
+SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted = {});
 
 // Delivers the uncompressed bytes [begin, end) of `file` to `sink`. Decoding starts at the last
@@ -127,12 +127,12 @@ SeekIndex build_seek_index(const core::InputFile& file, std::uint64_t spacing,
 // whole image after its header). A member entered at a point inside it cannot be checked (its checksum covers bytes
 // before the point), nor can a read that stops before its member's end. With threads != 1 and
 // several points inside the range, the spans between consecutive points are decoded in parallel
-// with core::parallel_for (threads 0: all cores), grouped into at most 4 x threads tasks of
+// with core::parallel_for (threads 0 is taken as 1), grouped into at most 4 x threads tasks of
 // similar output size, each inflating through the points inside it; the sink is then called
 // concurrently for disjoint ranges. Error(invalid_argument) when the index does not belong to a file of this size
 // or the range exceeds index.uncompressed_size; Error(corrupt / truncated) on bad data, naming
 // the file and compressed byte offset.
-void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink);
 
 // The member checks of consecutive inflate_range calls (a range read in pieces cut at seek
@@ -142,7 +142,7 @@ struct RangeChain {
   std::uint64_t end = UINT64_MAX;  // where the last range ended; UINT64_MAX: no chain
   std::optional<inflate_detail::MemberChecker> checker;
 };
-void inflate_range(const core::InputFile& file, const SeekIndex& index, std::uint64_t begin,
+void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink, RangeChain& chain);
 
 // --- Staleness and locations (seek_index.cpp) ---------------------------------------------------

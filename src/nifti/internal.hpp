@@ -39,10 +39,18 @@ std::vector<NiftiExtension> read_extensions(core::ByteSource& source, const Nift
 std::vector<std::uint8_t> encode_extensions(const std::vector<NiftiExtension>& extensions,
                                             bool big_endian, bool single_file);
 
-// The stream of the image's data file (plain or inflated), for reading several selections in
-// ascending order through one source (a gzip stream is then inflated once).
+// The stored bytes of the image's data: its data_input, else the file at data_path (opened:
+// Error(not_found / io)).
+std::shared_ptr<const core::RandomAccessInput> open_data_input(const NiftiImage& image);
+
+// The stream of the image's data (plain or inflated), for reading several selections in
+// ascending order through one source (a gzip stream is then inflated once); from `input`, the
+// image's open_data_input, when given.
 std::unique_ptr<core::ByteSource> open_data_source(const NiftiImage& image,
                                                    const DataSourceOptions& options = {});
+std::unique_ptr<core::ByteSource> open_data_source(
+    const NiftiImage& image, std::shared_ptr<const core::RandomAccessInput> input,
+    const DataSourceOptions& options);
 
 // check_data_size against `file_size`, the size of the data file as read now (compressed size for
 // gzip), without opening anything.
@@ -52,7 +60,8 @@ void check_data_size(const NiftiImage& image, std::uint64_t file_size);
 // consumers of the same bytes (the device path, src/cuda/load.cpp) to apply the same one.
 core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec);
 
-// read_nifti_data through a given source.
+// read_nifti_data through a given source, on options.threads as resolved by the caller (0 is
+// taken as 1).
 void read_selection(core::ByteSource& source, const NiftiImage& image,
                     std::span<const AxisRange> selection, const OutputSpec& spec,
                     std::span<std::byte> dest, const ReadOptions& options);

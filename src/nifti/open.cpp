@@ -7,6 +7,7 @@
 
 #include "core/checked.hpp"
 #include "core/file.hpp"
+#include "core/memory_input.hpp"
 #include "gz/gzip_reader.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
@@ -54,9 +55,58 @@ SplitName split_name(const std::string& path) {
               "expected a .nii, .nii.gz, .hdr, .img (optionally .gz) file name");
 }
 
-std::unique_ptr<core::ByteSource> open_source(const std::string& path, bool gz) {
-  if (gz) return std::make_unique<gz::GzipByteSource>(path);
-  return std::make_unique<core::FileByteSource>(path);
+// The header stream of `input` (inflated when `gz`): everything open_nifti reads after the file
+// names, for files and for bytes in memory alike.
+void read_header_stream(NiftiImage& img, std::shared_ptr<const core::RandomAccessInput> input,
+                        bool gz, bool pair, const OpenOptions& options) {
+  if (input->size() == 0) throw Error(ErrorCode::format, img.header_path, "", "empty file");
+  std::unique_ptr<core::ByteSource> source;
+  if (gz)
+    source = std::make_unique<gz::GzipByteSource>(std::move(input));
+  else
+    source = std::make_unique<core::InputByteSource>(std::move(input));
+  // 540 bytes cover both header sizes; 4 more hold NIfTI-2's extension flag.
+  std::vector<std::uint8_t> head(544);
+  std::size_t got = source->read_at(0, std::as_writable_bytes(std::span(head)));
+  head.resize(got);
+  ParsedHeader parsed = parse_nifti_header(head, img.header_path);
+  img.header = parsed.header;
+  img.warnings = std::move(parsed.warnings);
+  const NiftiHeader& h = img.header;
+
+  img.shape = nifti::data_shape(h, img.header_path);
+  std::uint64_t voxels = 1;
+  for (std::size_t i = 0; i < img.shape.size(); ++i) {
+    auto v = core::checked_mul(voxels, static_cast<std::uint64_t>(img.shape[i]));
+    if (!v || *v > options.limits.max_voxels)
+      throw Error(ErrorCode::limit, img.header_path, "dim",
+                  "the image has more voxels than the limit of " +
+                      std::to_string(options.limits.max_voxels));
+    voxels = *v;
+  }
+  img.dtype = *dtype_from_nifti_code(h.datatype);  // validated by parse_nifti_header
+  auto bytes = core::checked_mul(voxels, dtype_size(img.dtype));
+  if (!bytes) throw Error(ErrorCode::limit, img.header_path, "dim", "data size overflows 64 bits");
+
+  // Data offset: int(vox_offset), truncating as nibabel's get_data_offset.
+  if (!std::isfinite(h.vox_offset) || h.vox_offset < 0 || h.vox_offset >= 9.2e18)
+    throw Error(ErrorCode::format, img.header_path, "vox_offset",
+                "expected a non-negative byte offset", h.version == 2 ? 168 : 108);
+  img.data_offset = static_cast<std::uint64_t>(h.vox_offset);
+  if (!core::checked_add(img.data_offset, *bytes))
+    throw Error(ErrorCode::limit, img.header_path, "vox_offset", "data end overflows 64 bits");
+
+  // Scaling: nibabel's get_slope_inter, then ArrayProxy's defaults.
+  if (h.scl_slope != 0 && std::isfinite(h.scl_slope)) {
+    if (!std::isfinite(h.scl_inter))
+      throw Error(ErrorCode::format, img.header_path, "scl_inter",
+                  "valid slope but invalid intercept " + std::to_string(h.scl_inter),
+                  h.version == 2 ? 184 : 116);
+    img.scaling = Scaling{h.scl_slope, h.scl_inter};
+  }
+
+  img.affine = nifti_best_affine(h, img.header_path);
+  img.extensions = nifti::read_extensions(*source, h, head, pair, img.header_path, options.limits);
 }
 
 }  // namespace
@@ -102,7 +152,7 @@ bool NiftiImage::swapped() const noexcept {
 
 void check_data_size(const NiftiImage& image) {
   // Opening names a missing or unreadable data file before any size is judged.
-  core::InputFile(image.data_path);
+  if (!image.data_input) core::InputFile(image.data_path);
   nifti::check_data_size(image, image.data_file_size);
 }
 
@@ -169,56 +219,34 @@ NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
   img.data_path = paths.image;
   img.header_compression = ends_with(lower(img.header_path), ".gz") ? Compression::gzip : Compression::none;
   img.data_compression = ends_with(lower(img.data_path), ".gz") ? Compression::gzip : Compression::none;
-
-  {
-    core::InputFile probe(img.header_path);
-    if (probe.size() == 0) throw Error(ErrorCode::format, img.header_path, "", "empty file");
-  }
-  auto source = open_source(img.header_path, img.header_compression == Compression::gzip);
-  // 540 bytes cover both header sizes; 4 more hold NIfTI-2's extension flag.
-  std::vector<std::uint8_t> head(544);
-  std::size_t got = source->read_at(0, std::as_writable_bytes(std::span(head)));
-  head.resize(got);
-  ParsedHeader parsed = parse_nifti_header(head, img.header_path);
-  img.header = parsed.header;
-  img.warnings = std::move(parsed.warnings);
-  const NiftiHeader& h = img.header;
-
-  img.shape = nifti::data_shape(h, img.header_path);
-  std::uint64_t voxels = 1;
-  for (std::size_t i = 0; i < img.shape.size(); ++i) {
-    auto v = core::checked_mul(voxels, static_cast<std::uint64_t>(img.shape[i]));
-    if (!v || *v > options.limits.max_voxels)
-      throw Error(ErrorCode::limit, img.header_path, "dim",
-                  "the image has more voxels than the limit of " +
-                      std::to_string(options.limits.max_voxels));
-    voxels = *v;
-  }
-  img.dtype = *dtype_from_nifti_code(h.datatype);  // validated by parse_nifti_header
-  auto bytes = core::checked_mul(voxels, dtype_size(img.dtype));
-  if (!bytes) throw Error(ErrorCode::limit, img.header_path, "dim", "data size overflows 64 bits");
-
-  // Data offset: int(vox_offset), truncating as nibabel's get_data_offset.
-  if (!std::isfinite(h.vox_offset) || h.vox_offset < 0 || h.vox_offset >= 9.2e18)
-    throw Error(ErrorCode::format, img.header_path, "vox_offset",
-                "expected a non-negative byte offset", h.version == 2 ? 168 : 108);
-  img.data_offset = static_cast<std::uint64_t>(h.vox_offset);
-  if (!core::checked_add(img.data_offset, *bytes))
-    throw Error(ErrorCode::limit, img.header_path, "vox_offset", "data end overflows 64 bits");
-
-  // Scaling: nibabel's get_slope_inter, then ArrayProxy's defaults.
-  if (h.scl_slope != 0 && std::isfinite(h.scl_slope)) {
-    if (!std::isfinite(h.scl_inter))
-      throw Error(ErrorCode::format, img.header_path, "scl_inter",
-                  "valid slope but invalid intercept " + std::to_string(h.scl_inter),
-                  h.version == 2 ? 184 : 116);
-    img.scaling = Scaling{h.scl_slope, h.scl_inter};
-  }
-
-  img.affine = nifti_best_affine(h, img.header_path);
-  img.extensions = nifti::read_extensions(*source, h, head, pair, img.header_path, options.limits);
+  read_header_stream(img, std::make_shared<const core::InputFile>(img.header_path),
+                     img.header_compression == Compression::gzip, pair, options);
   // Like nibabel, a pair whose .img is missing opens; reading its data then fails.
   img.data_file_size = core::file_size(img.data_path).value_or(0);
+  return img;
+}
+
+NiftiImage open_nifti_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                            const std::string& name, const OpenOptions& options) {
+  // The name is checked as a path would be where it says what the bytes are.
+  const std::string l = lower(name);
+  for (const char* e : {".hdr", ".img", ".hdr.gz", ".img.gz"})
+    if (ends_with(l, e))
+      throw Error(ErrorCode::unsupported, name, "file name",
+                  "expected the bytes of a single .nii or .nii.gz file: .hdr/.img pairs are read "
+                  "from files only");
+  if (ends_with(l, ".bz2") || ends_with(l, ".zst")) split_name(name);  // Error(unsupported)
+  NiftiImage img;
+  img.header_path = img.data_path = name;
+  // There may be no file name to go by: the magic decides. A .gz name still promises gzip
+  // (GzipByteSource refuses other bytes, as it does for files).
+  const bool gz = ends_with(l, ".gz") ||
+                  gz::has_gzip_magic(std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                               std::min<std::size_t>(bytes.size(), 2)));
+  img.header_compression = img.data_compression = gz ? Compression::gzip : Compression::none;
+  img.data_input = std::make_shared<const core::MemoryInput>(bytes, std::move(owner), name);
+  read_header_stream(img, img.data_input, gz, false, options);
+  img.data_file_size = bytes.size();
   return img;
 }
 

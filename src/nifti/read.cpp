@@ -20,6 +20,7 @@
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
@@ -207,9 +208,8 @@ class Executor {
       fn_(conv_, scratch.data(), static_cast<std::ptrdiff_t>(shape_.src_stride), dest_ + r.dst,
           shape_.dst_stride, r.n);
     };
-    const unsigned threads = threads_ == 0 ? core::default_thread_count() : threads_;
     const unsigned slots = source_.random_access()
-                               ? static_cast<unsigned>(std::min<std::uint64_t>(threads, pieces))
+                               ? static_cast<unsigned>(std::min<std::uint64_t>(threads_, pieces))
                                : 1;
     if (slots <= 1) {
       for (std::uint64_t p = 0; p < pieces; ++p) run_piece(piece_row(p), scratch_);
@@ -272,8 +272,14 @@ DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path
   return dtype_is_complex(source) ? DType::c128 : DType::f64;
 }
 
-std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image,
-                                                          const DataSourceOptions& options) {
+std::shared_ptr<const core::RandomAccessInput> nifti::open_data_input(const NiftiImage& image) {
+  if (image.data_input) return image.data_input;
+  return std::make_shared<const core::InputFile>(image.data_path);
+}
+
+std::unique_ptr<core::ByteSource> nifti::open_data_source(
+    const NiftiImage& image, std::shared_ptr<const core::RandomAccessInput> input,
+    const DataSourceOptions& options) {
   if (image.data_compression == Compression::gzip) {
     gz::GzipSourceOptions gz_options;
     gz_options.find_index = options.index == DataSourceOptions::Index::automatic;
@@ -282,17 +288,22 @@ std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& imag
         throw Error(ErrorCode::invalid_argument, image.data_path, "index", "no index path given");
       gz_options.index_path = options.index_path;
     }
-    return std::make_unique<gz::GzipSource>(image.data_path, gz_options);
+    return std::make_unique<gz::GzipSource>(std::move(input), gz_options);
   }
-  return std::make_unique<core::FileByteSource>(image.data_path);
+  return std::make_unique<core::InputByteSource>(std::move(input));
+}
+
+std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& image,
+                                                          const DataSourceOptions& options) {
+  return open_data_source(image, open_data_input(image), options);
 }
 
 NiftiReader::NiftiReader(const NiftiImage& image, const DataSourceOptions& options)
-    : image_(image), source_(nifti::open_data_source(image_, options)) {
-  if (const auto* file = dynamic_cast<const core::FileByteSource*>(source_.get()))
-    data_file_size_ = file->size();
-  else  // the gzip source opened the file a moment ago: its size now is the one it reads
-    data_file_size_ = core::file_size(image_.data_path).value_or(image_.data_file_size);
+    : image_(image) {
+  // The size of the bytes the source reads, as opened.
+  std::shared_ptr<const core::RandomAccessInput> input = nifti::open_data_input(image_);
+  data_file_size_ = input->size();
+  source_ = nifti::open_data_source(image_, std::move(input), options);
   if (!source_->random_access()) sequential_mutex_ = std::make_unique<std::mutex>();
 }
 
@@ -304,12 +315,15 @@ bool NiftiReader::random_access() const noexcept { return source_->random_access
 
 void NiftiReader::read(std::span<const AxisRange> selection, const OutputSpec& spec,
                        std::span<std::byte> dest, const ReadOptions& options) {
+  // The read's one thread count: read_selection and the sources below take it as given.
+  ReadOptions resolved = options;
+  resolved.threads = resolve_threads(options.threads);
   if (sequential_mutex_) {
     std::lock_guard lock(*sequential_mutex_);
-    nifti::read_selection(*source_, image_, selection, spec, dest, options);
+    nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
     return;
   }
-  nifti::read_selection(*source_, image_, selection, spec, dest, options);
+  nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
 }
 
 GzipIndexSummary build_nifti_gzip_index(const std::string& path, GzipIndexOptions options) {

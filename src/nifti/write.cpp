@@ -13,6 +13,7 @@
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
@@ -81,7 +82,9 @@ DataProducer producer_from_bytes(std::span<const std::byte> bytes) {
 
 void write_nifti(const std::string& path, NiftiHeader header,
                  const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
-                 const WriteOptions& options) {
+                 const WriteOptions& given) {
+  WriteOptions options = given;  // both files of a pair compress on the one resolved count
+  options.threads = resolve_threads(given.threads);
   const nifti::FilePaths paths = nifti::file_paths(path);
   const bool pair = paths.pair;
   const bool single = !pair;

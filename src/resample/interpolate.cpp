@@ -25,6 +25,7 @@
 #include "resample/kernel.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
@@ -198,7 +199,7 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
   with_real_type(output.dtype, [&](auto v) { put = store<decltype(v)>; });
   const std::int64_t esize = static_cast<std::int64_t>(dtype_size(output.dtype));
 
-  const unsigned nthreads = threads ? threads : core::default_thread_count();
+  const unsigned nthreads = std::max(threads, 1u);
   const std::int64_t by_size = std::max<std::int64_t>(1, kMinPointsPerTask / std::min(kSegment, row_len));
   const std::int64_t by_threads = std::max<std::int64_t>(1, segments / (8 * static_cast<std::int64_t>(nthreads)));
   const std::int64_t per_task = std::min(by_size, by_threads);
@@ -298,8 +299,10 @@ void Interpolator::evaluate(const double* coords, std::int64_t n, double* out) c
 }  // namespace resample
 
 void map_coordinates(const ArrayRef& input, const ArrayRef& coordinates, const ArrayRef& output,
-                     const InterpOptions& options) {
+                     const InterpOptions& given) {
   using namespace resample;
+  InterpOptions options = given;  // the prefilter and the kernel share the one resolved count
+  options.threads = resolve_threads(given.threads);
   check_common(input, output, options);
   checked_size(coordinates, "coordinates");
   if (coordinates.dtype != DType::f32 && coordinates.dtype != DType::f64)
@@ -349,7 +352,9 @@ void map_coordinates(const ArrayRef& input, const ArrayRef& coordinates, const A
 
 void affine_transform(const ArrayRef& input, std::span<const double> matrix, bool diagonal,
                       std::span<const double> offset, const ArrayRef& output,
-                      const InterpOptions& options) {
+                      const InterpOptions& given) {
+  InterpOptions options = given;  // the prefilter and the kernel share the one resolved count
+  options.threads = resolve_threads(given.threads);
   resample::Coefficients coeff;
   resample::affine_transform(input, matrix, diagonal, offset, output, options, coeff);
 }

@@ -31,6 +31,7 @@
 #include "resample/matrix4.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/resample_series.hpp"
+#include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 namespace resample {
@@ -205,8 +206,10 @@ struct Concurrency {
   unsigned inner = 1;  // threads per volume
 };
 
-Concurrency concurrency(const Sizes& s, std::int64_t volumes, const SeriesResampleOptions& o) {
-  const unsigned threads = o.threads ? o.threads : core::default_thread_count();
+// `threads`: the call's resolved count (0 is taken as 1); o.threads is not read.
+Concurrency concurrency(const Sizes& s, std::int64_t volumes, unsigned threads,
+                        const SeriesResampleOptions& o) {
+  threads = std::max(threads, 1u);
   std::uint64_t slots = std::min<std::uint64_t>(threads, static_cast<std::uint64_t>(std::max<std::int64_t>(volumes, 1)));
   const std::uint64_t per_volume = s.input + s.coeff + s.output;
   if (o.memory_limit) {
@@ -372,14 +375,15 @@ ArrayRef volume_view(const ArrayRef& out, std::int64_t t) {
 // Everything one run needs, shared by the slots.
 class Executor {
  public:
+  // `threads`: options.threads as the public call resolved it.
   Executor(Source moving, const Grid& reference, std::span<const TransformChain> chains,
-           bool to_file, const SeriesResampleOptions& options)
+           bool to_file, const SeriesResampleOptions& options, unsigned threads)
       : moving_(std::move(moving)), reference_(reference), options_(options) {
     volumes_ = volume_count(moving_);
     plan_ = plan_chains(moving_, reference, chains, volumes_);
     read_type_ = read_type(moving_);
     sizes_ = sizes(moving_, reference, plan_.field, to_file, options);
-    conc_ = concurrency(sizes_, volumes_, options);
+    conc_ = concurrency(sizes_, volumes_, threads, options);
     if (!dtype_is_integer(options.output_dtype) && !dtype_is_float(options.output_dtype))
       invalid("dtype", "expected an integer or float output dtype, but received " +
                            std::string(dtype_name(options.output_dtype)));
@@ -391,8 +395,7 @@ class Executor {
     // scipy on get_fdata's float64 array pads grid-constant with cval itself.
     interp_.pad_value = options.interp.cval;
     if (plan_.field)
-      points_ = shared_points(reference, chains[0], plan_.shared,
-                              options.threads ? options.threads : core::default_thread_count());
+      points_ = shared_points(reference, chains[0], plan_.shared, std::max(threads, 1u));
     if (moving_.image) {
       reader_ = std::make_unique<NiftiReader>(*moving_.image);
       reader_->check_data_size();
@@ -606,11 +609,11 @@ namespace {
 
 SeriesMemoryEstimate memory_estimate(const Source& moving, const Grid& reference,
                                      std::span<const TransformChain> chains, bool to_file,
-                                     const SeriesResampleOptions& options) {
+                                     const SeriesResampleOptions& options, unsigned threads) {
   const std::int64_t volumes = resample::volume_count(moving);
   const auto plan = resample::plan_chains(moving, reference, chains, volumes);
   const auto s = resample::sizes(moving, reference, plan.field, to_file, options);
-  const auto c = resample::concurrency(s, volumes, options);
+  const auto c = resample::concurrency(s, volumes, threads, options);
   SeriesMemoryEstimate e;
   e.per_volume = s.input + s.coeff + s.output;
   e.shared = s.shared;
@@ -620,7 +623,7 @@ SeriesMemoryEstimate memory_estimate(const Source& moving, const Grid& reference
 }
 
 void to_array(Source moving, const Grid& reference, std::span<const TransformChain> chains,
-              const ArrayRef& out, const SeriesResampleOptions& options) {
+              const ArrayRef& out, const SeriesResampleOptions& options, unsigned threads) {
   const std::int64_t volumes = resample::volume_count(moving);
   std::vector<std::int64_t> want{reference.shape[0], reference.shape[1], reference.shape[2]};
   if (moving.shape.size() == 4) want.push_back(volumes);
@@ -635,7 +638,7 @@ void to_array(Source moving, const Grid& reference, std::span<const TransformCha
   if (out.dtype != options.output_dtype)
     resample::invalid("out", "expected dtype " + std::string(dtype_name(options.output_dtype)) +
                                  ", but received " + std::string(dtype_name(out.dtype)));
-  Executor ex(std::move(moving), reference, chains, false, options);
+  Executor ex(std::move(moving), reference, chains, false, options, threads);
   if (volumes == 0) return;
   if (!out.data) resample::invalid("out", "an array without data");
   std::mutex progress_mutex;
@@ -660,8 +663,9 @@ void to_array(Source moving, const Grid& reference, std::span<const TransformCha
 }
 
 void to_file(Source moving, const Grid& reference, std::span<const TransformChain> chains,
-             const std::string& out_path, const SeriesResampleOptions& options) {
-  Executor ex(std::move(moving), reference, chains, true, options);
+             const std::string& out_path, const SeriesResampleOptions& options,
+             unsigned threads) {
+  Executor ex(std::move(moving), reference, chains, true, options, threads);
   const NiftiHeader header = output_header(ex.moving_, reference, options);
   // An empty reference grid has no data to produce: nothing to interpolate.
   const std::int64_t volumes = ex.output_volume_bytes() ? ex.volumes() : 0;
@@ -744,7 +748,7 @@ void to_file(Source moving, const Grid& reference, std::span<const TransformChai
     return written;
   };
   WriteOptions wo = options.write;
-  if (!wo.threads) wo.threads = options.threads;
+  if (!wo.threads) wo.threads = threads;
   write_nifti(out_path, header, {}, producer, wo);
 }
 
@@ -754,37 +758,43 @@ void to_file(Source moving, const Grid& reference, std::span<const TransformChai
 SeriesMemoryEstimate series_memory_estimate(const NiftiImage& moving, const Grid& reference,
                                             std::span<const TransformChain> chains, bool to_file,
                                             const SeriesResampleOptions& options) {
-  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options);
+  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options,
+                                   resolve_threads(options.threads));
 }
 
 SeriesMemoryEstimate series_memory_estimate(const SeriesArray& moving, const Grid& reference,
                                             std::span<const TransformChain> chains, bool to_file,
                                             const SeriesResampleOptions& options) {
-  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options);
+  return resample::memory_estimate(source_of(moving), reference, chains, to_file, options,
+                                   resolve_threads(options.threads));
 }
 
 void resample_series(const NiftiImage& moving, const Grid& reference,
                      std::span<const TransformChain> chains, const ArrayRef& out,
                      const SeriesResampleOptions& options) {
-  resample::to_array(source_of(moving), reference, chains, out, options);
+  resample::to_array(source_of(moving), reference, chains, out, options,
+                     resolve_threads(options.threads));
 }
 
 void resample_series(const SeriesArray& moving, const Grid& reference,
                      std::span<const TransformChain> chains, const ArrayRef& out,
                      const SeriesResampleOptions& options) {
-  resample::to_array(source_of(moving), reference, chains, out, options);
+  resample::to_array(source_of(moving), reference, chains, out, options,
+                     resolve_threads(options.threads));
 }
 
 void resample_series_to_file(const NiftiImage& moving, const Grid& reference,
                              std::span<const TransformChain> chains, const std::string& out_path,
                              const SeriesResampleOptions& options) {
-  resample::to_file(source_of(moving), reference, chains, out_path, options);
+  resample::to_file(source_of(moving), reference, chains, out_path, options,
+                    resolve_threads(options.threads));
 }
 
 void resample_series_to_file(const SeriesArray& moving, const Grid& reference,
                              std::span<const TransformChain> chains, const std::string& out_path,
                              const SeriesResampleOptions& options) {
-  resample::to_file(source_of(moving), reference, chains, out_path, options);
+  resample::to_file(source_of(moving), reference, chains, out_path, options,
+                    resolve_threads(options.threads));
 }
 
 }  // namespace voxpipe

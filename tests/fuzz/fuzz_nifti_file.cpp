@@ -1,16 +1,19 @@
-// A whole file through the public API: the input is written as x.nii and, gzipped, as x.nii.gz;
-// each is opened, size-checked and read in full (and through one reversed selection) into
-// float64 and into its own dtype. Every failure must be a voxpipe::Error; .nii and .nii.gz of
-// the same bytes must give the same image.
+// A whole file through the public API: the input, and the input gzipped, are opened from memory
+// (open_nifti_bytes, the same header and data paths as files, without a file system round trip)
+// as x.nii and x.nii.gz; each is opened, size-checked and read in full (and through one reversed
+// selection) into float64 and into its own dtype. Every failure must be a voxpipe::Error; .nii
+// and .nii.gz of the same bytes must give the same image. An input that is itself gzip is
+// inflated as its magic says, whatever its name.
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+#include <string>
 #include <vector>
 
-#include "fuzz_support.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
 
@@ -40,10 +43,11 @@ struct Outcome {
   std::vector<std::byte> data;  // the image in its own dtype, native order, unscaled
 };
 
-Outcome read_file(const std::string& path) {
+// `bytes` outlive the image (LLVMFuzzerTestOneInput's frame): no owner.
+Outcome read_bytes(std::span<const std::uint8_t> bytes, const std::string& path) {
   Outcome o;
   try {
-    const voxpipe::NiftiImage img = voxpipe::open_nifti(path);
+    const voxpipe::NiftiImage img = voxpipe::open_nifti_bytes(std::as_bytes(bytes), nullptr, path);
     o.shape = img.shape;
     voxpipe::check_data_size(img);
     const std::uint64_t out_bytes = img.voxel_count() * 8 * (voxpipe::dtype_is_complex(img.dtype) ? 2 : 1);
@@ -76,12 +80,9 @@ Outcome read_file(const std::string& path) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string nii = vpfuzz::scratch_file("x.nii"), gz = vpfuzz::scratch_file("x.nii.gz");
-  vpfuzz::write_bytes(nii, data, size);
   const std::vector<std::uint8_t> packed = gzip(data, size);
-  vpfuzz::write_bytes(gz, packed.data(), packed.size());
-  const Outcome a = read_file(nii);
-  const Outcome b = read_file(gz);
+  const Outcome a = read_bytes(std::span(data, size), "x.nii");
+  const Outcome b = read_bytes(packed, "x.nii.gz");
   // Same bytes, same image: when both read fully, the voxels agree.
   if (a.ok && b.ok && (a.shape != b.shape || a.data != b.data)) std::abort();
   return 0;

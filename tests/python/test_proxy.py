@@ -291,12 +291,12 @@ def test_descriptors_open_between_accesses(gz_files, which, keep):
         gc.collect()
         assert _new_files(before) == [], f"{lib.__name__}: files open after the image is gone"
     # Kept: the same descriptors from the first access on, and only the data file (with a seek
-    # index, also the index file, whose windows are read on demand). The gzip engine for a
-    # single member without an index holds the file twice (a random-access and a stream handle).
-    # gzip data keep their reader whatever keep_file_open says (nibabel keeps its indexed_gzip
-    # opener too, but that closes its handle between reads).
+    # index, also the index file, whose windows are read on demand). The gzip engines for a
+    # single member without an index (random access for the parallel inflate, a stream) share
+    # one descriptor. gzip data keep their reader whatever keep_file_open says (nibabel keeps its
+    # indexed_gzip opener too, but that closes its handle between reads).
     name = os.path.basename(path)
-    kept = {"nii": [name], "plain gz": [name, name], "indexed gz": [name, name + ".gzidx"],
+    kept = {"nii": [name], "plain gz": [name], "indexed gz": [name, name + ".gzidx"],
             "members gz": [name]}[which]
     if not keep:
         assert held["nibabel"] == [[]] * len(FD_ACCESS)

@@ -1,7 +1,10 @@
 // Files: positional reads with short reads only at EOF, read_exact, atomic output that leaves
 // nothing behind without commit (nor after a signal, nor after the writer was killed), error
-// codes for missing paths, and special files refused without blocking.
+// codes for missing paths, and special files refused without blocking. Bytes in memory read as
+// the same bytes in a file, and stay alive while an input holds them.
 #include "core/file.hpp"
+
+#include "core/memory_input.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,8 +23,9 @@ namespace {
 
 using voxpipe::ErrorCode;
 using voxpipe::core::AtomicOutputFile;
-using voxpipe::core::FileByteSource;
+using voxpipe::core::InputByteSource;
 using voxpipe::core::InputFile;
+using voxpipe::core::MemoryInput;
 
 TEST(InputFile, ReadAtReturnsShortCountOnlyAtEof) {
   vptest::TempDir dir;
@@ -116,11 +120,11 @@ TEST(InputFile, SocketAndDevicesAreRefused) {
   expect_not_regular(open_error("/dev/zero", false), "/dev/zero", "character device");
 }
 
-TEST(FileByteSource, IsRandomAccessAndReadsLikeTheFile) {
+TEST(InputByteSource, IsRandomAccessAndReadsLikeTheFile) {
   vptest::TempDir dir;
   const auto data = vptest::random_bytes(64, 3);
   vptest::write_file(dir.file("s.bin"), data);
-  FileByteSource src(dir.file("s.bin"));
+  InputByteSource src(std::make_shared<const InputFile>(dir.file("s.bin")));
   EXPECT_TRUE(src.random_access());
   EXPECT_EQ(src.size(), 64u);
   std::vector<std::byte> buf(8);
@@ -131,7 +135,7 @@ TEST(FileByteSource, IsRandomAccessAndReadsLikeTheFile) {
 TEST(ReadExact, ThrowsTruncatedNamingFieldAndOffset) {
   vptest::TempDir dir;
   vptest::write_file(dir.file("t.bin"), vptest::random_bytes(50, 4));
-  FileByteSource src(dir.file("t.bin"));
+  InputByteSource src(std::make_shared<const InputFile>(dir.file("t.bin")));
   std::vector<std::byte> buf(20);
   voxpipe::core::read_exact(src, 30, buf, "data");  // exactly to the end: fine
   auto err = vptest::catch_error([&] { voxpipe::core::read_exact(src, 40, buf, "data"); });
@@ -141,6 +145,48 @@ TEST(ReadExact, ThrowsTruncatedNamingFieldAndOffset) {
   EXPECT_EQ(err->path(), dir.file("t.bin"));
   ASSERT_TRUE(err->offset());
   EXPECT_EQ(*err->offset(), 40u);
+}
+
+TEST(MemoryInput, ReadsLikeTheSameBytesInAFile) {
+  vptest::TempDir dir;
+  const auto data = vptest::random_bytes(100, 6);
+  vptest::write_file(dir.file("m.bin"), data);
+  const InputFile file(dir.file("m.bin"));
+  const MemoryInput memory(std::as_bytes(std::span(data)), nullptr, "m.bin in memory");
+  EXPECT_EQ(memory.size(), file.size());
+  EXPECT_EQ(memory.path(), "m.bin in memory");
+  for (const std::uint64_t offset : {0, 1, 37, 90, 99, 100, 101, 1000}) {
+    for (const std::size_t n : {0, 1, 10, 63, 200}) {
+      std::vector<std::byte> a(n, std::byte{0xee}), b(n, std::byte{0xee});
+      ASSERT_EQ(memory.read_at(offset, a), file.read_at(offset, b)) << offset << " " << n;
+      EXPECT_EQ(a, b) << offset << " " << n;
+    }
+  }
+  // read_exact's error names the buffer as it names a file.
+  InputByteSource src(std::make_shared<const MemoryInput>(std::as_bytes(std::span(data)), nullptr,
+                                                          "m.bin in memory"));
+  std::vector<std::byte> buf(20);
+  auto err = vptest::catch_error([&] { voxpipe::core::read_exact(src, 90, buf, "data"); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::truncated);
+  EXPECT_EQ(err->path(), "m.bin in memory");
+  ASSERT_TRUE(err->offset());
+  EXPECT_EQ(*err->offset(), 90u);
+}
+
+TEST(MemoryInput, KeepsItsOwnerAliveUntilTheLastHolderEnds) {
+  auto bytes = std::make_shared<const std::vector<std::uint8_t>>(vptest::random_bytes(16, 7));
+  const std::weak_ptr<const std::vector<std::uint8_t>> watch = bytes;
+  auto input = std::make_shared<const MemoryInput>(std::as_bytes(std::span(*bytes)), bytes, "b");
+  auto src = std::make_unique<InputByteSource>(input);
+  bytes.reset();
+  input.reset();
+  ASSERT_FALSE(watch.expired());  // the source still holds the input, which holds the owner
+  std::vector<std::byte> buf(16);
+  EXPECT_EQ(src->read_at(0, buf), 16u);
+  EXPECT_EQ(std::memcmp(buf.data(), watch.lock()->data(), 16), 0);
+  src.reset();
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(AtomicOutputFile, NothingIsLeftWithoutCommit) {

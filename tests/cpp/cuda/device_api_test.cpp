@@ -148,6 +148,14 @@ TEST_F(PublicDeviceApiChild, NiftiLoadsEqualReadNiftiDataBitForBit) {
     EXPECT_TRUE(std::all_of(all.begin() + static_cast<std::ptrdiff_t>(offset + want.size()), all.end(),
                             [](auto b) { return b == 0xA5; }))
         << c.name;
+    // The same bytes opened from memory load the same values, staged from the buffer.
+    const Bytes stored = vptest::read_file(image.data_path);
+    const auto in_memory = voxpipe::open_nifti_bytes(vptest::as_bytes(stored), nullptr, c.name);
+    DeviceMemory from_memory(0, want.size());
+    voxpipe::read_nifti_data_to_device(in_memory, c.spec, from_memory, 0);
+    Bytes got_memory(want.size());
+    from_memory.copy_to_host(0, std::as_writable_bytes(std::span(got_memory)));
+    EXPECT_EQ(got_memory, want) << c.name << " from memory";
   }
 }
 

@@ -260,6 +260,32 @@ TEST(ResampleSeries, voxel_matrix_and_memory_estimate) {
             voxels * 8 + static_cast<std::uint64_t>((NX + 24) * (NY + 24) * (NZ + 24) * 8));
 }
 
+// threads = 0 is resolved once at the call (voxpipe/threads.hpp): the volumes in flight follow
+// $VOXPIPE_NUM_THREADS and $OMP_NUM_THREADS, read when the call is made; a count given is kept.
+TEST(ResampleSeries, threads_zero_takes_the_environment_at_the_call) {
+  TempDir dir;
+  const NiftiImage moving = open_nifti(write_moving(dir, "m.nii", false));
+  const std::vector<TransformChain> chains{affine_chain(kIdentity4)};
+  auto in_flight = [&](unsigned threads) {
+    return series_memory_estimate(moving, same_grid(), chains, false, linear(threads))
+        .volumes_in_flight;
+  };
+  {
+    const vptest::ScopedEnv vp("VOXPIPE_NUM_THREADS", "3");
+    const vptest::ScopedEnv omp("OMP_NUM_THREADS", "2");
+    EXPECT_EQ(in_flight(0), 3u);
+    EXPECT_EQ(in_flight(1), 1u);
+  }
+  const vptest::ScopedEnv vp("VOXPIPE_NUM_THREADS", nullptr);
+  const vptest::ScopedEnv omp("OMP_NUM_THREADS", "2,1");
+  EXPECT_EQ(in_flight(0), 2u);
+  // And the run itself: the same values on the count the environment gives.
+  Output a(same_grid().shape), b(same_grid().shape);
+  resample_series(moving, same_grid(), chains, a.ref, linear(0));
+  resample_series(moving, same_grid(), chains, b.ref, linear(1));
+  EXPECT_EQ(a.data, b.data);
+}
+
 TEST(ResampleSeries, bad_arguments_and_read_errors_reach_the_caller) {
   TempDir dir;
   const NiftiImage moving = open_nifti(write_moving(dir, "m.nii", false));
