@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 import numpy as np
+import numpy.typing as npt
+from nibabel.dataobj_images import DataobjImage
 
 from . import _core
+from ._types import Array, Device
 from .errors import DeviceUnavailableError
 
 _KDLCPU, _KDLCUDA = 1, 2
@@ -29,7 +34,7 @@ class CudaStatus:
     kernels_built: bool
     driver_version: int
     device_count: int
-    device_names: tuple
+    device_names: tuple[str, ...]
     cufile_available: bool
     cufile_reason: str
 
@@ -53,7 +58,7 @@ class CufileStatus:
     policy: str    # $VOXPIPE_CUFILE: "auto", "on" or "off"
 
 
-def cufile_status(device="cuda") -> CufileStatus:
+def cufile_status(device: Device = "cuda") -> CufileStatus:
     """Open cuFile's driver on `device` (once per process, as the first load that may read
     through it would) and say whether it runs GPUDirect Storage. Raises DeviceUnavailableError
     without a GPU."""
@@ -101,13 +106,14 @@ def cuda_empty_cache() -> None:
     _core.cuda_empty_cache()
 
 
-def parse_device(device) -> int | None:
+def parse_device(device: Device) -> int | None:
     """None for the host (None, 'cpu', torch.device('cpu')); the CUDA ordinal for 'cuda',
     'cuda:N' or a torch.device of type cuda. ValueError for anything else. Does not check that
     the device exists (``require_device`` does)."""
     if device is None:
         return None
-    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+    if not isinstance(device, str) and type(device).__module__ == "torch" \
+            and type(device).__name__ == "device":
         kind, index = device.type, device.index
         if kind == "cpu":
             return None
@@ -139,7 +145,7 @@ def require_device(ordinal: int) -> None:
                                      f"{s.device_count} CUDA device(s)", field="device")
 
 
-def _f_strides(shape) -> tuple:
+def _f_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Fortran-order strides in elements."""
     out, acc = [], 1
     for s in shape:
@@ -155,24 +161,25 @@ class DeviceArray:
 
     __slots__ = ("_memory", "_offset", "_shape", "_dtype", "_strides", "_view")
 
-    def __init__(self, memory, offset: int, shape, dtype, strides):
+    def __init__(self, memory: Any, offset: int, shape: Sequence[int], dtype: npt.DTypeLike | None,
+                 strides: Sequence[int]) -> None:
         self._memory = memory
         self._offset = int(offset)
         self._shape = tuple(int(s) for s in shape)
         self._dtype = np.dtype(dtype)
         self._strides = tuple(int(s) for s in strides)  # elements
-        self._view = None
+        self._view: Any = None
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[int, ...]:
         return self._shape
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         return self._dtype
 
     @property
-    def strides(self) -> tuple:
+    def strides(self) -> tuple[int, ...]:
         return tuple(s * self._dtype.itemsize for s in self._strides)
 
     @property
@@ -203,23 +210,24 @@ class DeviceArray:
         if flat.size:
             self._memory.copy_from_host(self._offset, flat.view(np.uint8))
 
-    def decode_nifti(self, image, apply_scaling: bool, real_part: bool, threads: int,
+    def decode_nifti(self, image: Any, apply_scaling: bool, real_part: bool, threads: int,
                      index_mode: str, index_path: str) -> None:
         """Decode a whole opened NIfTI image (the core's) into this F-ordered array, converted
         on the device (the reader's conversions, as on the host)."""
         _core.nifti_to_device(self._memory, self._offset, image, self._dtype.name, apply_scaling,
                               real_part, threads, index_mode, index_path)
 
-    def _exported(self):
+    def _exported(self) -> Any:
         if self._view is None:
             self._view = self._memory.view(self._offset, list(self._shape), list(self._strides),
                                            self._dtype.name)
         return self._view
 
-    def __dlpack_device__(self) -> tuple:
+    def __dlpack_device__(self) -> tuple[int, int]:
         return (_KDLCUDA, self._memory.ordinal) if self._memory.on_device else (_KDLCPU, 0)
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
         """A DLPack capsule of this memory: versioned ("dltensor_versioned") when max_version
         allows DLPack 1.x, else legacy ("dltensor"). The data are already complete, so any
         `stream` is valid without synchronisation (None, -1, 1, 2 or a stream pointer on CUDA;
@@ -230,10 +238,11 @@ class DeviceArray:
             if not isinstance(stream, int) or stream == 0 or stream < -1:
                 raise ValueError(f"expected a CUDA stream (None, -1, 1, 2 or a pointer), but "
                                  f"received {stream!r}")
-        return self._exported().__dlpack__(max_version=max_version, dl_device=dl_device,
-                                           copy=copy)
+        capsule: object = self._exported().__dlpack__(max_version=max_version,
+                                                      dl_device=dl_device, copy=copy)
+        return capsule
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int | np.integer[Any]) -> DeviceArray:
         if not isinstance(i, (int, np.integer)) or not self._shape:
             raise TypeError("DeviceArray supports integer indexing along the first axis only")
         n = self._shape[0]
@@ -250,7 +259,7 @@ class DeviceArray:
             raise TypeError("len() of a 0-d array")
         return self._shape[0]
 
-    def cpu(self) -> np.ndarray:
+    def cpu(self) -> Array:
         """A NumPy copy (device to host, synchronous), with the same strides."""
         if self.size == 0:
             return np.empty(self._shape, self._dtype)
@@ -266,24 +275,26 @@ class DeviceArray:
         return f"<DeviceArray shape={self._shape} dtype={self._dtype} device={self.device}>"
 
 
-def _new(ordinal: int | None, shape, dtype, strides=None) -> DeviceArray:
+def _new(ordinal: int | None, shape: Sequence[int], dtype: npt.DTypeLike | None,
+         strides: Sequence[int] | None = None) -> DeviceArray:
     """Uninitialised memory for an array (F order unless strides are given, in elements)."""
-    dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    nbytes = math.prod(shape) * dtype.itemsize
+    dt = np.dtype(dtype)
+    dims = tuple(int(s) for s in shape)
+    nbytes = math.prod(dims) * dt.itemsize
     memory = (_core._host_memory_for_tests(nbytes) if ordinal is None
               else _core.device_memory(ordinal, nbytes))
-    return DeviceArray(memory, 0, shape, dtype, _f_strides(shape) if strides is None else strides)
+    return DeviceArray(memory, 0, dims, dt, _f_strides(dims) if strides is None else strides)
 
 
-def _dlpack_dtype_ok(dtype: np.dtype) -> bool:
+def _dlpack_dtype_ok(dtype: np.dtype[Any]) -> bool:
     return dtype.kind in "uifc" and not dtype.fields
 
 
-def array_to_device(arr: np.ndarray, ordinal: int | None) -> DeviceArray:
+def array_to_device(arr: npt.ArrayLike, ordinal: int | None) -> DeviceArray:
     """A device copy of a NumPy array, keeping its layout (F-contiguous arrays stay F-ordered;
     other layouts are made C-contiguous first). Native byte order only."""
     arr = np.asanyarray(arr)
+    strides: tuple[int, ...]
     if not _dlpack_dtype_ok(arr.dtype):
         raise TypeError(f"cannot export {arr.dtype} through DLPack")
     if not arr.dtype.isnative:
@@ -301,20 +312,20 @@ def array_to_device(arr: np.ndarray, ordinal: int | None) -> DeviceArray:
     return out
 
 
-def _host_data(dataobj, dtype) -> np.ndarray:
+def _host_data(dataobj: npt.ArrayLike, dtype: npt.DTypeLike | None) -> Array:
     """What the host path gives: np.asanyarray(dataobj[, dtype])."""
     if dtype is None:
         return np.asanyarray(dataobj)
     return np.asanyarray(dataobj, dtype=dtype)
 
 
-def _decodes(dataobj) -> bool:
+def _decodes(dataobj: object) -> bool:
     """Whether a data object decodes into device arrays itself (voxpipe's ArrayProxy, known
     by its doorway so that this module needs no import of the image module)."""
     return hasattr(dataobj, "read_into") and hasattr(dataobj, "result_dtype")
 
 
-def _out_dtype(dataobj, dtype) -> np.dtype:
+def _out_dtype(dataobj: Any, dtype: npt.DTypeLike | None) -> np.dtype[Any]:
     if dtype is not None:
         d = np.dtype(dtype)
     elif _decodes(dataobj):
@@ -327,7 +338,7 @@ def _out_dtype(dataobj, dtype) -> np.dtype:
     return d
 
 
-def proxy_to_device(dataobj, dtype, ordinal: int | None) -> DeviceArray:
+def proxy_to_device(dataobj: Any, dtype: npt.DTypeLike | None, ordinal: int | None) -> DeviceArray:
     """A data object's values (as the host path gives them for `dtype`; None: the natural
     dtype) in a new F-ordered device array. `ordinal` None: host memory (tests of the export)."""
     if ordinal is not None:
@@ -342,12 +353,13 @@ def proxy_to_device(dataobj, dtype, ordinal: int | None) -> DeviceArray:
     return out
 
 
-def image_to_device(img, dtype, ordinal: int | None) -> DeviceArray:
+def image_to_device(img: DataobjImage, dtype: npt.DTypeLike | None, ordinal: int | None) -> DeviceArray:
     """img's data on a device (proxy_to_device of its data object)."""
     return proxy_to_device(img.dataobj, dtype, ordinal)
 
 
-def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
+def batch_to_device(imgs: Sequence[DataobjImage], dtype: npt.DTypeLike | None, ordinal: int,
+                    run: Callable[[Callable[[int], None]], object]) -> DeviceArray:
     """Images of one shape decoded into one (n, *shape) device array whose items are F-ordered
     (the layout of vp.empty_batch). ``run(load_item)`` must call ``load_item(i)`` once for every
     image i and raise what those calls raise (load_batch runs them on its file workers, several
@@ -361,7 +373,7 @@ def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
     out = _new(ordinal, (len(imgs),) + shape, out_dtype, (volume,) + item)
 
     def load_item(i: int) -> None:
-        dataobj = imgs[i].dataobj
+        dataobj: Any = imgs[i].dataobj
         if _decodes(dataobj):
             dataobj.read_into(out[i])
         else:  # an image made in memory
@@ -371,14 +383,22 @@ def batch_to_device(imgs, dtype, ordinal: int, run) -> DeviceArray:
     return out
 
 
-def to_device(obj, device="cuda", dtype=None) -> DeviceArray | np.ndarray:
+@overload
+def to_device(obj: DataobjImage | npt.ArrayLike, device: None,
+              dtype: npt.DTypeLike | None = ...) -> Array: ...
+@overload
+def to_device(obj: DataobjImage | npt.ArrayLike, device: Device = ...,
+              dtype: npt.DTypeLike | None = ...) -> DeviceArray | Array: ...
+def to_device(obj: DataobjImage | npt.ArrayLike, device: Device = "cuda",
+              dtype: npt.DTypeLike | None = None) -> DeviceArray | Array:
     """An image's data (as ``np.asanyarray(img.dataobj, dtype)``), or a NumPy array (cast to
     `dtype` when given), on `device`. For the host (None/'cpu') the NumPy array itself."""
     ordinal = parse_device(device)
     if hasattr(obj, "dataobj") and hasattr(obj, "affine"):  # a nibabel image
+        img: Any = obj
         if ordinal is None:
-            return _host_data(obj.dataobj, dtype)
-        return image_to_device(obj, dtype, ordinal)
+            return _host_data(img.dataobj, dtype)
+        return image_to_device(img, dtype, ordinal)
     arr = np.asanyarray(obj)
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)

@@ -23,11 +23,14 @@ import re
 import stat
 import struct
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, Literal, TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core, _dicom_pixels, errors
+from ._types import Array, StrPath
 
 __all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE"]
 
@@ -38,14 +41,19 @@ _PIXEL_TAGS = (0x7FE00010, 0x7FE00008, 0x7FE00009)
 _NO_LIMIT = 2**64 - 1
 
 
+# What names an element: a tag number, (group, element) or a keyword.
+TagKey: TypeAlias = Union[int, tuple[int, int], str]
+
+
 class Tag(int):
     """A tag, ``group << 16 | element``, shown as pydicom shows it: ``(0028,0010)``."""
 
     __slots__ = ()
 
-    def __new__(cls, arg, element: int | None = None):
+    def __new__(cls, arg: TagKey, element: int | None = None) -> Tag:
         if element is not None:
-            return super().__new__(cls, (int(arg) << 16) | int(element))
+            # a group number: any other arg raises as int() does
+            return super().__new__(cls, (int(arg) << 16) | int(element))  # type: ignore[arg-type]
         if isinstance(arg, tuple):
             group, elem = arg
             return super().__new__(cls, (int(group) << 16) | int(elem))
@@ -77,7 +85,7 @@ class Tag(int):
     __str__ = __repr__
 
 
-def _tag_of(key) -> int | None:
+def _tag_of(key: TagKey) -> int | None:
     """The tag a key names (int, (group, element), keyword), or None for an unknown keyword."""
     if isinstance(key, str):
         return _core.dicom_keyword_tag(key)
@@ -387,12 +395,14 @@ class DataElement:
     __slots__ = ("_raw", "_dataset", "_value", "_converted", "tag", "VR")
     descripWidth = 35
     maxBytesToDisplay = 16
+    tag: Tag
+    VR: str
 
-    def __init__(self, raw, dataset: Dataset):
+    def __init__(self, raw: Any, dataset: Dataset) -> None:
         self._raw = raw
         self._dataset = dataset
         self._converted = False
-        self._value = None
+        self._value: Any = None
         self.tag = Tag(raw.tag)
         self.VR = raw.vr
 
@@ -465,8 +475,8 @@ class Dataset:
     ``ds[0x0028, 0x0010]`` / ``ds[0x00280010]`` / ``ds["Rows"]`` (the DataElement), ``in``,
     ``get``, ``keys``, iteration over elements, ``len``, ``dir``. Read-only."""
 
-    def __init__(self, raw, source: _Source | None, parent: Dataset | None = None,
-                 hidden: int | None = None):
+    def __init__(self, raw: Any, source: _Source | None, parent: Dataset | None = None,
+                 hidden: int | None = None) -> None:
         self._raw = raw
         self._source = source
         self._parent = parent
@@ -504,7 +514,7 @@ class Dataset:
             elem = self._elements[tag] = DataElement(self._raw.find(tag), self)
         return elem
 
-    def __getitem__(self, key) -> DataElement:
+    def __getitem__(self, key: TagKey) -> DataElement:
         tag = _tag_of(key)
         if tag is None:
             raise KeyError(key)
@@ -517,14 +527,14 @@ class Dataset:
                 return self._element(tag).value
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         try:
-            tag = _tag_of(key)
+            tag = _tag_of(key)  # type: ignore[arg-type]  # any other key raises: not present
         except (TypeError, ValueError, OverflowError):
             return False
         return tag is not None and tag in self._tag_set
 
-    def get(self, key, default=None):
+    def get(self, key: TagKey, default: Any = None) -> Any:
         """A keyword gives the value, a tag the DataElement (as pydicom's Dataset.get)."""
         if key not in self:
             return default
@@ -582,11 +592,13 @@ class Dataset:
         length = raw.length
         if length == UNDEFINED_LENGTH:
             length = self._undefined_length(raw.tag)
-        return self._source.read(raw.value_offset, length, raw.tag)
+        # A deferred value comes from a file, whose source is set.
+        return self._source.read(raw.value_offset, length, raw.tag)  # type: ignore[union-attr]
 
     def _undefined_length(self, tag: int) -> int:
-        raise errors.FormatError(f"{self._source.path}: {Tag(tag)}: a value of undefined "
-                                 "length that is not a sequence", self._source.path, str(Tag(tag)))
+        path = self._source.path  # type: ignore[union-attr]  # set wherever values are read
+        raise errors.FormatError(f"{path}: {Tag(tag)}: a value of undefined "
+                                 "length that is not a sequence", path, str(Tag(tag)))
 
     def _convert(self, elem: DataElement):
         raw = elem._raw
@@ -626,8 +638,8 @@ class FileDataset(Dataset):
     ``transfer_syntax``, ``is_implicit_VR``, ``is_little_endian``, and where the pixel data lies:
     ``pixel_data_offset``, ``pixel_data_length``, ``pixel_data_fragments``."""
 
-    def __init__(self, core_file, stop_before_pixels: bool, size: int,
-                 on_corrupt: str = "raise"):
+    def __init__(self, core_file: Any, stop_before_pixels: bool, size: int,
+                 on_corrupt: str = "raise") -> None:
         source = _Source(core_file, size)
         self._file = core_file  # the parsed file (_core.DicomFile), for the pixel layer
         self._on_corrupt = on_corrupt  # read(on_corrupt=...): the pixel_array property's
@@ -684,7 +696,7 @@ class FileDataset(Dataset):
         return pixel.fragments
 
     @property
-    def pixel_info(self):
+    def pixel_info(self) -> Any:
         """The checked Image Pixel module (rows, columns, samples_per_pixel, bits_allocated,
         bits_stored, pixel_representation, planar_configuration, number_of_frames, photometric,
         photometric_out, dtype, shape, codec). Raises FormatError naming the tag when a required
@@ -695,7 +707,7 @@ class FileDataset(Dataset):
         return info
 
     @property
-    def pixel_array(self) -> np.ndarray:
+    def pixel_array(self) -> Array:
         """The pixel data as pydicom's ``Dataset.pixel_array``: same shape, dtype (native byte
         order) and values; frames are decoded in parallel. Cached, as in pydicom. A compressed
         frame its decoder reports damaged raises CorruptError, unless the file was read with
@@ -707,15 +719,15 @@ class FileDataset(Dataset):
         return arr
 
     def pixel_array_frame(self, index: int, *, as_rgb: bool = True,
-                          on_corrupt: str | None = None) -> np.ndarray:
+                          on_corrupt: Literal["raise", "warn"] | None = None) -> Array:
         """Frame `index` only (pydicom's ``pixel_array(path, index=...)``); nothing cached.
         ``on_corrupt``: 'raise' or 'warn' (default: the one ``read`` was given)."""
         return _dicom_pixels.pixel_array(self, index, as_rgb=as_rgb, info=self.pixel_info,
                                          on_corrupt=on_corrupt or self._on_corrupt)
 
-    def get_fdata(self, dtype=np.float64, *, index: int | None = None,
+    def get_fdata(self, dtype: npt.DTypeLike | None = np.float64, *, index: int | None = None,
                   as_rgb: bool = True, threads: int | None = None,
-                  on_corrupt: str | None = None) -> np.ndarray:
+                  on_corrupt: Literal["raise", "warn"] | None = None) -> Array:
         """The pixel data with the modality transform applied, equal to pydicom's
         ``apply_modality_lut(ds.pixel_array, ds)``: the Modality LUT Sequence where present,
         else Rescale Slope and Intercept when both are, computed in float64; ``dtype=float32``
@@ -740,7 +752,7 @@ class FileDataset(Dataset):
         return lines + super()._lines(indent)
 
 
-def _defer_limit(defer_size) -> int:
+def _defer_limit(defer_size: int | float | str | None) -> int:
     """pydicom's size_in_bytes: an int, a float, or a string such as "512 KB" (kB = 1000,
     KiB = 1024); None or inf: no limit."""
     if defer_size is None or defer_size == float("inf"):
@@ -763,9 +775,9 @@ def _defer_limit(defer_size) -> int:
     return int(size)
 
 
-def read(path, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
+def read(path: StrPath, defer_size: int | float | str | None = DEFAULT_DEFER_SIZE,
          stop_before_pixels: bool = False, force: bool = False,
-         on_corrupt: str = "raise") -> FileDataset:
+         on_corrupt: Literal["raise", "warn"] = "raise") -> FileDataset:
     """Parse the DICOM file at `path`, as pydicom's ``dcmread``.
 
     defer_size: values longer than this many bytes (int, or "512 KB" / "1 MiB") are located but

@@ -10,12 +10,20 @@ voxel axes (column, row, slice[, volume]), the affine as nibabel.nicom computes 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
+from nibabel import Nifti1Image
 
 from . import _core, _dicom_pixels
 from ._dicom_dataset import FileDataset
+from ._types import Array, Device, Float64Array, StrPath
 from .errors import FormatError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ._device import DeviceArray
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -24,49 +32,117 @@ class Series:
     """One series (or one part of a SeriesInstanceUID split by orientation, size, echo or stack)
     as scanned: its description, geometry and files, not its data (``load()`` reads that)."""
 
-    def __init__(self, core_series, threads: int):
+    def __init__(self, core_series: Any, threads: int) -> None:
         self._s = core_series
         self._threads = threads
 
     # What a user looks at first.
-    series_instance_uid = property(lambda self: self._s.series_instance_uid)
-    series_number = property(lambda self: self._s.series_number)
-    series_description = property(lambda self: self._s.series_description)
-    modality = property(lambda self: self._s.modality)
-    split = property(lambda self: self._s.split,
-                     doc='What sets this part of its SeriesInstanceUID apart ("" if whole).')
-    shape = property(lambda self: tuple(self._s.shape),
-                     doc="(columns, rows, slices[, volumes]), Fortran order.")
-    affine = property(lambda self: np.array(self._s.affine, dtype=np.float64).reshape(4, 4),
-                      doc="Voxel (column, row, slice) to RAS mm.")
-    slice_spacing = property(lambda self: self._s.slice_spacing)
-    pixel_spacing = property(lambda self: tuple(self._s.pixel_spacing))
-    orientation = property(lambda self: tuple(self._s.orientation))
-    gantry_tilt = property(lambda self: self._s.gantry_tilt)
-    tilt_degrees = property(lambda self: self._s.tilt_degrees)
-    stored_dtype = property(lambda self: np.dtype(self._s.stored_dtype))
-    uniform_rescale = property(lambda self: self._s.uniform_rescale)
-    slope = property(lambda self: self._s.slope)
-    intercept = property(lambda self: self._s.intercept)
-    problem = property(lambda self: self._s.problem,
-                       doc="Why the series cannot be assembled ('' when it can).")
-    warnings = property(lambda self: list(self._s.warnings))
-    files = property(lambda self: list(self._s.files),
-                     doc="(path, frame) of each image, in data order (volume-major).")
-    positions = property(lambda self: np.array(self._s.positions, dtype=np.float64))
+    @property
+    def series_instance_uid(self) -> str:
+        return self._s.series_instance_uid
 
     @property
-    def dataset(self):
+    def series_number(self) -> int:
+        return self._s.series_number
+
+    @property
+    def series_description(self) -> str:
+        return self._s.series_description
+
+    @property
+    def modality(self) -> str:
+        return self._s.modality
+
+    @property
+    def split(self) -> str:
+        """What sets this part of its SeriesInstanceUID apart ("" if whole)."""
+        return self._s.split
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(columns, rows, slices[, volumes]), Fortran order."""
+        return tuple(self._s.shape)
+
+    @property
+    def affine(self) -> Float64Array:
+        """Voxel (column, row, slice) to RAS mm."""
+        return np.array(self._s.affine, dtype=np.float64).reshape(4, 4)
+
+    @property
+    def slice_spacing(self) -> float:
+        return self._s.slice_spacing
+
+    @property
+    def pixel_spacing(self) -> tuple[float, float]:
+        return tuple(self._s.pixel_spacing)
+
+    @property
+    def orientation(self) -> tuple[float, ...]:
+        return tuple(self._s.orientation)
+
+    @property
+    def gantry_tilt(self) -> bool:
+        return self._s.gantry_tilt
+
+    @property
+    def tilt_degrees(self) -> float:
+        return self._s.tilt_degrees
+
+    @property
+    def stored_dtype(self) -> np.dtype[Any]:
+        return np.dtype(self._s.stored_dtype)
+
+    @property
+    def uniform_rescale(self) -> bool:
+        return self._s.uniform_rescale
+
+    @property
+    def slope(self) -> float:
+        return self._s.slope
+
+    @property
+    def intercept(self) -> float:
+        return self._s.intercept
+
+    @property
+    def problem(self) -> str:
+        """Why the series cannot be assembled ('' when it can)."""
+        return self._s.problem
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._s.warnings)
+
+    @property
+    def files(self) -> list[tuple[str, int]]:
+        """(path, frame) of each image, in data order (volume-major)."""
+        return list(self._s.files)
+
+    @property
+    def positions(self) -> Float64Array:
+        return np.array(self._s.positions, dtype=np.float64)
+
+    @property
+    def dataset(self) -> FileDataset:
         """The first image's dataset (a vp.dicom FileDataset), for metadata."""
-        ds = self.__dict__.get("_dataset")
+        ds: FileDataset | None = self.__dict__.get("_dataset")
         if ds is None:
             core_file = self._s.first_file
             ds = self.__dict__["_dataset"] = FileDataset(core_file, False,
                                                          os.stat(core_file.path).st_size)
         return ds
 
-    def get_data(self, dtype=np.float32, out=None, threads: int | None = None, *,
-                 device=None, on_corrupt: str = "raise") -> np.ndarray:
+    @overload
+    def get_data(self, dtype: npt.DTypeLike | None = ..., out: Array | None = ...,
+                 threads: int | None = ..., *, device: None = ...,
+                 on_corrupt: Literal["raise", "warn"] = ...) -> Array: ...
+    @overload
+    def get_data(self, dtype: npt.DTypeLike | None = ..., out: Array | None = ...,
+                 threads: int | None = ..., *, device: Device,
+                 on_corrupt: Literal["raise", "warn"] = ...) -> Array | DeviceArray: ...
+    def get_data(self, dtype: npt.DTypeLike | None = np.float32, out: Array | None = None,
+                 threads: int | None = None, *, device: Device = None,
+                 on_corrupt: Literal["raise", "warn"] = "raise") -> Array | DeviceArray:
         """The volume: ``dtype`` float32 (default) or float64 with each image's Rescale Slope
         and Intercept applied (in float64, then rounded), or None for the stored values
         (pixel_array's dtype; ``slope``/``intercept`` say how to scale them when
@@ -112,14 +188,14 @@ class Series:
             on_corrupt=on_corrupt))
         return out
 
-    def load(self, dtype=np.float32, threads: int | None = None, *, on_corrupt: str = "raise"):
+    def load(self, dtype: npt.DTypeLike | None = np.float32, threads: int | None = None, *,
+             on_corrupt: Literal["raise", "warn"] = "raise") -> Nifti1Image:
         """The series as an in-memory ``vp.Nifti1Image`` (data from ``get_data(dtype)``, the RAS
         affine as sform and qform, zooms, TR for 4D); ``img.dicom`` is this object.
         ``on_corrupt`` as in ``get_data``."""
-        from nibabel import Nifti1Image
         data = self.get_data(dtype, threads=threads, on_corrupt=on_corrupt)
         img = Nifti1Image(data, self.affine)
-        zooms = [self.pixel_spacing[1], self.pixel_spacing[0], self.slice_spacing]
+        zooms: list[float] = [self.pixel_spacing[1], self.pixel_spacing[0], self.slice_spacing]
         if data.ndim == 4:
             tr = self.dataset.get("RepetitionTime")
             zooms.append(float(tr) / 1000.0 if tr else 1.0)
@@ -127,24 +203,24 @@ class Series:
         else:
             img.header["xyzt_units"] = 2  # mm
         img.header.set_zooms(zooms)
-        img.dicom = self
+        img.dicom = self  # type: ignore[attr-defined]
         return img
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         part = f" [{self.split}]" if self.split else ""
         state = f" PROBLEM: {self.problem}" if self.problem else ""
         return (f"<vp.dicom.Series {self.series_number} {self.series_description!r}{part} "
                 f"{self.modality} shape={self.shape} {self.stored_dtype}{state}>")
 
 
-class ScanResult(list):
+class ScanResult(list[Series]):
     """The series found (a list of Series), and ``skipped``: (path, why) of every file left out
     (not DICOM, no pixel data, unreadable)."""
 
-    skipped: list
+    skipped: list[tuple[str, str]]
 
 
-def scan(paths, threads: int | None = None, recursive: bool = True,
+def scan(paths: StrPath | Iterable[StrPath], threads: int | None = None, recursive: bool = True,
          strict: bool = False) -> ScanResult:
     """Parse every file under ``paths`` (a file, a folder, or a list of them) in parallel and
     assemble the series: grouped by SeriesInstanceUID, split by orientation, size, echo, stack;
@@ -162,8 +238,9 @@ def scan(paths, threads: int | None = None, recursive: bool = True,
     return out
 
 
-def load_dicom(paths, series=None, dtype=np.float32, threads: int | None = None, *,
-               on_corrupt: str = "raise"):
+def load_dicom(paths: StrPath | Iterable[StrPath], series: int | str | None = None,
+               dtype: npt.DTypeLike | None = np.float32, threads: int | None = None, *,
+               on_corrupt: Literal["raise", "warn"] = "raise") -> Nifti1Image:
     """A DICOM series as a ``vp.Nifti1Image``: the data (float32 with each image's rescale by
     default; ``dtype=None`` for the stored values), the RAS affine nibabel.nicom and dcm2niix
     agree on, and ``img.dicom`` (the Series: metadata, files, geometry checks).

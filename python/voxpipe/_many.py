@@ -21,15 +21,26 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
 from ._image import load
+from ._types import Array, Device, NiftiImage, StrPath
 from .errors import SkippedFileWarning
 
+if TYPE_CHECKING:
+    from ._device import DeviceArray
+
 _ON_ERROR = ("raise", "skip")
+
+# A seek-index choice, as vp.load takes it: None (find one), False (none) or an index file.
+IndexChoice = Literal[False] | StrPath | None
+
+_T = TypeVar("_T", Array, NiftiImage)
 
 
 def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> tuple[int, int]:
@@ -44,24 +55,24 @@ def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> t
     return workers, max(1, total // workers)
 
 
-def _check_dtype(dtype):
+def _check_dtype(dtype: npt.DTypeLike | None) -> np.dtype[Any] | None:
     """None (the data's own dtype, as np.asanyarray(img.dataobj)) or a NumPy dtype."""
     return None if dtype is None else np.dtype(dtype)
 
 
-def _natural_dtype(img) -> np.dtype:
+def _natural_dtype(img: NiftiImage) -> np.dtype[Any]:
     """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
-    return img.dataobj.result_dtype()
+    return img.dataobj.result_dtype()  # type: ignore[attr-defined]
 
 
-def _out_dtype(img, dtype) -> np.dtype:
+def _out_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
     return _natural_dtype(img) if dtype is None else dtype
 
 
-def _decode(img, dtype, out=None):
+def _decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = None) -> Array:
     """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
     written into `out` when given (F-contiguous, of the right shape and dtype)."""
-    return img.dataobj.read(dtype=dtype, out=out)
+    return img.dataobj.read(dtype=dtype, out=out)  # type: ignore[attr-defined]
 
 
 def _note(exc: BaseException, path: str) -> BaseException:
@@ -72,7 +83,7 @@ def _note(exc: BaseException, path: str) -> BaseException:
     return exc
 
 
-def _run_files(paths: Sequence[str], workers: int, work) -> None:
+def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]) -> None:
     """Call ``work(i)`` for every file i on ``workers`` threads, the caller's included, files
     claimed in input order. After a failure no file is claimed any more; the files in hand are
     finished and every thread is joined before this returns or raises, and the error raised is
@@ -83,7 +94,7 @@ def _run_files(paths: Sequence[str], workers: int, work) -> None:
     next_file = 0
     stop = False
 
-    def run():
+    def run() -> None:
         nonlocal next_file
         while True:
             with lock:
@@ -168,7 +179,8 @@ class _Loader:
 
     def _load_one(self, i: int):
         path = self._paths[i]
-        img, nbytes, error = None, 0, None
+        img: Any = None
+        nbytes, error = 0, None
         try:
             img = load(path, threads=self._file_threads,
                        **({} if self._index is None else {"index": self._index}))
@@ -250,7 +262,7 @@ class _Loader:
             self._cond.notify_all()
 
 
-class LoadIterator(Iterator):
+class LoadIterator(Iterator[_T], Generic[_T]):
     """The results of iter_load, in input order, decoded ahead by background file workers.
 
     Close it (``close()``, ``with``, or by letting it go) to stop the workers early; a file being
@@ -258,25 +270,25 @@ class LoadIterator(Iterator):
     process that made it: in a forked child, ``next()`` raises RuntimeError.
     """
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         self._loader = _Loader(*args)
 
-    def __next__(self):
+    def __next__(self) -> _T:
         return self._loader.next()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._loader._paths)
 
-    def close(self):
+    def close(self) -> None:
         self._loader.close()
 
-    def __enter__(self):
+    def __enter__(self) -> LoadIterator[_T]:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
@@ -288,10 +300,27 @@ class LoadIterator(Iterator):
         return self._loader._peak_inflight
 
 
-def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
-              io_threads: int | None = None, prefetch: int | None = None,
-              max_inflight_bytes: int | None = None, on_error: str = "raise",
-              images: bool = False, index=None) -> LoadIterator:
+@overload
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
+              io_threads: int | None = ..., prefetch: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: Literal[False] = ..., index: IndexChoice = ...) -> LoadIterator[Array]: ...
+@overload
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
+              io_threads: int | None = ..., prefetch: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: Literal[True], index: IndexChoice = ...) -> LoadIterator[NiftiImage]: ...
+@overload
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
+              io_threads: int | None = ..., prefetch: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: bool, index: IndexChoice = ...
+              ) -> LoadIterator[Array] | LoadIterator[NiftiImage]: ...
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32, *,
+              threads: int | None = None, io_threads: int | None = None,
+              prefetch: int | None = None, max_inflight_bytes: int | None = None,
+              on_error: Literal["raise", "skip"] = "raise", images: bool = False,
+              index: IndexChoice = None) -> LoadIterator[Array] | LoadIterator[NiftiImage]:
     """Iterate over the data of many NIfTI files in input order, decoding ahead in the background.
 
     Each item is what ``np.asarray(vp.load(p).dataobj, dtype=dtype)`` gives (for a float dtype:
@@ -313,10 +342,36 @@ def iter_load(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
                         on_error, images, index)
 
 
-def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
-              io_threads: int | None = None, max_inflight_bytes: int | None = None,
-              on_error: str = "raise", images: bool = False, index=None,
-              device=None) -> list:
+@overload
+def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: Literal[False] = ..., index: IndexChoice = ...,
+              device: None = ...) -> list[Array]: ...
+@overload
+def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: Literal[True], index: IndexChoice = ...,
+              device: None = ...) -> list[NiftiImage]: ...
+@overload
+def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: Literal[False] = ..., index: IndexChoice = ...,
+              device: Device) -> list[Array] | list[DeviceArray]: ...
+@overload
+def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ...,
+              max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
+              images: bool, index: IndexChoice = ..., device: Device = ...
+              ) -> list[Array] | list[NiftiImage] | list[DeviceArray]: ...
+def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32, *,
+              threads: int | None = None, io_threads: int | None = None,
+              max_inflight_bytes: int | None = None,
+              on_error: Literal["raise", "skip"] = "raise", images: bool = False,
+              index: IndexChoice = None,
+              device: Device = None) -> list[Array] | list[NiftiImage] | list[DeviceArray]:
     """The data of many NIfTI files, decoded in parallel, as a list in input order.
 
     ``device`` 'cuda', 'cuda:N' or a torch.device: each item is a DeviceArray (DLPack) decoded
@@ -339,35 +394,45 @@ def load_many(paths: Iterable, dtype=np.float32, *, threads: int | None = None,
         if images or on_error != "raise":
             raise ValueError("load_many to a device supports neither images=True nor on_error")
         _device.require_device(ordinal)
-        paths = [os.fspath(p) for p in paths]
-        dtype = _check_dtype(dtype)
-        workers, file_threads = _plan_threads(threads, io_threads, len(paths))
+        files = [os.fspath(p) for p in paths]
+        want = _check_dtype(dtype)
+        workers, file_threads = _plan_threads(threads, io_threads, len(files))
         kwargs = {} if index is None else {"index": index}
-        out: list = [None] * len(paths)
+        out: list[Any] = [None] * len(files)
 
         def load_one(i: int) -> None:
-            img = load(paths[i], threads=file_threads, **kwargs)
-            out[i] = _device.image_to_device(img, dtype, ordinal)
+            img = load(files[i], threads=file_threads, **kwargs)
+            out[i] = _device.image_to_device(img, want, ordinal)
 
-        _run_files(paths, workers, load_one)
+        _run_files(files, workers, load_one)
         return out
     with iter_load(paths, dtype, threads=threads, io_threads=io_threads,
                    max_inflight_bytes=max_inflight_bytes, on_error=on_error, images=images,
                    index=index) as it:
-        return list(it)
+        items: list[Any] = list(it)  # arrays or images, as `images` says
+        return items
 
 
-def empty_batch(n: int, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+def empty_batch(n: int, shape: Sequence[int], dtype: npt.DTypeLike = np.float32) -> Array:
     """An uninitialised (n, *shape) array whose items ``out[i]`` are Fortran-ordered, as
     ``load_batch`` writes them (NIfTI data order, nibabel's)."""
-    shape = tuple(int(s) for s in shape)
-    base = np.empty(shape + (int(n),), dtype=np.dtype(dtype), order="F")
+    dims = tuple(int(s) for s in shape)
+    base = np.empty(dims + (int(n),), dtype=np.dtype(dtype), order="F")
     return np.moveaxis(base, -1, 0)
 
 
-def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32, *,
-               threads: int | None = None, io_threads: int | None = None,
-               index=None, device=None) -> np.ndarray:
+@overload
+def load_batch(paths: Iterable[StrPath], out: Array | None = ..., dtype: npt.DTypeLike | None = ...,
+               *, threads: int | None = ..., io_threads: int | None = ...,
+               index: IndexChoice = ..., device: None = ...) -> Array: ...
+@overload
+def load_batch(paths: Iterable[StrPath], out: Array | None = ..., dtype: npt.DTypeLike | None = ...,
+               *, threads: int | None = ..., io_threads: int | None = ...,
+               index: IndexChoice = ..., device: Device) -> Array | DeviceArray: ...
+def load_batch(paths: Iterable[StrPath], out: Array | None = None,
+               dtype: npt.DTypeLike | None = np.float32, *, threads: int | None = None,
+               io_threads: int | None = None, index: IndexChoice = None,
+               device: Device = None) -> Array | DeviceArray:
     """Decode files of equal shape straight into one (batch, *shape) array.
 
     Item ``i`` is what ``iter_load`` gives for ``paths[i]``, written into ``out[i]`` without an
@@ -389,29 +454,29 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
         if out is not None:
             raise ValueError("out is a host array: it cannot be combined with a device")
         _device.require_device(ordinal)
-    paths = [os.fspath(p) for p in paths]
-    dtype = _check_dtype(dtype)
-    if not paths:
+    files = [os.fspath(p) for p in paths]
+    want_dtype = _check_dtype(dtype)
+    if not files:
         raise ValueError("load_batch needs at least one file")
-    workers, file_threads = _plan_threads(threads, io_threads, len(paths))
+    workers, file_threads = _plan_threads(threads, io_threads, len(files))
     kwargs = {} if index is None else {"index": index}
-    imgs = [load(p, threads=file_threads, **kwargs) for p in paths]
+    imgs = [load(p, threads=file_threads, **kwargs) for p in files]
     shape = tuple(imgs[0].shape)
-    out_dtype = _out_dtype(imgs[0], dtype)
-    for p, img in zip(paths[1:], imgs[1:]):
+    out_dtype = _out_dtype(imgs[0], want_dtype)
+    for p, img in zip(files[1:], imgs[1:]):
         if tuple(img.shape) != shape:
-            raise ValueError(f"load_batch needs files of one shape: {paths[0]} is {shape}, "
+            raise ValueError(f"load_batch needs files of one shape: {files[0]} is {shape}, "
                              f"but {p} is {tuple(img.shape)}")
-        if _out_dtype(img, dtype) != out_dtype:
+        if _out_dtype(img, want_dtype) != out_dtype:
             raise ValueError(f"load_batch with dtype=None needs files of one data dtype: "
-                             f"{paths[0]} gives {out_dtype}, but {p} gives "
-                             f"{_out_dtype(img, dtype)}; pass a dtype")
+                             f"{files[0]} gives {out_dtype}, but {p} gives "
+                             f"{_out_dtype(img, want_dtype)}; pass a dtype")
     if ordinal is not None:
-        return _device.batch_to_device(imgs, dtype, ordinal,
-                                       run=lambda load_item: _run_files(paths, workers, load_item))
-    want = (len(paths),) + shape
+        return _device.batch_to_device(imgs, want_dtype, ordinal,
+                                       run=lambda load_item: _run_files(files, workers, load_item))
+    want = (len(files),) + shape
     if out is None:
-        out = empty_batch(len(paths), shape, out_dtype)
+        out = empty_batch(len(files), shape, out_dtype)
     else:
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a NumPy array, not {type(out).__name__}")
@@ -422,5 +487,5 @@ def load_batch(paths: Iterable, out: np.ndarray | None = None, dtype=np.float32,
             raise ValueError("out must be writeable with Fortran-contiguous items out[i] "
                              "(vp.empty_batch makes one)")
 
-    _run_files(paths, workers, lambda i: _decode(imgs[i], dtype, out=out[i]))
+    _run_files(files, workers, lambda i: _decode(imgs[i], want_dtype, out=out[i]))
     return out

@@ -13,16 +13,19 @@ from __future__ import annotations
 import operator
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
+from ._types import Array
 from .errors import InvalidArgumentError
 
 __all__ = ["affine_transform", "map_coordinates"]
 
 
-def _threads(threads) -> int:
+def _threads(threads: int | None) -> int:
     if threads is None:
         return 0
     n = operator.index(threads)
@@ -32,7 +35,7 @@ def _threads(threads) -> int:
     return n
 
 
-def _real_array(a, name: str) -> np.ndarray:
+def _real_array(a: npt.ArrayLike, name: str) -> Array:
     """`a` as an array the core reads in place: integer, float32 or float64, native byte order."""
     a = np.asarray(a)
     if a.dtype == np.bool_:
@@ -46,7 +49,8 @@ def _real_array(a, name: str) -> np.ndarray:
     return a
 
 
-def _pad_value(input, mode, cval, order, prefilter):
+def _pad_value(input: npt.ArrayLike, mode: str, cval: float, order: int,
+               prefilter: bool) -> float | None:
     """grid-constant's prefilter padding: scipy pads with np.pad on the input's dtype, so cval
     is cast to it there (7.5 becomes 7 in an integer input; NumPy's own errors included)."""
     if mode != "grid-constant" or not prefilter or operator.index(order) <= 1:
@@ -55,7 +59,7 @@ def _pad_value(input, mode, cval, order, prefilter):
     return float(np.pad(np.zeros(1, dtype), 1, mode="constant", constant_values=cval)[0])
 
 
-def _allocate(shape: tuple, dtype) -> np.ndarray:
+def _allocate(shape: tuple[int, ...], dtype: npt.DTypeLike) -> Array:
     dtype = np.dtype(dtype)
     if dtype.kind not in "iufb" or (dtype.kind == "f" and dtype.itemsize not in (4, 8)):
         raise InvalidArgumentError(
@@ -77,7 +81,8 @@ def _allocate(shape: tuple, dtype) -> np.ndarray:
     return np.empty(shape, dtype=dtype)
 
 
-def _output(output, input: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+def _output(output: Array | npt.DTypeLike | None, input: Array,
+            shape: tuple[int, ...]) -> tuple[Array, Array]:
     """(array returned to the caller, array the core writes): scipy's _get_output rules."""
     if output is None:
         out = _allocate(shape, input.dtype)
@@ -97,7 +102,7 @@ def _output(output, input: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.nda
     return out, target
 
 
-def _finish(out: np.ndarray, target: np.ndarray) -> np.ndarray:
+def _finish(out: Array, target: Array) -> Array:
     if target is not out:
         out[...] = target
     return out
@@ -110,8 +115,10 @@ _FAST_DOC = """``fast``: False (the default) gives scipy's values bit for bit. T
     a half."""
 
 
-def map_coordinates(input, coordinates, output=None, order=3, mode="constant", cval=0.0,
-                    prefilter=True, *, threads=None, fast=False):
+def map_coordinates(input: npt.ArrayLike, coordinates: npt.ArrayLike,
+                    output: Array | npt.DTypeLike | None = None, order: int = 3, mode: str = "constant",
+                    cval: float = 0.0, prefilter: bool = True, *, threads: int | None = None,
+                    fast: bool = False) -> Array:
     """Map the input array to new coordinates by spline interpolation (scipy's semantics).
 
     ``coordinates[k]`` are array indices along axis k; the result has shape
@@ -144,7 +151,7 @@ def map_coordinates(input, coordinates, output=None, order=3, mode="constant", c
     return _finish(out, target)
 
 
-def _offsets(offset, rank: int) -> list[float]:
+def _offsets(offset: Any, rank: int) -> list[float]:
     if isinstance(offset, str):
         raise InvalidArgumentError("offset: expected a number or a sequence", field="offset")
     if isinstance(offset, Iterable):
@@ -157,8 +164,12 @@ def _offsets(offset, rank: int) -> list[float]:
     return [float(offset)] * rank
 
 
-def affine_transform(input, matrix, offset=0.0, output_shape=None, output=None, order=3,
-                     mode="constant", cval=0.0, prefilter=True, *, threads=None, fast=False):
+def affine_transform(input: npt.ArrayLike, matrix: npt.ArrayLike,
+                     offset: float | npt.ArrayLike = 0.0,
+                     output_shape: Iterable[int] | None = None,
+                     output: Array | npt.DTypeLike | None = None, order: int = 3,
+                     mode: str = "constant", cval: float = 0.0, prefilter: bool = True, *,
+                     threads: int | None = None, fast: bool = False) -> Array:
     """Apply an affine transformation (scipy's semantics): output[o] = input[matrix @ o + offset].
 
     ``matrix``: (ndim, output ndim), a homogeneous (ndim + 1, ndim + 1) or (ndim, ndim + 1)

@@ -14,22 +14,32 @@ import operator
 import os
 import re
 import types
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
+from nibabel.dataobj_images import DataobjImage
 
 from . import _core
 from ._header import Nifti1Header, Nifti2Header
 from nibabel import Nifti1Image, Nifti2Image
 
 from ._image import load
+from ._types import Array, GridLike, NiftiImage, StrPath
 from .errors import InvalidArgumentError
 
 __all__ = ["resample"]
 
+# One transform: a (4, 4) affine, an (N, 4, 4) stack, a (field, affine) pair or a file; or a
+# chain of them (a list), applied in list order.
+Transform: TypeAlias = Union[StrPath, npt.ArrayLike, tuple[npt.ArrayLike, npt.ArrayLike]]
+Transforms: TypeAlias = Union[Transform, Sequence[Transform]]
+
 _NIFTI_NAME = re.compile(r"\.(nii|nii\.gz|hdr|hdr\.gz)$", re.IGNORECASE)
 
 
-def _invalid(field: str, message: str):
+def _invalid(field: str, message: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{field}: {message}", field=field)
 
 
@@ -141,7 +151,7 @@ def _element(value, moving_path: str, reference):
         path = os.fspath(value)
         if _NIFTI_NAME.search(path):
             # ITK/ANTs fields are 5-D (X, Y, Z, 1, 3) LPS; nitransforms' own are (X, Y, Z, 3) RAS.
-            fmt = "ras" if len(load(path).shape) == 4 else "itk"
+            fmt: Literal["itk", "ras"] = "ras" if len(load(path).shape) == 4 else "itk"
             return ("field", _field(transforms.load_field(path, format=fmt)))
         value = transforms.load_affines(path, reference=reference, moving=moving_path)
     if isinstance(value, tuple) and len(value) == 2 and np.ndim(value[0]) >= 4:
@@ -171,7 +181,7 @@ def _chains(transforms, moving_path: str, reference, volumes: int):
         raise _invalid("transforms", f"expected 1 affine or one per volume ({volumes}), but "
                        f"received {n}")
     fields = []
-    steps = []  # per element: a function of the volume index giving the core step
+    steps: list[Callable[..., tuple[int, Any, int]]] = []  # per element: a function of the volume index giving the core step
     for kind, value in elements:
         if kind == "field":
             fields.append((value[0], value[1].ravel().tolist()))
@@ -186,7 +196,7 @@ def _chains(transforms, moving_path: str, reference, volumes: int):
     return chains, fields
 
 
-def _dtype(dtype, out):
+def _dtype(dtype: npt.DTypeLike | None, out: object) -> np.dtype[Any]:
     if dtype is None:
         dtype = out.dtype if isinstance(out, np.ndarray) else np.float32
     dtype = np.dtype(dtype)
@@ -205,9 +215,13 @@ def _count(value, field: str) -> int:
     return n
 
 
-def resample(moving, reference, transforms, order=3, mode="constant", cval=0.0, prefilter=True,
-             dtype=None, out=None, threads=None, memory_limit=None, *, progress=None,
-             moving_affine=None, fast=False):
+def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike,
+             transforms: Transforms, order: int = 3, mode: str = "constant",
+             cval: float = 0.0, prefilter: bool = True, dtype: npt.DTypeLike | None = None,
+             out: StrPath | Array | None = None, threads: int | None = None,
+             memory_limit: int | None = None, *,
+             progress: Callable[[int, int], object] | None = None,
+             moving_affine: npt.ArrayLike | None = None, fast: bool = False) -> NiftiImage:
     """Resample a 3-D or 4-D image onto ``reference``'s grid through ``transforms``, volume by
     volume, in bounded memory.
 

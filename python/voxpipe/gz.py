@@ -10,14 +10,26 @@ through a stale index. Files written by voxpipe itself (sized gzip members) need
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 from . import _core
+from ._types import StrPath
 
-__all__ = ["build_index"]
+__all__ = ["IndexInfo", "build_index"]
 
 
-def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = False,
-                exact: bool = True, threads: int = 0) -> dict:
+class IndexInfo(TypedDict):
+    """What ``build_index`` wrote."""
+
+    index_path: str
+    compressed_size: int
+    uncompressed_size: int
+    points: int
+    index_bytes: int
+
+
+def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | None = None,
+                cache: bool = False, exact: bool = True, threads: int = 0) -> IndexInfo:
     """Inflate ``path`` once and write its seek index.
 
     ``spacing``: uncompressed bytes between seek points (0: none besides the volume points).
@@ -37,5 +49,7 @@ def build_index(path, *, spacing: int = 4 * 2**20, output=None, cache: bool = Fa
     path = os.fspath(path)
     if spacing < 0:
         raise ValueError(f"spacing must be >= 0, but is {spacing}")
-    return _core.build_index(path, int(spacing), os.fspath(output) if output is not None else "",
-                             bool(cache), bool(exact), int(threads))
+    info: IndexInfo = _core.build_index(path, int(spacing),
+                                        os.fspath(output) if output is not None else "",
+                                        bool(cache), bool(exact), int(threads))
+    return info

@@ -16,10 +16,12 @@ fmt=..., reference=..., moving=...).matrix``) to 1e-12 relative. See docs/resamp
 from __future__ import annotations
 
 import os
+from typing import Any, Literal
 
 import numpy as np
 
 from . import _core
+from ._types import Float64Array, GridLike, StrPath
 from .errors import InvalidArgumentError
 
 __all__ = ["load_affine", "load_affines", "load_field"]
@@ -27,18 +29,19 @@ __all__ = ["load_affine", "load_affines", "load_field"]
 _FORMATS = {None: "auto", "auto": "auto", "itk": "itk", "fsl": "fsl", "matrix": "matrix"}
 
 
-def _grid(img, name: str):
+def _grid(img: GridLike | None, name: str) -> tuple[list[int], list[float]] | None:
     """(shape, affine values) of a path, a voxpipe or nibabel image, or anything with
     ``.shape`` and ``.affine``; None stays None."""
     if img is None:
         return None
+    grid: Any = img
     if isinstance(img, (str, os.PathLike)):
         from . import load
 
-        img = load(os.fspath(img))
+        grid = load(os.fspath(img))
     try:
-        shape = tuple(int(n) for n in img.shape)
-        affine = np.asarray(img.affine, dtype=np.float64)
+        shape = tuple(int(n) for n in grid.shape)
+        affine = np.asarray(grid.affine, dtype=np.float64)
     except (AttributeError, TypeError) as e:
         raise InvalidArgumentError(
             f"{name}: expected a path or an image with .shape and .affine, but received "
@@ -50,7 +53,9 @@ def _grid(img, name: str):
     return list(shape[:3]), affine.reshape(-1).tolist()
 
 
-def load_affines(path, format=None, reference=None, moving=None) -> np.ndarray:
+def load_affines(path: StrPath, format: Literal["auto", "itk", "fsl", "matrix"] | None = None,
+                 reference: GridLike | None = None,
+                 moving: GridLike | None = None) -> Float64Array:
     """Every linear transform a file holds, as an (N, 4, 4) float64 array, in file order.
 
     ``path`` is an ITK text file (one or several transforms), an FSL FLIRT/MCFLIRT matrix, a
@@ -70,7 +75,9 @@ def load_affines(path, format=None, reference=None, moving=None) -> np.ndarray:
                                         _grid(reference, "reference"), _grid(moving, "moving"))
 
 
-def load_affine(path, format=None, reference=None, moving=None) -> np.ndarray:
+def load_affine(path: StrPath, format: Literal["auto", "itk", "fsl", "matrix"] | None = None,
+                reference: GridLike | None = None,
+                moving: GridLike | None = None) -> Float64Array:
     """The one linear transform of a file, (4, 4) float64; FormatError when it holds more or
     fewer (as :func:`load_affines` otherwise)."""
     m = load_affines(path, format, reference, moving)
@@ -82,7 +89,8 @@ def load_affine(path, format=None, reference=None, moving=None) -> np.ndarray:
     return m[0]
 
 
-def load_field(path, format: str = "itk"):
+def load_field(path: StrPath,
+               format: Literal["itk", "ras"] = "itk") -> tuple[Float64Array, Float64Array]:
     """A displacement field NIfTI as ``(field, affine)``: field (X, Y, Z, 3) float64 in RAS mm,
     affine the 4x4 voxel-to-RAS of its grid.
 
