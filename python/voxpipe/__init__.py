@@ -16,7 +16,7 @@ from . import transforms
 from nibabel import Nifti1Header, Nifti1Image, Nifti1Pair, Nifti2Header, Nifti2Image, Nifti2Pair
 
 from ._accelerate import NibabelAcceleration, accelerate_nibabel, nibabel_accelerated
-from ._image import ArrayProxy, Extension, load, save
+from ._image import ArrayProxy, Extension, from_bytes, from_stream, load, save
 from ._dicom_series import load_dicom
 from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, cuda_status,
                       cufile_status, to_device)
@@ -32,7 +32,7 @@ __all__ = [
     "Nifti2Image", "Nifti2Pair",
     "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors",
     "NibabelAcceleration", "accelerate_nibabel", "nibabel_accelerated",
-    "gz", "iter_load", "load", "load_batch", "load_many", "save", "__version__",
+    "gz", "iter_load", "load", "from_bytes", "from_stream", "load_batch", "load_many", "save", "__version__",
     "affine_transform", "map_coordinates", "resample",
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
     "cuda_status", "cufile_status",

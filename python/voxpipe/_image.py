@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import stat
 import threading
 import warnings
 
+from typing import IO, Any, Literal, TypeVar
+
 import numpy as np
+import numpy.typing as npt
 
 import nibabel as nib
+from nibabel import imageglobals
+from nibabel.arrayproxy import ArrayLike
+from nibabel.batteryrunners import BatteryRunner
 from nibabel.fileholders import FileHolder, copy_file_map
 from nibabel.nifti1 import Nifti1Extension, extension_codes
 
 from . import _core, _device
 from ._header import _CODE_TO_NAME, _NAME_TO_DTYPE, Nifti2Header, convert_header, dtype_code
+from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
+from ._types import Array, Device, NiftiImage, StrPath
+
+# read_into gives back what it was given: a NumPy array or a DeviceArray.
+_Out = TypeVar("_Out", Array, DeviceArray)
 
 _FAST_OUTPUTS = {np.dtype("f4"): "float32", np.dtype("f8"): "float64",
                  np.dtype("c8"): "complex64", np.dtype("c16"): "complex128"}
@@ -45,7 +58,7 @@ def _as_bytes_view(arr: np.ndarray) -> np.ndarray:
     return flat.view(np.uint8)
 
 
-class ArrayProxy:
+class ArrayProxy(ArrayLike):
     """Lazy access to the voxel data of a file (nibabel's ArrayProxy contract).
 
     ``np.asarray(proxy)`` and ``proxy[slicer]`` read from the file each time, only the bytes
@@ -63,8 +76,10 @@ class ArrayProxy:
     is_proxy = True
 
     def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
-                 index_path: str = "", *, mmap=True, keep_file_open=None):
+                 index_path: str = "", *, mmap=True, keep_file_open=None, source=None):
         self._img = core_image
+        # The bytes an in-memory image was opened from (None for a file): what it pickles as.
+        self._source = source
         self._threads = threads
         self._index = (index_mode, index_path)
         self._mmap = mmap
@@ -81,30 +96,77 @@ class ArrayProxy:
     # -- copies and pickles -----------------------------------------------------------------
     def _options(self):
         return dict(threads=self._threads, index=self._index, mmap=self._mmap,
-                    keep_file_open=self._keep_file_open)
+                    keep_file_open=self._keep_file_open, shape=self._shape)
 
     def __copy__(self):
         """A proxy of the same opened image (headers are immutable) with its own reader."""
-        return type(self)(self._img, self._threads, *self._index, mmap=self._mmap,
-                          keep_file_open=self._keep_file_open)
+        new = type(self)(self._img, self._threads, *self._index, mmap=self._mmap,
+                         keep_file_open=self._keep_file_open, source=self._source)
+        new._shape = self._shape
+        return new
+
+    def copy(self):
+        """nibabel's ArrayProxy.copy: a proxy of the same file and options."""
+        return self.__copy__()
+
+    def reshape(self, shape):
+        """nibabel's ArrayProxy.reshape: a proxy of the same stored values under another shape
+        of the same size (one axis may be -1), in the file's (Fortran) order, still lazy.
+        nibabel's CIFTI-2 loader and MGH writer reshape data objects this way. Adding or
+        dropping length-1 axes keeps reads of slices to the bytes they need; any other shape
+        reads the whole data for a slice."""
+        size = int(np.prod(self._shape))
+        shape = tuple(int(d) for d in shape)
+        unknown = [i for i, d in enumerate(shape) if d == -1]
+        if len(unknown) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if unknown:
+            known = -int(np.prod(shape))
+            shape = tuple(size // known if d == -1 else d for d in shape)
+        if int(np.prod(shape)) != size:
+            raise ValueError(f"cannot reshape array of size {size:d} into shape {shape!s}")
+        new = self.__copy__()
+        new._shape = shape
+        return new
+
+    def _stored_ranges(self, ranges):
+        """Ranges over this proxy's shape as ranges over the stored image's shape, or None where
+        a reshape mixes axes (the selection is then cut out of the whole data)."""
+        stored = tuple(self._img.shape)
+        if self._shape == stored:
+            return ranges
+        if [d for d in self._shape if d != 1] != [d for d in stored if d != 1]:
+            return None
+        if any(count == 0 for _, _, count in ranges):  # nothing to read, whatever the axes
+            return [(0, 1, 0)] + [(0, 1, d) for d in stored[1:]]
+        kept = iter(r for r, d in zip(ranges, self._shape) if d != 1)
+        return [(0, 1, 1) if d == 1 else next(kept) for d in stored]
 
     def __deepcopy__(self, memo):
         return self.__copy__()
 
     def __reduce__(self):
         # The file's name and the options, never the data: the receiver opens the header again.
+        # An image from memory has no name to send: its bytes go, as a nibabel proxy over a
+        # BytesIO pickles its bytes.
+        if not self._img.data_in_file:
+            if self._source is not None:
+                return (_reopened_proxy, (self._img.data_path, self._options(),
+                                          bytes(self._source)))
+            raise TypeError("an image opened from memory does not pickle: save it to a file, or "
+                            "pickle np.asanyarray(img.dataobj)")
         return (_reopened_proxy, (self._img.header_path, self._options()))
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return self._shape
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self._shape)
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype[Any]:
         return self._dtype
 
     @property
@@ -168,7 +230,7 @@ class ArrayProxy:
         """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file, or
         None where nibabel reads instead (mmap=False, gzip data, a file that cannot be mapped).
         A short or missing file gives None here and a voxpipe error from the read that follows."""
-        if not self._mmap or self._img.gzip:
+        if not self._mmap or self._img.gzip or not self._img.data_in_file:
             return None
         try:
             # np.memmap's open() of a FIFO would wait for a writer; the read refuses it.
@@ -187,11 +249,28 @@ class ArrayProxy:
                                 or not out.flags.f_contiguous):
             raise ValueError(f"out must be an F-contiguous {dtype} array of shape {shape}, "
                              f"but is {out.dtype} {out.shape}")
+        stored = self._stored_ranges(ranges)
+        if stored is None:
+            whole = self._read_stored([(0, 1, d) for d in self._img.shape], dtype,
+                                      apply_scaling, file_order, real_part, None, self._shape)
+            part = whole[tuple(slice(start, start + step * count if start + step * count >= 0
+                                     else None, step) for start, step, count in ranges)]
+            if out is None:
+                out = empty_for(shape, dtype, subtype)
+            out[...] = part
+            return out
+        return self._read_stored(stored, dtype, apply_scaling, file_order, real_part, out, shape,
+                                 subtype)
+
+    def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,
+                     subtype=np.ndarray):
+        """Decode the ranges `stored` (over the stored image's axes) into `out`, or into a new
+        array of `shape`, allocated once the file has been checked."""
         reader = self._open_reader()
         try:
             if out is None:
                 out = empty_for(shape, dtype, subtype)
-            reader.read(ranges, _CODE_TO_NAME[dtype_code(dtype)], apply_scaling, file_order,
+            reader.read(stored, _CODE_TO_NAME[dtype_code(dtype)], apply_scaling, file_order,
                         real_part, _as_bytes_view(out), self._threads)
         finally:
             # Not kept: the last reference goes here, which closes the file.
@@ -213,7 +292,7 @@ class ArrayProxy:
         (uncompressed data, voxpipe's sized gzip members, or a seek index)."""
         return not self._img.gzip or self._open_reader().random_access
 
-    def result_dtype(self, dtype=None, scaling: bool = True) -> np.dtype:
+    def result_dtype(self, dtype: npt.DTypeLike = None, scaling: bool = True) -> np.dtype[Any]:
         """The dtype ``read`` gives for `dtype`: itself when given; otherwise, with `scaling`,
         the dtype of ``np.asanyarray(proxy)`` (the stored one, or nibabel's float for scaled
         data), without it the stored dtype (byte order included)."""
@@ -221,7 +300,8 @@ class ArrayProxy:
             return np.dtype(dtype)
         return self._natural_dtype() if scaling else self._dtype
 
-    def read(self, slicer=(), dtype=None, *, out=None, device=None, scaling: bool = True):
+    def read(self, slicer: Any = (), dtype: npt.DTypeLike = None, *, out: Array | None = None,
+             device: Device = None, scaling: bool = True) -> Array | DeviceArray:
         """The values of ``proxy[slicer]`` as a new array (or in `out`), decoded in one pass.
 
         ``dtype``: None gives nibabel's dtype (``np.asanyarray(proxy)``'s); float32/float64 and
@@ -262,7 +342,7 @@ class ArrayProxy:
                     arr = out_view
         return out if out is not None else arr.reshape(out_shape, order="F")
 
-    def read_into(self, out, slicer=(), *, scaling: bool = True):
+    def read_into(self, out: _Out, slicer: Any = (), *, scaling: bool = True) -> _Out:
         """Decode ``proxy[slicer]`` into `out`, as ``out.dtype``, and return `out`: a NumPy
         array (F-contiguous, of the result's shape; as ``read(..., out=out)``) or a voxpipe
         DeviceArray (the whole image, scaled), converted on the device where the host reader
@@ -274,7 +354,8 @@ class ArrayProxy:
             raise ValueError("device reads take the whole image, scaled")
         dtype = np.dtype(out.dtype)
         natural = self._natural_dtype()
-        if natural.fields is None:
+        # The device decoder writes the stored image's shape: a reshaped proxy goes by the host.
+        if natural.fields is None and self._shape == tuple(self._img.shape):
             if dtype == natural.newbyteorder("="):
                 out.decode_nifti(self._img, self._scaled(), False, self._threads, *self._index)
                 return out
@@ -289,7 +370,7 @@ class ArrayProxy:
         return out
 
     # -- nibabel's API ---------------------------------------------------------------------------
-    def get_unscaled(self, out=None):
+    def get_unscaled(self, out: Array | None = None) -> Array:
         """The stored values, in the file's dtype and byte order: as nibabel, a memory map of
         the file where ``mmap`` allows. With `out` (an F-contiguous array of that dtype and
         shape, e.g. a buffer reused across files), read into it instead."""
@@ -346,7 +427,7 @@ class ArrayProxy:
         arr = mapped.astype(np.promote_types(mapped.dtype, dtype), copy=False)
         return arr.astype(dtype, copy=False)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: npt.DTypeLike = None, copy: bool | None = None) -> Array:
         arr = self._whole(dtype)
         if dtype is not None:
             arr = arr.astype(dtype, copy=False)
@@ -354,13 +435,22 @@ class ArrayProxy:
             arr = np.array(arr)  # a copy was asked for: not a view of the file
         return arr
 
-    def __getitem__(self, slicer):
+    def __getitem__(self, slicer: Any) -> Any:
+        if not self._scaled():
+            return self._get_unscaled(slicer)
         ranges, out_shape = plan(slicer, self._shape)
         if reads_whole(slicer, self._shape):
             return self._whole()
-        arr = self._get_scaled(None, ranges).reshape(out_shape, order="F")
-        if self._scaled():
-            return arr
+        return self._get_scaled(None, ranges).reshape(out_shape, order="F")
+
+    def _get_unscaled(self, slicer):
+        """nibabel's ArrayProxy._get_unscaled, which nibabel's own code calls (nib-roi's
+        lossless_slice): the stored values of ``proxy[slicer]``, as nibabel's fileslice or
+        array_from_file returns them."""
+        ranges, out_shape = plan(slicer, self._shape)
+        if reads_whole(slicer, self._shape):
+            return self.get_unscaled()
+        arr = self._read(ranges, self._dtype, False, True).reshape(out_shape, order="F")
         if out_shape == ():
             # nibabel indexes unscaled data down to a NumPy scalar; scaled data stay 0-d arrays.
             return arr[()]
@@ -374,10 +464,13 @@ class ArrayProxy:
         return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
 
 
-def _reopened_proxy(path, options):
-    """An unpickled ArrayProxy: the file opened again with the pickled options."""
-    index = options.pop("index")
-    return ArrayProxy(_core.open(path), options.pop("threads"), *index, **options)
+def _reopened_proxy(path, options, source=None):
+    """An unpickled ArrayProxy: the file (or, with `source`, the bytes) opened again with the
+    pickled options."""
+    index, shape = options.pop("index"), options.pop("shape", None)
+    core = _core.open(path) if source is None else _core.open_bytes(source, path)
+    proxy = ArrayProxy(core, options.pop("threads"), *index, source=source, **options)
+    return proxy if shape is None else proxy.reshape(shape)
 
 
 # vp.load returns nibabel's own classes, not subclasses: code that tests ``type(img)`` (nibabel's
@@ -403,16 +496,77 @@ def _check_open_args(mmap, keep_file_open):
         raise ValueError("keep_file_open should be one of {None, True, False}")
 
 
-def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index):
+def _stored_header_block(core, source, size):
+    """The first `size` bytes of the header as stored, before any fix: from `source` (the bytes
+    of an image from memory) or the header file, inflated where gzip; None for an image from
+    memory whose bytes were not kept."""
+    if core.data_in_file:
+        f = open(core.header_path, "rb")
+    elif source is not None:
+        f = io.BytesIO(source)
+    else:
+        return None
+    with f:
+        if f.read(2) == b"\x1f\x8b":
+            f.seek(0)
+            with gzip.GzipFile(fileobj=f) as gz:
+                return gz.read(size)
+        f.seek(0)
+        return f.read(size)
+
+
+def _checked_header(klass, core, source):
+    """(header, reports): `klass`'s header of `core` and the reports of nibabel's check_fix on
+    it, which nibabel logs (and raises at imageglobals.error_level) when it loads the file. The
+    core applied the same fixes and says so in core.warnings: only then are nibabel's checks
+    run, on the header as stored, so that the messages, their levels and the fixed header are
+    nibabel's own."""
+    endian = ">" if core.big_endian else "<"
+    if not core.warnings:
+        return klass.header_class(core.header_bytes, endian, check=False), []
+    raw = _stored_header_block(core, source, klass.header_class.template_dtype.itemsize)
+    if raw is None:
+        # An image from memory whose bytes are gone: the core's fixed header and its messages.
+        return (klass.header_class(core.header_bytes, endian, check=False),
+                [_CoreReport(message) for message in core.warnings])
+    hdr = klass.header_class(raw, check=False)  # byte order guessed, as nibabel's from_fileobj
+    return BatteryRunner(klass.header_class._get_checks()).check_fix(hdr)
+
+
+class _CoreReport:
+    """A fix the core applied, where nibabel's own report cannot be had: logged as a warning
+    in the core's words, never raised (nibabel's level for it is not known here)."""
+
+    problem_level = 0
+
+    def __init__(self, message):
+        self.message = message
+
+    def log_raise(self, logger, error_level=40):
+        logger.warning(self.message)
+
+
+def _nibabel_would_raise(reports) -> bool:
+    level = imageglobals.error_level
+    return any(r.problem_level and r.problem_level >= level for r in reports)
+
+
+def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source=None,
+                     checked=None):
     """An instance of `klass` (voxpipe's or nibabel's class) over an opened core image, built as
     nibabel's from_file_map builds one: its header (the core's fixed block, extensions through
-    nibabel's handlers), voxpipe's proxy, the affine as nibabel computes it."""
+    nibabel's handlers; header fixes logged, or raised, as nibabel logs them), voxpipe's proxy,
+    the affine as nibabel computes it. `checked`: _checked_header's result, where the caller
+    has it already."""
     index_args = _index_args(index)
-    hdr = klass.header_class(core.header_bytes, ">" if core.big_endian else "<", check=False)
+    hdr, reports = checked or _checked_header(klass, core, source)
+    for report in reports:
+        report.log_raise(imageglobals.logger, imageglobals.error_level)
     for code, content in core.extensions:
         handler = extension_codes.handler.get(code, Nifti1Extension)
         hdr.extensions.append(handler(code, content))
-    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open)
+    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open,
+                       source=source)
     if index_args[0] == "path" and core.gzip:
         _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
     img = klass(proxy, None, hdr, file_map=file_map)
@@ -427,16 +581,32 @@ def _from_file_map(klass, file_map, mmap, keep_file_open, threads, index):
     from_file_map should serve it (see _VoxpipeImage.from_file_map)."""
     _check_open_args(mmap, keep_file_open)
     hdr_fh, img_fh = klass._get_fileholders(file_map)
-    if hdr_fh.fileobj is not None or img_fh.fileobj is not None or not hdr_fh.filename:
+    if hdr_fh.fileobj is not None and hdr_fh.fileobj is img_fh.fileobj:
+        # nibabel's from_stream / from_bytes: a single file object. nibabel reads its header
+        # from the holder's pos (0 unless set), not from where the stream stands (after
+        # to_file_map, at its end), and its data at vox_offset from the stream's start: served
+        # here from pos 0 only.
+        if not klass.header_class.is_single or hdr_fh.pos != 0:
+            return None
+        hdr_fh.fileobj.seek(0)
+        source = _stream_bytes(hdr_fh.fileobj)
+        core = _core.open_bytes(source, _stream_name(hdr_fh.fileobj))
+    elif hdr_fh.fileobj is not None or img_fh.fileobj is not None or not hdr_fh.filename:
         return None
-    core = _core.open(os.fspath(hdr_fh.filename))
+    else:
+        source = None
+        core = _core.open(os.fspath(hdr_fh.filename))
     pair = not klass.header_class.is_single
     version = 2 if issubclass(klass.header_class, Nifti2Header) else 1
     if (core.version != version
             or (core.header_path != core.data_path) != pair
-            or os.fspath(img_fh.filename) != core.data_path):
+            or (core.data_in_file and os.fspath(img_fh.filename) != core.data_path)):
         return None
-    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index)
+    checked = _checked_header(klass, core, source)
+    if _nibabel_would_raise(checked[1]):
+        return None  # nibabel logs the header's problems and raises, once
+    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source,
+                            checked)
 
 
 def _file_map_of(core):
@@ -446,8 +616,65 @@ def _file_map_of(core):
             "image": FileHolder(filename=core.data_path)}
 
 
-def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=None):
+def _stream_name(fileobj) -> str:
+    # Named for messages only: a stream's name may not describe its bytes (gzip.open's names
+    # the .gz file, its bytes are the .nii).
+    name = getattr(fileobj, "name", None)
+    kind = type(fileobj).__name__
+    return f"{name} ({kind} stream)" if isinstance(name, str) else f"<{kind}>"
+
+
+def _stream_bytes(fileobj):
+    """What a readable binary file object holds from its position on."""
+    data = fileobj.read()
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"expected a binary file object, but read() returned "
+                        f"{type(data).__name__}")
+    return data
+
+
+def _open_input(source):
+    """(core image, file map, bytes or None) for a path, a bytes-like object or a readable file
+    object (read from its position to its end, now, once). The bytes go with the image's proxy,
+    which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
+    if isinstance(source, (str, os.PathLike)):
+        core = _core.open(os.fspath(source))
+        return core, _file_map_of(core), None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        core = _core.open_bytes(source, "<bytes>")
+        # As nibabel's from_bytes: a BytesIO of the bytes (which shares a bytes object).
+        holder = FileHolder(fileobj=io.BytesIO(source)) if isinstance(source, bytes) else FileHolder()
+        return core, {"image": holder}, source
+    if hasattr(source, "read"):
+        data = _stream_bytes(source)
+        core = _core.open_bytes(data, _stream_name(source))
+        return core, {"image": FileHolder(fileobj=source)}, data
+    raise TypeError(f"expected a path, bytes or a binary file object, but received "
+                    f"{type(source).__name__}")
+
+
+def from_bytes(data: bytes | bytearray | memoryview, *, threads: int = 0) -> NiftiImage:
+    """The image whose .nii or .nii.gz bytes are `data` (bytes, bytearray, memoryview or any
+    C-contiguous buffer): nibabel's ``Nifti1Image.from_bytes``, read by voxpipe. The bytes are
+    held, not copied, and must not change while the image lives."""
+    return load(data, threads=threads)
+
+
+def from_stream(fileobj: IO[bytes], *, threads: int = 0) -> NiftiImage:
+    """The image a readable binary file object holds from its position on (.nii or .nii.gz,
+    recognised by its bytes): nibabel's ``from_stream``, read by voxpipe. The stream is read
+    to its end now."""
+    return load(fileobj, threads=threads)
+
+
+def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
+         mmap: bool | Literal["c", "r"] = True, keep_file_open: bool | None = None,
+         threads: int = 0, index: StrPath | Literal[False] | None = None) -> NiftiImage:
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
+
+    ``filename``: a path (str or ``pathlib.Path``), the bytes of a .nii or .nii.gz (bytes,
+    bytearray, memoryview), or a readable binary file object (read to its end now; gzip is
+    recognised by its bytes). Images from memory hold their bytes; ``get_filename()`` is None.
 
     Returns a nibabel image (``nibabel.Nifti1Image`` / ``Nifti2Image``, or ``Nifti1Pair`` /
     ``Nifti2Pair`` for .hdr/.img: nibabel's own classes) whose ``dataobj`` is voxpipe's
@@ -462,10 +689,9 @@ def load(filename, *, mmap=True, keep_file_open=None, threads: int = 0, index=No
     nearest seek point.
     """
     _check_open_args(mmap, keep_file_open)
-    core = _core.open(os.fspath(filename))
+    core, file_map, source = _open_input(filename)
     klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
-    return _image_from_core(klass, core, _file_map_of(core), mmap, keep_file_open,
-                            threads, index)
+    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source)
 
 
 def _image_for(obj, affine, header):
@@ -478,8 +704,9 @@ def _image_for(obj, affine, header):
     return nib.Nifti1Image(np.asanyarray(obj), affine, header=header)
 
 
-def save(img, filename, affine=None, *, header=None, level: int = 1, version: int | None = None,
-         gzip_layout: str = "members", threads: int = 0):
+def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
+         header: Any = None, level: int = 1, version: Literal[1, 2] | None = None,
+         gzip_layout: Literal["members", "bgzf", "single"] = "members", threads: int = 0) -> None:
     """Write an image (or an array with `affine`) to .nii, .nii.gz or a .hdr/.img pair.
 
     ``img``: any nibabel image (voxpipe's or nibabel's; other formats are converted as

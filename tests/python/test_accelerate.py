@@ -4,6 +4,7 @@ voxpipe can; everything else is nibabel's own code, errors included."""
 from __future__ import annotations
 
 import gzip
+import io
 import pickle
 
 import nibabel as nib
@@ -125,3 +126,139 @@ def test_proxies_copy_and_pickle(tmp_path):
         np.testing.assert_array_equal(copy.affine, img.affine)
     # The pickle holds the name and options, not the voxels.
     assert len(pickle.dumps(img.dataobj)) < 1000
+
+
+def _file_map_of_bytes(img):
+    """img written to a BytesIO file map, as nibabel's round trips write it: the stream is
+    left at its end."""
+    file_map = img.make_file_map({"image": io.BytesIO()})
+    img.to_file_map(file_map)
+    return file_map
+
+
+@pytest.mark.parametrize("klass", [nib.Nifti1Image, nib.Nifti2Image])
+def test_a_bytesio_file_map_is_read_from_its_start(tmp_path, klass):
+    """nibabel reads a file map's stream from the holder's pos (0), not from where the stream
+    stands: after to_file_map, at its end."""
+    img = nib.load(write(tmp_path / "a.nii", klass))
+    file_map = _file_map_of_bytes(img)
+    want = klass.from_file_map(file_map)
+    with vp.accelerate_nibabel():
+        got = klass.from_file_map(file_map)
+        from_bytes = klass.from_bytes(img.to_bytes())
+    for image in (got, from_bytes):
+        assert isinstance(image.dataobj, vp.ArrayProxy)
+        assert image.header.binaryblock == want.header.binaryblock
+        np.testing.assert_array_equal(image.get_fdata(), want.get_fdata())
+    # Where pos is set, nibabel reads the header there and the data at vox_offset from the
+    # stream's start: its own code does that.
+    file_map["image"].pos = 1
+    with vp.accelerate_nibabel(), pytest.raises(Exception) as got_error:
+        klass.from_file_map(file_map)
+    with pytest.raises(Exception) as want_error:
+        klass.from_file_map(file_map)
+    assert type(got_error.value) is type(want_error.value)
+
+
+def test_an_image_from_memory_pickles_with_its_bytes(tmp_path):
+    """A nibabel image read from a BytesIO pickles (its proxy's stream pickles with its bytes):
+    so does voxpipe's, read from the same stream."""
+    data = nib.load(write(tmp_path / "a.nii.gz")).to_bytes()
+    want = pickle.loads(pickle.dumps(nib.Nifti1Image.from_bytes(data)))
+    with vp.accelerate_nibabel():
+        got = nib.Nifti1Image.from_bytes(data)
+    assert isinstance(got.dataobj, vp.ArrayProxy)
+    back = pickle.loads(pickle.dumps(got))
+    assert isinstance(back.dataobj, vp.ArrayProxy)
+    np.testing.assert_array_equal(back.get_fdata(), want.get_fdata())
+    np.testing.assert_array_equal(__import__("copy").copy(got.dataobj)[..., 1],
+                                  want.dataobj[..., 1])
+
+
+def _needs_fixes(path, gz=False):
+    """A file whose header nibabel fixes at load, logging each fix: qfac 0 (level 20),
+    qform_code 9 and sform_code 7 (level 30)."""
+    img = nib.Nifti1Image(np.arange(24, dtype=np.int16).reshape(2, 3, 4), np.eye(4))
+    raw = bytearray(img.to_bytes())
+    hdr = nib.Nifti1Header(bytes(raw[:348]), check=False)
+    hdr["pixdim"][0] = 0
+    hdr["qform_code"] = 9
+    hdr["sform_code"] = 7
+    raw[:348] = hdr.binaryblock
+    path.write_bytes(gzip.compress(bytes(raw)) if gz else bytes(raw))
+    return str(path)
+
+
+@pytest.fixture
+def nibabel_log():
+    """The records nibabel's logger (imageglobals.logger) emits, at every level."""
+    from nibabel import imageglobals
+
+    records = []
+
+    class Keep(__import__("logging").Handler):
+        def emit(self, record):
+            records.append((record.levelno, record.getMessage()))
+
+    handler, level = Keep(), imageglobals.logger.level
+    imageglobals.logger.addHandler(handler)
+    imageglobals.logger.setLevel(1)
+    yield records
+    imageglobals.logger.removeHandler(handler)
+    imageglobals.logger.setLevel(level)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["nii", "nii.gz"])
+def test_header_fixes_are_logged_and_raised_as_nibabel_does(tmp_path, nibabel_log, gz):
+    from nibabel import imageglobals
+    from nibabel.spatialimages import HeaderDataError
+
+    path = _needs_fixes(tmp_path / ("a.nii.gz" if gz else "a.nii"), gz)
+    want = nib.load(path)
+    want_log = list(nibabel_log)
+    assert [level for level, _ in want_log] == [20, 30, 30]
+    loaders = {"vp.load": vp.load, "nib.load": nib.load,
+               "from_bytes": lambda p: nib.Nifti1Image.from_bytes(open(p, "rb").read())}
+    for name, load in loaders.items():
+        nibabel_log.clear()
+        with vp.accelerate_nibabel():
+            got = load(path)
+        assert isinstance(got.dataobj, vp.ArrayProxy), name
+        assert nibabel_log == want_log, name
+        assert got.header.binaryblock == want.header.binaryblock
+        np.testing.assert_array_equal(got.affine, want.affine)
+    # With error_level lowered to 30, nibabel raises at the first level-30 problem, after
+    # logging what came before it: vp.load does the same, and under acceleration the error
+    # (and its log, once) is nibabel's own.
+    with imageglobals.ErrorLevel(30):
+        nibabel_log.clear()
+        with pytest.raises(HeaderDataError) as want_error:
+            nib.load(path)
+        want_log = list(nibabel_log)
+        for accelerated in (False, True):
+            nibabel_log.clear()
+            with vp.accelerate_nibabel(accelerated), pytest.raises(HeaderDataError) as got:
+                (nib.load if accelerated else vp.load)(path)
+            assert str(got.value) == str(want_error.value)
+            assert nibabel_log == want_log
+
+
+def test_cifti2_data_stay_a_voxpipe_proxy(tmp_path):
+    """nibabel's CIFTI-2 loader reshapes the NIfTI-2 data object (reshape_dataobj): the image's
+    dataobj stays voxpipe's proxy instead of a NumPy array read at load."""
+    from nibabel import cifti2
+
+    mask = np.zeros((3, 4, 2), bool)
+    mask[1:, ::2] = True
+    axes = (cifti2.ScalarAxis(["a", "b", "c"]),
+            cifti2.BrainModelAxis.from_mask(mask, affine=np.eye(4)))
+    data = np.arange(3 * int(mask.sum()), dtype=np.float32).reshape(3, -1)
+    path = str(tmp_path / "a.dscalar.nii")
+    cifti2.Cifti2Image(data, header=axes).to_filename(path)
+    want = nib.load(path)
+    with vp.accelerate_nibabel():
+        got = nib.load(path)
+    assert type(got) is type(want) is cifti2.Cifti2Image
+    assert isinstance(got.dataobj, vp.ArrayProxy) and got.dataobj.shape == want.shape
+    np.testing.assert_array_equal(got.get_fdata(), want.get_fdata())
+    np.testing.assert_array_equal(got.dataobj[1, 2:5], want.dataobj[1, 2:5])

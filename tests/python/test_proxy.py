@@ -528,3 +528,59 @@ def test_threads_read_slices_of_shared_and_separate_images(gz_files, keep):
     for i, (n, slicer, _) in enumerate(jobs):
         np.testing.assert_array_equal(results[i], expected[(n, slicer_id(slicer))],
                                       err_msg=f"{n} {slicer_id(slicer)}")
+
+
+@pytest.mark.parametrize("kind", ["nii", "nii.gz"])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_get_unscaled_of_a_slicer_is_nibabels(tmp_path, kind, scaled):
+    """nibabel's own code calls the private _get_unscaled(slicer) (nib-roi's lossless_slice):
+    it gives the stored values of the selection, of the kind nibabel's fileslice returns."""
+    img = nib.Nifti1Image(_data((5, 4, 3, 2), "<i2"), np.eye(4))
+    if scaled:
+        img.header.set_slope_inter(0.5, 3.0)
+    path = str(tmp_path / f"s.{kind}")
+    nib.save(img, path)
+    vi, ni = vp.load(path), nib.load(path)
+    s = slice
+    for slicer in nonempty_slicers((5, 4, 3, 2)) + [(s(1, 4), s(None), s(None, None, -1), 0),
+                                                    (0, 0, 0, 0)]:
+        got, want = vi.dataobj._get_unscaled(slicer), ni.dataobj._get_unscaled(slicer)
+        assert type(got) is type(want) and got.dtype == want.dtype, slicer_id(slicer)
+        assert np.array_equal(got, want) and _kind_of(got, path) == _kind_of(want, path)
+    from nibabel.cmdline.roi import lossless_slice
+    slicers = (s(1, 4), s(None, None, -1), s(None), s(0, 1))
+    got, want = lossless_slice(vi, slicers), lossless_slice(ni, slicers)
+    assert got.get_data_dtype() == want.get_data_dtype()
+    np.testing.assert_array_equal(got.get_fdata(), want.get_fdata())
+    np.testing.assert_array_equal(got.affine, want.affine)
+
+
+@pytest.mark.parametrize("kind", ["nii", "nii.gz"])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_reshape_is_nibabels_and_stays_lazy(tmp_path, kind, scaled):
+    """nibabel's ArrayProxy.reshape (its CIFTI-2 loader drops the four leading axes of length 1
+    with it): the stored values in file order under the new shape, as a proxy whose slices,
+    pickles and copies equal nibabel's reshaped proxy's."""
+    import pickle
+
+    img = nib.Nifti1Image(_data((2, 3, 4, 5), "<i2"), np.eye(4))
+    if scaled:
+        img.header.set_slope_inter(2.0, 1.0)
+    path = str(tmp_path / f"r.{kind}")
+    nib.save(img, path)
+    vi, ni = vp.load(path), nib.load(path)
+    for shape in [(1, 2, 3, 1, 4, 5, 1), (6, 20), (-1, 5), (120,)]:
+        got, want = vi.dataobj.reshape(shape), ni.dataobj.reshape(shape)
+        assert isinstance(got, vp.ArrayProxy) and got.shape == want.shape
+        for proxy in (got, pickle.loads(pickle.dumps(got)), got.copy()):
+            assert proxy.shape == want.shape
+            for slicer in [()] + nonempty_slicers(want.shape)[::7]:
+                a, b = proxy[slicer], want[slicer]
+                assert a.dtype == b.dtype and np.shape(a) == np.shape(b), (shape, slicer)
+                assert np.array_equal(a, b), (shape, slicer_id(slicer))
+    for bad in [(7,), (-1, -1)]:
+        with pytest.raises(ValueError) as want_error:
+            ni.dataobj.reshape(bad)
+        with pytest.raises(ValueError) as got_error:
+            vi.dataobj.reshape(bad)
+        assert str(got_error.value) == str(want_error.value)
