@@ -18,6 +18,12 @@ calls. With PyTorch's default collate the same batch is stacked by ``torch.stack
 correct, only slower. Differently shaped volumes in one batch are returned as a list by
 ``collate``.
 
+With ``meta=True`` every item also carries its image's metadata, the dict MONAI's NibabelReader
+builds (header fields, ``affine``, ``original_affine``, ``spatial_shape``, ``space``,
+``original_channel_dim``, ...) plus ``filename_or_obj``: ``(volume, meta)`` or
+``(volume, label, meta)``; ``collate`` gives the batch's dicts collated as PyTorch's default_collate
+does (arrays stacked into tensors, an affine batch of shape (batch, 4, 4); file names as a list).
+
 Threads: with ``num_workers=0`` voxpipe decodes each batch on every core (``threads=None``). In a
 DataLoader worker process the default is one thread per worker, so ``num_workers`` processes do
 not each start a thread per core; pass ``threads`` to choose.
@@ -33,6 +39,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from . import _monai_meta
 from ._many import _decode, load_batch
 from ._image import load
 
@@ -41,12 +48,14 @@ __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
 
 class VolumeBatch(list):
     """The samples of one batch (as __getitem__ gives them) together with the batch tensor their
-    volumes are views of; ``collate`` returns the batch tensor without stacking."""
+    volumes are views of, and the batch's collated labels and metadata; ``collate`` returns the
+    batch tensor without stacking."""
 
-    def __init__(self, samples, volumes: torch.Tensor, labels=None):
+    def __init__(self, samples, volumes: torch.Tensor, labels=None, meta=None):
         super().__init__(samples)
         self.volumes = volumes
         self.labels = labels
+        self.meta = meta
 
 
 class VolumeDataset(Dataset):
@@ -58,11 +67,12 @@ class VolumeDataset(Dataset):
     tensor (then batches are collated from the transformed tensors, by stacking). ``threads``:
     decode threads (None: every core in the main process, one in a DataLoader worker).
     ``channel_dim``: add a leading channel axis of 1, (1, X, Y, Z) per item, as MONAI expects.
+    ``meta``: items end with the image's MONAI-style metadata dict (see the module's notes).
     """
 
     def __init__(self, paths: Sequence, labels: Sequence | None = None, dtype=np.float32,
                  transform: Callable | None = None, threads: int | None = None,
-                 channel_dim: bool = False, index=None):
+                 channel_dim: bool = False, index=None, meta: bool = False):
         self.paths = [os.fspath(p) for p in paths]
         if labels is not None and len(labels) != len(self.paths):
             raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
@@ -72,6 +82,7 @@ class VolumeDataset(Dataset):
         self.threads = threads
         self.channel_dim = channel_dim
         self.index = index
+        self.meta = meta
 
     def __len__(self):
         return len(self.paths)
@@ -85,15 +96,27 @@ class VolumeDataset(Dataset):
         t = torch.from_numpy(arr)
         return t.unsqueeze(0) if self.channel_dim else t
 
-    def _sample(self, i: int, volume: torch.Tensor):
+    def _meta(self, i: int, img) -> dict:
+        """What MONAI's NibabelReader and LoadImage record for the file (no channel axis, as
+        the file has none), in the form default_collate takes."""
+        meta = _monai_meta.collatable(_monai_meta.set_channel_dim(_monai_meta.image_meta(img),
+                                                                   len(img.shape)))
+        meta["filename_or_obj"] = self.paths[i]
+        return meta
+
+    def _sample(self, i: int, volume: torch.Tensor, meta: dict | None = None):
         if self.transform is not None:
             volume = self.transform(volume)
-        return volume if self.labels is None else (volume, self.labels[i])
+        sample: tuple = (volume,) if self.labels is None else (volume, self.labels[i])
+        if meta is not None:
+            sample += (meta,)
+        return sample[0] if len(sample) == 1 else sample
 
     def __getitem__(self, i):
         kwargs = {} if self.index is None else {"index": self.index}
         img = load(self.paths[i], threads=self._threads(), **kwargs)
-        return self._sample(i, self._tensor(_decode(img, self.dtype)))
+        meta = self._meta(i, img) if self.meta else None
+        return self._sample(i, self._tensor(_decode(img, self.dtype)), meta)
 
     def __getitems__(self, indices):
         """A whole batch (DataLoader's fetcher calls this with the batch's indices)."""
@@ -111,23 +134,28 @@ class VolumeDataset(Dataset):
         volumes = torch.from_numpy(batch)
         if self.channel_dim:
             volumes = volumes.unsqueeze(1)
-        samples = [self._sample(i, volumes[k]) for k, i in enumerate(indices)]
+        metas: list = [None] * len(indices)
+        if self.meta:  # headers only: the data are in the batch already
+            metas = [self._meta(i, load(self.paths[i])) for i in indices]
+        samples = [self._sample(i, volumes[k], metas[k]) for k, i in enumerate(indices)]
         labels = None
         if self.labels is not None:
             labels = default_collate([self.labels[i] for i in indices])
-        return VolumeBatch(samples, volumes, labels)
+        return VolumeBatch(samples, volumes, labels, default_collate(metas) if self.meta else None)
 
 
 def collate(samples):
     """DataLoader collate_fn for VolumeDataset: the batch tensor of a VolumeBatch as it is (no
-    copy), with its labels collated; otherwise PyTorch's default_collate, and a list of tensors
-    for volumes of different shapes."""
+    copy), with its labels and metadata collated; otherwise PyTorch's default_collate, and a list
+    of tensors for volumes of different shapes."""
     if isinstance(samples, VolumeBatch):
-        return samples.volumes if samples.labels is None else (samples.volumes, samples.labels)
+        rest = tuple(x for x in (samples.labels, samples.meta) if x is not None)
+        return (samples.volumes, *rest) if rest else samples.volumes
     try:
         return default_collate(samples)
     except RuntimeError:
-        # Volumes of different shapes cannot be stacked.
+        # Volumes of different shapes cannot be stacked; labels and metadata can.
         if samples and isinstance(samples[0], tuple):
-            return [s[0] for s in samples], default_collate([s[1] for s in samples])
+            return ([s[0] for s in samples],
+                    *(default_collate([s[k] for s in samples]) for k in range(1, len(samples[0]))))
         return list(samples)

@@ -108,3 +108,83 @@ def test_mixed_shapes_collate_to_a_list(paths, tmp_path):
     batch = vpt.collate(ds.__getitems__([0, 1]))
     assert isinstance(batch, list) and len(batch) == 2
     np.testing.assert_array_equal(batch[1].numpy(), np.ones((4, 5, 6), np.float32))
+
+
+# --- meta=True: MONAI-style metadata with every item -------------------------------------------
+
+@pytest.fixture(scope="module")
+def meta_paths(tmp_path_factory):
+    """Six volumes of one shape with different affines, scalings and containers."""
+    d = tmp_path_factory.mktemp("torch_meta")
+    rng = np.random.default_rng(6)
+    out = []
+    for k in range(6):
+        aff = np.diag([0.9 + 0.1 * k, 1.1, 2.0, 1.0])
+        aff[:3, 3] = [-10.0 * k, 3.5, 7.25]
+        img = nib.Nifti1Image(rng.integers(-500, 500, size=(11, 9, 5), dtype=np.int16), aff)
+        if k % 2:
+            img.header.set_slope_inter(0.5 * k, -2.0)
+        p = str(d / (f"m{k}.nii.gz" if k % 3 else f"m{k}.nii"))
+        nib.save(img, p)
+        out.append(p)
+    return out
+
+
+def test_meta_items_equal_monai_nibabel_reader(meta_paths):
+    """Each item's dict is what MONAI's NibabelReader returns for the file, plus LoadImage's
+    filename_or_obj; the volume is unchanged by meta=True."""
+    pytest.importorskip("monai")
+    from monai.data import NibabelReader
+
+    from framework_testlib import assert_same
+
+    ds = vpt.VolumeDataset(meta_paths, labels=list(range(len(meta_paths))), meta=True)
+    for i, p in enumerate(meta_paths):
+        volume, label, meta = ds[i]
+        assert label == i
+        assert_same(volume, vpt.VolumeDataset(meta_paths)[i], "volume")
+        reader = NibabelReader()
+        want = reader.get_data(reader.read(p))[1]
+        want["filename_or_obj"] = p
+        assert_same(meta, want, p)
+
+
+@pytest.mark.parametrize("collate_fn", [None, vpt.collate], ids=["default_collate", "vp_collate"])
+def test_meta_through_collate(meta_paths, collate_fn):
+    from torch.utils.data._utils.collate import default_collate
+
+    from framework_testlib import assert_same
+
+    ds = vpt.VolumeDataset(meta_paths, labels=list(range(len(meta_paths))), meta=True)
+    kwargs = {} if collate_fn is None else {"collate_fn": collate_fn}
+    seen = []
+    for volumes, labels, meta in DataLoader(ds, batch_size=3, **kwargs):
+        idx = labels.tolist()
+        seen += idx
+        assert meta["filename_or_obj"] == [meta_paths[i] for i in idx]
+        want_affines = np.stack([nib.load(meta_paths[i]).affine for i in idx])
+        assert_same(meta["affine"], torch.from_numpy(want_affines), "affine")
+        assert_same(meta["spatial_shape"], torch.tensor([[11, 9, 5]] * 3, dtype=torch.int16),
+                    "spatial_shape")  # the header's dim, int16
+        # The batch path (one decode into the batch tensor) gives what the items give.
+        assert_same(meta, default_collate([ds[i][2] for i in idx]), "meta")
+        for k, i in enumerate(idx):
+            np.testing.assert_array_equal(volumes[k].numpy(), ref(meta_paths[i]))
+    assert seen == list(range(len(meta_paths)))
+
+
+def test_meta_without_labels_and_with_mixed_shapes(meta_paths, tmp_path):
+    ds = vpt.VolumeDataset(meta_paths[:2], meta=True, channel_dim=True)
+    volume, meta = ds[1]
+    assert volume.shape == (1, 11, 9, 5) and meta["filename_or_obj"] == meta_paths[1]
+    volumes, batch_meta = vpt.collate(ds.__getitems__([0, 1]))
+    assert volumes.shape == (2, 1, 11, 9, 5)
+    assert batch_meta["filename_or_obj"] == meta_paths[:2]
+    other = str(tmp_path / "other.nii")
+    nib.save(nib.Nifti1Image(np.ones((4, 5, 6), np.int16), np.eye(4)), other)
+    mixed = vpt.VolumeDataset([meta_paths[0], other], labels=[7, 8], meta=True)
+    volumes, labels, batch_meta = vpt.collate(mixed.__getitems__([0, 1]))
+    assert isinstance(volumes, list) and volumes[1].shape == (4, 5, 6)
+    assert labels.tolist() == [7, 8]
+    assert batch_meta["spatial_shape"].tolist() == [[11, 9, 5], [4, 5, 6]]
+    np.testing.assert_array_equal(batch_meta["affine"][1].numpy(), np.eye(4))
