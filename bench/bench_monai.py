@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""MONAI's LoadImage over T1-size .nii.gz files: voxpipe.monai.VoxpipeReader against MONAI's
+NibabelReader, and NibabelReader with ``vp.accelerate_nibabel()`` (when voxpipe has it), in one run.
+
+Writes the "MONAI" section of BENCHMARKS.md (between its markers; the rest of the file is left as
+it is) and prints it.
+
+Input: the first --files (default 40) files of bench_many.py's set, bench/data/many/t1_NNN.nii.gz
+(variants of bench/data/t1_3d.nii, 256x256x176, saved by nibabel as scaled int16, gzip level 1,
+about 12 MB each), made when missing. bench/data/t1_3d.nii itself, when missing, is made with
+make_data.py's generator and seed (the same file make_data.py writes), without the 4D series.
+
+Each case is ``LoadImage(reader=...)`` with LoadImage's defaults (float32 MetaTensor, metadata
+tracked) in one process, files in order, one at a time (no DataLoader workers: the same process
+count for every case). Runs are interleaved (nibabel, voxpipe, accelerated, nibabel, ...), each in
+a fresh child process after reading every file once (warm page cache) and touching 3 GiB in a
+throwaway process (benchlib.prime_memory). The child loads one file untimed first (imports,
+thread start), then times every file; the consumer reads one value and drops the image. Reported:
+the median over --repeat runs of the total, the median time per file, and peak RSS.
+
+The section also says how much other work ran on the machine meanwhile (benchlib.cpu_snapshot);
+``--wait-idle`` first waits for the load average to fall below 0.5.
+
+Usage: .venv/bin/python bench/bench_monai.py [--files N] [--repeat R] [--wait-idle] [--output PATH]
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
+                      wait_idle, warm, write_section)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+BEGIN = "<!-- monai benchmark: begin -->"
+END = "<!-- monai benchmark: end -->"
+CASES = {
+    "nibabel": "LoadImage(reader=NibabelReader())",
+    "voxpipe": "LoadImage(reader=VoxpipeReader())",
+    "accelerated": "LoadImage(reader=NibabelReader()) under vp.accelerate_nibabel()",
+}
+
+
+def make_inputs(n):
+    import bench_many
+
+    if not os.path.exists(bench_many.SOURCE):
+        import numpy as np
+
+        import make_data
+        print(f"writing {bench_many.SOURCE} ...", flush=True)
+        os.makedirs(os.path.dirname(bench_many.SOURCE), exist_ok=True)
+        index = list(make_data.SPECS).index("t1_3d")  # make_data seeds each file by its index
+        make_data.write_nii(bench_many.SOURCE, make_data.SPECS["t1_3d"],
+                            np.random.default_rng([make_data.SEED, index]))
+    return bench_many.make_inputs(n)
+
+
+def child(spec):
+    import warnings
+
+    warnings.simplefilter("ignore")  # MONAI's notes on optional packages it does not find
+    from monai.data import NibabelReader
+    from monai.transforms import LoadImage
+
+    case = spec["case"]
+    if case == "voxpipe":
+        from voxpipe.monai import VoxpipeReader
+        loader = LoadImage(reader=VoxpipeReader())
+    else:
+        if case == "accelerated":
+            import voxpipe as vp
+            vp.accelerate_nibabel()
+        loader = LoadImage(reader=NibabelReader())
+
+    def load(path):
+        img = loader(path)
+        float(img[(0,) * img.ndim])  # the consumer looks at the data, then drops them
+
+    paths = spec["paths"]
+    load(paths[0])  # imports, thread pool, first allocations: not timed
+    base = vm("VmRSS")
+    reset_peak_rss()
+    times = []
+    for p in paths:
+        t0 = time.perf_counter()
+        load(p)
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"seconds": sum(times), "per_file": statistics.median(times),
+                      "peak_mib": (vm("VmHWM") - base) / MIB}))
+
+
+def run_child(spec):
+    warm(*spec["paths"])
+    prime_memory()
+    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                       capture_output=True, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise RuntimeError(f"{spec['case']}: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check_agreement(path):
+    """VoxpipeReader's image and metadata against NibabelReader's, on one input file."""
+    import warnings
+
+    import numpy as np
+    import torch
+    from monai.data import NibabelReader
+    from monai.transforms import LoadImage
+
+    from voxpipe.monai import VoxpipeReader
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, got_meta = LoadImage(reader=VoxpipeReader(), image_only=False)(path)
+        want, want_meta = LoadImage(reader=NibabelReader(), image_only=False)(path)
+    same = torch.equal(got.as_tensor(), want.as_tensor()) and got_meta.keys() == want_meta.keys()
+    for k in want_meta:
+        a, b = got_meta[k], want_meta[k]
+        if isinstance(b, (np.ndarray, torch.Tensor)):
+            same = same and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+        elif not (a == b or (isinstance(b, float) and a != a and b != b)):
+            same = False
+    return same
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--files", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--wait-idle", action="store_true")
+    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
+    args = ap.parse_args()
+    if args.child:
+        child(json.loads(args.child))
+        return
+    paths = make_inputs(args.files)
+    import voxpipe as vp
+
+    cases = [c for c in CASES if c != "accelerated" or hasattr(vp, "accelerate_nibabel")]
+    if args.wait_idle:
+        wait_idle()
+    cpu0 = cpu_snapshot()
+    runs = {c: [] for c in cases}
+    for r in range(args.repeat):
+        for case in cases:  # interleaved: drifts in the machine's state hit every case alike
+            runs[case].append(run_child({"paths": paths, "case": case}))
+            print(f"run {r + 1}/{args.repeat} {case}: {runs[case][-1]['seconds']:.2f} s",
+                  flush=True)
+    res = {c: {k: statistics.median(x[k] for x in runs[c])
+               for k in ("seconds", "per_file", "peak_mib")} for c in cases}
+    (b0, s0, o0, t0), (b1, s1, o1, t1) = cpu0, cpu_snapshot()
+    capacity = (t1 - t0) * os.cpu_count()
+    others = max(b1 - b0 - (o1 - o0), 0.0)
+    agree = check_agreement(paths[0])
+
+    n = len(paths)
+    disk = sum(os.path.getsize(p) for p in paths)
+    nib_s = res["nibabel"]["seconds"]
+    lines = [
+        BEGIN, "", "## MONAI LoadImage: bench/bench_monai.py", "",
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
+        f"{os.cpu_count()} cores; median of {args.repeat} runs per case, interleaved, each in a "
+        "fresh process after warming the page cache and priming memory. " +
+        ", ".join(f"{k} {v}" for k, v in versions(
+            ("voxpipe", "monai", "nibabel", "numpy", "torch")).items()) + ".", "",
+        f"Input: {n} variants of the 256x256x176 volume saved by nibabel as scaled int16 (.nii.gz, "
+        f"gzip level 1, {disk / n / MIB:.1f} MiB each on disk). Each case calls LoadImage with "
+        "its defaults (a float32 MetaTensor with metadata) on every file in turn, in one process, "
+        "and reads one value of the result. Time per file: the median over the files of a run. "
+        "Peak RSS: growth over the process's baseline after one untimed load.", "",
+        f"Other work on the machine during the run: {others:.0f} CPU-seconds, "
+        f"{100 * others / capacity:.0f}% of the cores (this benchmark used "
+        f"{100 * (o1 - o0) / capacity:.0f}%; hypervisor steal {100 * (s1 - s0) / capacity:.0f}%)."
+        + (" **The machine was busy: the numbers are noisy, multi-threaded voxpipe's most.**"
+           if others > 0.1 * capacity else ""), "",
+        "| case | total | per file | files/s | peak RSS | vs NibabelReader (total, per file) |",
+        "|---|---|---|---|---|---|",
+    ]
+    nib_f = res["nibabel"]["per_file"]
+    for case in cases:
+        r = res[case]
+        lines.append(f"| `{CASES[case]}` | {r['seconds']:.2f} s | {r['per_file'] * 1000:.0f} ms | "
+                     f"{n / r['seconds']:.1f} | {r['peak_mib']:.0f} MiB | "
+                     f"**{nib_s / r['seconds']:.2f}x**, {nib_f / r['per_file']:.2f}x |")
+    lines += [
+        "",
+        f"- VoxpipeReader vs NibabelReader: **{nib_s / res['voxpipe']['seconds']:.2f}x** "
+        "(target >= 3x)" + (f"; NibabelReader with accelerate_nibabel(): "
+                            f"**{nib_s / res['accelerated']['seconds']:.2f}x** (NibabelReader "
+                            "still asks for float64 and LoadImage then casts and transposes it)"
+                            if "accelerated" in res else "") + ".",
+        "- Image and metadata of VoxpipeReader equal NibabelReader's on "
+        f"{os.path.basename(paths[0])}: {'yes' if agree else '**NO**'}.",
+        "", END, ""]
+    text = "\n".join(lines)
+    write_section(args.output, text, BEGIN, END)
+    print(text)
+    if not agree:
+        sys.exit("VoxpipeReader and NibabelReader disagree")
+
+
+if __name__ == "__main__":
+    main()
