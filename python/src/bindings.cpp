@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "conversions.hpp"
 #include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
@@ -29,21 +30,6 @@ void bind_resample(nb::module_& m);  // resample_bindings.cpp
 void bind_transforms(nb::module_& m);  // transform_bindings.cpp
 void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 void bind_device(nb::module_& m);  // device_bindings.cpp
-
-// The seek-index choice as Python passes it: "auto", "none" or "path" (with index_path).
-DataSourceOptions data_source_options(const std::string& index_mode, const std::string& index_path) {
-  DataSourceOptions options;
-  if (index_mode == "auto")
-    options.index = DataSourceOptions::Index::automatic;
-  else if (index_mode == "none")
-    options.index = DataSourceOptions::Index::none;
-  else if (index_mode == "path")
-    options.index = DataSourceOptions::Index::path, options.index_path = index_path;
-  else
-    throw Error(ErrorCode::invalid_argument, "", "index",
-                "expected auto, none or path, but received " + index_mode);
-  return options;
-}
 
 namespace {
 
@@ -79,12 +65,6 @@ nb::list affine_list(const std::array<double, 16>& a) {
   nb::list out;
   for (double v : a) out.append(v);
   return out;
-}
-
-DType parse_dtype(const std::string& name) {
-  auto t = dtype_from_name(name);
-  if (!t) throw Error(ErrorCode::invalid_argument, "", "dtype", "unknown dtype " + name);
-  return *t;
 }
 
 // A write runs without the GIL, so Python's signal handlers (Ctrl-C's KeyboardInterrupt) would
@@ -192,7 +172,7 @@ NB_MODULE(_core, m) {
              const std::string& index_path) {
             DataSourceOptions options;
             try {
-              options = data_source_options(index_mode, index_path);
+              options = python::data_source_options(index_mode, index_path);
             } catch (const Error& e) {
               throw Error(e.code(), image.data_path, e.field(), e.detail());
             }
@@ -214,7 +194,7 @@ NB_MODULE(_core, m) {
             // back in nanobind's code (gil.hpp).
             std::vector<AxisRange> sel;
             for (const auto& [start, step, count] : selection) sel.push_back({start, step, count});
-            OutputSpec spec{parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
+            OutputSpec spec{python::parse_dtype(out_dtype), apply_scaling, file_byte_order, real_part};
             reader.read(sel, spec, std::span(reinterpret_cast<std::byte*>(out.data()), out.size()),
                         ReadOptions{threads});
           },

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "conversions.hpp"
 #include "gil.hpp"
 #include "voxpipe/device.hpp"
 #include "voxpipe/dicom_series.hpp"
@@ -24,9 +25,6 @@
 
 namespace nb = nanobind;
 using namespace voxpipe;
-
-// The seek-index choice ("auto", "none", "path"), as the host reader takes it (bindings.cpp).
-DataSourceOptions data_source_options(const std::string& index_mode, const std::string& index_path);
 
 namespace {
 
@@ -94,12 +92,6 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
   }
 }
 
-DType parse_dtype(const std::string& name) {
-  auto t = dtype_from_name(name);
-  if (!t) throw Error(ErrorCode::invalid_argument, "", "dtype", "unknown dtype " + name);
-  return *t;
-}
-
 Memory& device_memory(Memory& m) {
   if (!m.on_device())
     throw Error(ErrorCode::invalid_argument, "", "memory", "expected device memory, but received host memory");
@@ -144,7 +136,7 @@ void bind_device(nb::module_& m) {
           [](nb::handle self, std::uint64_t offset, const std::vector<std::size_t>& shape,
              const std::vector<std::int64_t>& strides, const std::string& dtype) {
             Memory& mem = nb::cast<Memory&>(self);
-            const DType t = parse_dtype(dtype);
+            const DType t = python::parse_dtype(dtype);
             if (strides.size() != shape.size())
               throw Error(ErrorCode::invalid_argument, "", "strides", "one stride per axis");
             std::uint64_t extent = dtype_size(t);
@@ -211,12 +203,12 @@ void bind_device(nb::module_& m) {
          bool apply_scaling, bool real_part, unsigned threads, const std::string& index_mode,
          const std::string& index_path) {
         device_memory(mem);
-        const OutputSpec spec{parse_dtype(dtype), apply_scaling, false, real_part};
+        const OutputSpec spec{python::parse_dtype(dtype), apply_scaling, false, real_part};
         std::uint64_t bytes = dtype_size(spec.type);
         for (auto d : image.shape) bytes *= static_cast<std::uint64_t>(d);
         mem.check_range(offset, bytes, "destination");
         read_nifti_data_to_device(image, spec, mem.device(), offset, threads,
-                                  data_source_options(index_mode, index_path));
+                                  python::data_source_options(index_mode, index_path));
       },
       nb::arg("memory"), nb::arg("offset"), nb::arg("image"), nb::arg("dtype"),
       nb::arg("apply_scaling"), nb::arg("real_part"), nb::arg("threads") = 0,
@@ -255,7 +247,7 @@ void bind_device(nb::module_& m) {
       [](Memory& mem, std::uint64_t offset, const DicomSeries& series, const std::string& dtype,
          unsigned threads) {
         device_memory(mem);
-        const DType t = parse_dtype(dtype);
+        const DType t = python::parse_dtype(dtype);
         std::uint64_t bytes = dtype_size(t);
         for (auto d : series.shape()) bytes *= d;
         mem.check_range(offset, bytes, "destination");

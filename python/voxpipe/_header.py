@@ -22,24 +22,20 @@ _CODE_TO_DTYPE = {
     512: np.dtype("u2"), 768: np.dtype("u4"), 1024: np.dtype("i8"), 1280: np.dtype("u8"),
     1792: np.dtype("c16"), 2304: RGBA32,
 }
-# voxpipe core dtype names, keyed like _CODE_TO_DTYPE.
-_CODE_TO_NAME = {
-    2: "uint8", 4: "int16", 8: "int32", 16: "float32", 32: "complex64", 64: "float64",
-    128: "rgb24", 256: "int8", 512: "uint16", 768: "uint32", 1024: "int64", 1280: "uint64",
-    1792: "complex128", 2304: "rgba32",
-}
-_NAME_TO_DTYPE = {name: _CODE_TO_DTYPE[code] for code, name in _CODE_TO_NAME.items()}
+# The one form a dtype takes across the binding (python/src/conversions.hpp): NumPy's dtype name,
+# and rgb24/rgba32 for NIfTI's RGB structures, which NumPy names only "void24"/"void32".
+_RGB_NAMES = {RGB24: "rgb24", RGBA32: "rgba32"}
+_NAME_TO_DTYPE = {**{dt.name: dt for dt in _CODE_TO_DTYPE.values() if dt.fields is None},
+                  **{name: dt for dt, name in _RGB_NAMES.items()}}
 
 
-def dtype_code(dtype) -> int:
-    """NIfTI datatype code for a NumPy dtype (byte order ignored)."""
+def core_dtype_name(dtype) -> str:
+    """The name the core takes for a dtype NIfTI can store (byte order aside)."""
     dt = np.dtype(dtype)
-    if dt.fields is None:
-        dt = dt.newbyteorder("=")
-    for code, known in _CODE_TO_DTYPE.items():
-        if known == dt:
-            return code
-    raise ValueError(f'data dtype "{dt}" not supported')
+    name = _RGB_NAMES.get(dt) if dt.fields is not None else dt.name
+    if name not in _NAME_TO_DTYPE:
+        raise ValueError(f'data dtype "{dt}" not supported')
+    return name
 
 
 def convert_header(header, klass):

@@ -22,7 +22,7 @@ from nibabel.fileholders import FileHolder, copy_file_map
 from nibabel.nifti1 import Nifti1Extension, extension_codes
 
 from . import _core, _device
-from ._header import _CODE_TO_NAME, _NAME_TO_DTYPE, Nifti2Header, convert_header, dtype_code
+from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_name
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 from ._types import Array, Device, NiftiImage, StrPath
@@ -30,8 +30,8 @@ from ._types import Array, Device, NiftiImage, StrPath
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
 
-_FAST_OUTPUTS = {np.dtype("f4"): "float32", np.dtype("f8"): "float64",
-                 np.dtype("c8"): "complex64", np.dtype("c16"): "complex128"}
+# Outputs the reader casts, swaps and scales into itself.
+_FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
 
 
 # Header extensions are nibabel's: Extension(code, content) makes one.
@@ -270,7 +270,7 @@ class ArrayProxy(ArrayLike):
         try:
             if out is None:
                 out = empty_for(shape, dtype, subtype)
-            reader.read(stored, _CODE_TO_NAME[dtype_code(dtype)], apply_scaling, file_order,
+            reader.read(stored, core_dtype_name(dtype), apply_scaling, file_order,
                         real_part, _as_bytes_view(out), self._threads)
         finally:
             # Not kept: the last reference goes here, which closes the file.
