@@ -678,10 +678,11 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
 
     Returns a nibabel image (``nibabel.Nifti1Image`` / ``Nifti2Image``, or ``Nifti1Pair`` /
     ``Nifti2Pair`` for .hdr/.img: nibabel's own classes) whose ``dataobj`` is voxpipe's
-    ArrayProxy: voxels are read on demand, by voxpipe. ``mmap`` (True, False, 'c', 'r') and ``keep_file_open`` (None, False, True)
-    behave as in nibabel (see ArrayProxy): whole reads of uncompressed, unscaled data are
-    memory-mapped unless ``mmap=False``; only ``keep_file_open=True`` keeps the data file open
-    between accesses. ``threads``: threads for large reads (0: all cores).
+    ArrayProxy: voxels are read on demand, by voxpipe. ``mmap`` (True, False, 'c', 'r') and
+    ``keep_file_open`` (None, False, True) behave as in nibabel (see ArrayProxy): whole reads of
+    uncompressed, unscaled data are memory-mapped unless ``mmap=False``; only
+    ``keep_file_open=True`` keeps the data file open between accesses. ``threads``: threads for
+    large reads (0: the default, docs/python.md "Thread count").
     ``index`` (single-member .gz data only): None uses a valid seek index next to the file
     (FILE.gz.gzidx) or in the user cache if there is one (``vp.gz.build_index`` writes them);
     a path uses that GZIDX file (from voxpipe, indexed_gzip or rapidgzip; a stale one is an
@@ -711,7 +712,7 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
 
     ``img``: any nibabel image (voxpipe's or nibabel's; other formats are converted as
     ``nib.Nifti1Image.from_image`` converts them), or an array with ``affine`` (and ``header``).
-    ``.gz`` outputs are compressed at ``level`` (0-9) on ``threads`` threads (0: all cores).
+    ``.gz`` outputs are compressed at ``level`` (0-9) on ``threads`` threads (0: the default count).
     ``gzip_layout="members"`` (the default) writes independent gzip members of 1 MiB that
     announce their sizes: every gzip reader (nibabel included) reads the file, and voxpipe reads
     it in parallel and at random. ``"bgzf"`` writes htslib's BGZF blocks; ``"single"`` writes
