@@ -20,6 +20,7 @@ import os
 import platform
 import statistics
 import subprocess
+import re
 import sys
 import time
 
@@ -517,8 +518,14 @@ def main():
     info["cpu_after"] = cpu_snapshot()
     report = render(args, info, res, checks, dict(shape4=shape4, t=t_mid, vol_bytes=vol_bytes, nbytes4=nbytes4),
                     time.time() - started)
+    # This report is the head of the file; the other benchmarks' sections follow it between their
+    # markers (benchlib.write_section) and are kept as they are.
+    old = open(output).read() if os.path.exists(output) else ""
+    others = re.search(r"^<!-- [\w-]+ benchmark: begin -->$", old, re.M)
     with open(output, "w") as f:
-        f.write(report)
+        f.write(report.rstrip("\n") + "\n")
+        if others:
+            f.write("\n" + old[others.start():])
     print(report)
     log(f"wrote {output}")
 
