@@ -19,6 +19,7 @@ enum class GzipLayout {
 }  // namespace voxpipe
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ struct GzipIndexOptions {
   // Threads of that parallel inflate (exact = false only); 0: the default (resolve_threads,
   // voxpipe/threads.hpp).
   unsigned threads = 0;
+  // When set, told how far the build has read: `done` compressed bytes (the furthest byte read,
+  // which a parallel inflate reaches ahead of its output) of `total` (the file size). Called
+  // one call at a time from the building threads, `done` never decreasing; an exception it
+  // throws stops the build and is rethrown.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 
 struct GzipIndexSummary {

@@ -1,5 +1,7 @@
 // The public gzip functions (include/voxpipe/gzip.hpp) over the seek index module.
 #include <algorithm>
+#include <mutex>
+#include <optional>
 
 #include "core/file.hpp"
 #include "gz/parallel_inflate.hpp"
@@ -9,8 +11,43 @@
 
 namespace voxpipe {
 
+namespace {
+
+// Reports the furthest byte read to GzipIndexOptions::progress: both builders read the file
+// front to back (the parallel one a few chunks ahead), so this measures their progress without
+// a hook inside either.
+class ProgressInput final : public core::RandomAccessInput {
+ public:
+  ProgressInput(const core::RandomAccessInput& file,
+                const std::function<void(std::uint64_t, std::uint64_t)>& report)
+      : file_(file), report_(report) {}
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override {
+    const std::size_t n = file_.read_at(offset, dst);
+    std::lock_guard lock(mutex_);
+    if (offset + n > furthest_) {
+      furthest_ = offset + n;
+      report_(furthest_, file_.size());
+    }
+    return n;
+  }
+  std::uint64_t size() const noexcept override { return file_.size(); }
+  const std::string& path() const noexcept override { return file_.path(); }
+
+ private:
+  const core::RandomAccessInput& file_;
+  const std::function<void(std::uint64_t, std::uint64_t)>& report_;
+  mutable std::mutex mutex_;
+  mutable std::uint64_t furthest_ = 0;
+};
+
+}  // namespace
+
 GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options) {
-  const core::InputFile file(gz_path);
+  const core::InputFile input(gz_path);
+  std::optional<ProgressInput> reporting;
+  if (options.progress) reporting.emplace(input, options.progress);
+  const core::RandomAccessInput& file =
+      reporting ? static_cast<const core::RandomAccessInput&>(*reporting) : input;
   gz::SeekIndex index;
   if (options.exact) {
     std::vector<std::uint64_t> wanted = options.wanted;

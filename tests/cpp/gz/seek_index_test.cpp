@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/file.hpp"
+#include "voxpipe/gzip.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -708,6 +709,37 @@ TEST(Gzidx, AnIndexWithoutPointsReadsBack) {
   EXPECT_TRUE(gz::read_gzidx(bytes, "none.gzidx").points.empty());
   write_file(dir.file("none.gzidx"), bytes);
   EXPECT_TRUE(gz::read_gzidx_file(dir.file("none.gzidx")).points.empty());
+}
+
+// GzipIndexOptions::progress: the furthest compressed byte read, rising to the file size, for
+// both builders; the index is the one built without it.
+TEST(BuildGzipIndex, ProgressRisesToTheFileSize) {
+  TempDir dir;
+  const Bytes gzdata = gzip_compress(mixed_payload(6u << 20, 7), 6);
+  const std::string path = dir.file("p.gz");
+  write_file(path, gzdata);
+  for (const bool exact : {true, false}) {
+    voxpipe::GzipIndexOptions options;
+    options.exact = exact;
+    options.threads = 2;
+    options.spacing = 1u << 20;
+    options.output = dir.file("plain.gzidx");
+    const auto plain = voxpipe::build_gzip_index(path, options);
+    std::vector<std::uint64_t> seen;
+    options.output = dir.file("reported.gzidx");
+    options.progress = [&](std::uint64_t done, std::uint64_t total) {
+      EXPECT_EQ(total, gzdata.size());
+      EXPECT_TRUE(seen.empty() || done > seen.back()) << done;
+      seen.push_back(done);
+    };
+    const auto reported = voxpipe::build_gzip_index(path, options);
+    // The exact builder reads in slices: a bar that moves (the parallel one may take a file
+    // smaller than its chunk at once).
+    ASSERT_GE(seen.size(), exact ? 2u : 1u) << exact;
+    EXPECT_EQ(seen.back(), gzdata.size()) << exact;
+    EXPECT_EQ(reported.points, plain.points) << exact;
+    EXPECT_EQ(read_file(dir.file("reported.gzidx")), read_file(dir.file("plain.gzidx"))) << exact;
+  }
 }
 
 }  // namespace
