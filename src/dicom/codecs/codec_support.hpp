@@ -29,6 +29,16 @@ inline void damaged(const FrameSpec& spec, FrameOutcome& outcome, std::string de
   outcome.warnings.push_back(std::move(detail));
 }
 
+// A frame whose decoder library was left out of this build (CMakeLists.txt: VOXPIPE_WITH_<NAME>,
+// AUTO when the library is not found): Error(unsupported) naming the transfer syntaxes, the
+// library and the Debian package that brings it back on a rebuild.
+[[noreturn]] inline void fail_not_built(const FrameSpec& spec, const char* syntaxes,
+                                        const char* library, const char* debian_package) {
+  fail(spec, ErrorCode::unsupported,
+       std::string(syntaxes) + ": voxpipe was built without " + library + " (Debian: " +
+           debian_package + ")");
+}
+
 // Samples in the frame (rows * columns * samples), checked against `out`: the caller's contract.
 std::uint64_t checked_sample_count(const FrameSpec& spec, std::span<const std::uint8_t> out);
 

@@ -8,7 +8,9 @@
 //   signedness differs from PixelRepresentation, a shift left and back by BitsAllocated - P;
 // - YBR_ICT / YBR_RCT come out RGB (OpenJPEG applies the inverse component transform).
 // P and the signedness are pydicom's reading of the SIZ segment (get_j2k_parameters).
+#if VOXPIPE_HAVE_OPENJPEG
 #include <openjpeg.h>
+#endif
 
 #include <cstring>
 #include <memory>
@@ -19,6 +21,8 @@
 #include "dicom/codecs/codec_support.hpp"
 
 namespace voxpipe::dicom {
+
+#if VOXPIPE_HAVE_OPENJPEG
 
 namespace {
 
@@ -280,5 +284,16 @@ FrameOutcome decode_j2k_frame(std::span<const std::uint8_t> src, const FrameSpec
   }
   return outcome;
 }
+
+#else  // VOXPIPE_HAVE_OPENJPEG
+
+FrameOutcome decode_j2k_frame(std::span<const std::uint8_t>, const FrameSpec& spec,
+                              std::span<std::uint8_t>) {
+  codec_support::fail_not_built(
+      spec, "JPEG 2000 (transfer syntaxes 1.2.840.10008.1.2.4.90 / .91 / .201 / .202 / .203)",
+      "OpenJPEG", "libopenjp2-7-dev");
+}
+
+#endif  // VOXPIPE_HAVE_OPENJPEG
 
 }  // namespace voxpipe::dicom

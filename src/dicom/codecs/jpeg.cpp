@@ -14,14 +14,18 @@
 #include <cstring>
 #include <vector>
 
+#if VOXPIPE_HAVE_LIBJPEG
 #include <jerror.h>
 #include <jpeglib.h>
+#endif
 
 #include "dicom/codecs/codec.hpp"
 #include "dicom/codecs/codec_support.hpp"
 #include "dicom/codecs/jpeg12.hpp"
 
 namespace voxpipe::dicom {
+
+#if VOXPIPE_HAVE_LIBJPEG
 
 namespace {
 
@@ -221,5 +225,20 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
   }
   return outcome;
 }
+
+#else  // VOXPIPE_HAVE_LIBJPEG
+
+// 12-bit frames never reach libjpeg (jpeg12.cpp decodes them), so they still decode here.
+FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
+                               std::span<std::uint8_t> out) {
+  codec_support::checked_sample_count(spec, out);
+  const codec_support::JpegMarkerInfo info = codec_support::read_jpeg_markers(src);
+  if (info.parsed && info.precision == 12) return decode_jpeg12_frame(src, spec, out);
+  codec_support::fail_not_built(
+      spec, "JPEG Baseline / Extended (transfer syntaxes 1.2.840.10008.1.2.4.50 / .51)",
+      "libjpeg-turbo", "libjpeg62-turbo-dev");
+}
+
+#endif  // VOXPIPE_HAVE_LIBJPEG
 
 }  // namespace voxpipe::dicom

@@ -5,7 +5,9 @@
 // - with PixelRepresentation 1 it applies its JPEG-LS sign correction (JPEG-LS has no signed
 //   samples): a shift left and back by BitsAllocated - P, P from the SOF55 segment;
 // - three components come out colour-by-pixel whatever the interleave mode.
+#if VOXPIPE_HAVE_CHARLS
 #include <charls/charls.h>
+#endif
 
 #include <cstring>
 #include <memory>
@@ -15,6 +17,8 @@
 #include "dicom/codecs/codec_support.hpp"
 
 namespace voxpipe::dicom {
+
+#if VOXPIPE_HAVE_CHARLS
 
 namespace {
 
@@ -188,5 +192,15 @@ FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameS
   }
   return outcome;
 }
+
+#else  // VOXPIPE_HAVE_CHARLS
+
+FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t>, const FrameSpec& spec,
+                                 std::span<std::uint8_t>) {
+  codec_support::fail_not_built(spec, "JPEG-LS (transfer syntaxes 1.2.840.10008.1.2.4.80 / .81)",
+                                "CharLS", "libcharls-dev");
+}
+
+#endif  // VOXPIPE_HAVE_CHARLS
 
 }  // namespace voxpipe::dicom
