@@ -25,7 +25,15 @@ from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
 from .errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
 
-__version__ = "0.1.0"
+# The version is written once, in CMakeLists.txt's project(); the wheel's metadata carries it
+# (pyproject.toml reads it from there).
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _dist_version
+
+try:
+    __version__ = _dist_version("voxpipe")
+except _PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",

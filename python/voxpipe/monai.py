@@ -39,12 +39,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-try:
-    import monai  # noqa: F401
-except ModuleNotFoundError as exc:
-    if exc.name != "monai":
-        raise
-    raise ImportError("voxpipe.monai needs MONAI: pip install monai") from exc
+from ._optional import require
+
+require("monai", "monai", "voxpipe.monai", "MONAI")
 
 import nibabel as nib
 # MONAI's own helpers for several files (metadata checks, stacking), so that they behave exactly

@@ -35,6 +35,12 @@ import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from ._optional import require
+
+# Imported once through require (which names the extra when PyTorch is missing), then by name so
+# that type checkers see the module.
+require("torch", "torch", "voxpipe.torch", "PyTorch")
 import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate

@@ -26,12 +26,9 @@ import os
 
 import numpy as np
 
-try:
-    import torchio  # noqa: F401
-except ModuleNotFoundError as exc:
-    if exc.name != "torchio":
-        raise
-    raise ImportError("voxpipe.torchio needs TorchIO: pip install torchio") from exc
+from ._optional import require
+
+require("torchio", "torchio", "voxpipe.torchio", "TorchIO")
 
 import torch
 from torchio.data.io import check_uint_to_int

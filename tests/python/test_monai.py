@@ -259,5 +259,5 @@ def test_import_without_monai_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "monai", None)  # import monai -> ModuleNotFoundError
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ImportError, match=r"pip install monai"):
+        with pytest.raises(ImportError, match=r"voxpipe.monai needs MONAI: pip install 'voxpipe\[monai\]'"):
             importlib.import_module("voxpipe.monai")

@@ -123,5 +123,5 @@ def test_dicom_folder_equals_torchio_default_reader(tmp_path):
 def test_import_without_torchio_names_the_package(monkeypatch):
     monkeypatch.delitem(sys.modules, "voxpipe.torchio", raising=False)
     monkeypatch.setitem(sys.modules, "torchio", None)  # import torchio -> ModuleNotFoundError
-    with pytest.raises(ImportError, match=r"pip install torchio"):
+    with pytest.raises(ImportError, match=r"voxpipe.torchio needs TorchIO: pip install 'voxpipe\[torchio\]'"):
         importlib.import_module("voxpipe.torchio")

@@ -1,0 +1,45 @@
+"""voxpipe._optional.require, the one import of an optional dependency: a framework module whose
+package is missing names the extra that brings it; a package that is installed but broken is
+reported as itself, not as a missing extra. (voxpipe.monai and voxpipe.torchio are checked the
+same way in test_monai.py and test_torchio.py.)"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from voxpipe._optional import require
+
+
+def test_voxpipe_torch_without_torch_names_the_extra(monkeypatch):
+    monkeypatch.delitem(sys.modules, "voxpipe.torch", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ModuleNotFoundError
+    with pytest.raises(ModuleNotFoundError) as info:
+        importlib.import_module("voxpipe.torch")
+    assert str(info.value) == "voxpipe.torch needs PyTorch: pip install 'voxpipe[torch]'"
+    assert info.value.name == "torch"
+
+
+def test_missing_package_names_feature_project_and_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vp_absent_framework", None)
+    with pytest.raises(ImportError, match=r"^voxpipe\.fake needs Fake: pip install 'voxpipe\[fake\]'$"):
+        require("vp_absent_framework", "fake", "voxpipe.fake", "Fake")
+
+
+def test_broken_dependency_inside_the_package_is_not_reported_as_missing(tmp_path, monkeypatch):
+    # The optional package is installed, but a module it imports is not: the original error,
+    # naming that module, is what the user needs to see.
+    (tmp_path / "vp_fake_framework").mkdir()
+    (tmp_path / "vp_fake_framework" / "__init__.py").write_text("import vp_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as info:
+        require("vp_fake_framework", "fake", "voxpipe.fake", "Fake")
+    assert info.value.name == "vp_absent_dependency"
+    assert "pip install" not in str(info.value)
+
+
+def test_present_package_is_returned():
+    assert require("json", "x", "voxpipe.x", "X") is json
