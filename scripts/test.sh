@@ -11,7 +11,11 @@
 #           (scripts/nibabel_suite.py, its NIfTI modules: about a minute); scripts/setup.sh
 #           --no-demo runs first when .venv or the package is missing, or the package is older
 #           than the sources
-# Usage: scripts/test.sh [STAGE...]   (no argument: all five, in this order)
+#   wheel   the self-contained binary wheel: scripts/build_wheel.sh repairs the wheel setup built
+#           (auditwheel: its native libraries and their licenses inside), scripts/test_wheel.sh
+#           installs it into a fresh virtual environment without build tools and runs
+#           tests/wheel/smoke_test.py from outside the source tree
+# Usage: scripts/test.sh [STAGE...]   (no argument: all six, in this order)
 # Environment: FUZZ_SECONDS (default 20), JOBS (parallel build/test jobs, default 2).
 # Build directories are reused when present, so a second run only rebuilds what changed.
 # Exits non-zero when any stage fails; the last line is a one-line summary.
@@ -21,7 +25,7 @@ root=$(pwd)
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 JOBS=${JOBS:-2}
-all_stages=(unit asan tsan fuzz python)
+all_stages=(unit asan tsan fuzz python wheel)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${all_stages[@]}")
 for s in "${stages[@]}"; do
@@ -171,6 +175,11 @@ stage_python() {
   return $rc
 }
 
+stage_wheel() {
+  JOBS=$JOBS scripts/build_wheel.sh
+  scripts/test_wheel.sh
+}
+
 declare -A result duration
 failed=0
 run_stage() {  # NAME
@@ -200,7 +209,7 @@ python_package_state() {
   fi
 }
 
-if wants python; then
+if wants python || wants wheel; then
   state=$(python_package_state)
   if [ "$state" != current ]; then
     section "setup (the voxpipe package in .venv is $state)"

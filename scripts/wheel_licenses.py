@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Adds the licenses of the native libraries `auditwheel repair` grafted into a wheel.
+
+Usage: wheel_licenses.py WHEEL   (rewrites WHEEL in place; scripts/build_wheel.sh runs it)
+
+Each grafted library (<pkg>.libs/lib<name>-<hash>.so.N) is traced back to the system file it
+was copied from: auditwheel names the copy after that file and the first 8 hex digits of its
+SHA-256, so the match is exact. `dpkg -S` names the Debian package that installed the file, and
+that package's /usr/share/doc/<package>/copyright goes into the wheel as
+<dist-info>/licenses/third_party/<package>.copyright, listed in THIRD_PARTY_NOTICES.txt next to
+it and as License-File entries in METADATA (PEP 639). Exits non-zero, changing nothing, when any
+grafted library cannot be traced to a package with a copyright file: a wheel must not ship code
+whose license it does not carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+# auditwheel's copylib: f"{base}-{sha256(file)[:8]}.{ext}" for a source file named f"{base}.{ext}".
+GRAFTED = re.compile(r"^(?P<base>[^.]+)-(?P<hash>[0-9a-f]{8})\.(?P<ext>.+)$")
+LIB_DIRS = ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib",
+            "/usr/lib", "/usr/local/lib"]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def ldconfig_paths(name: str) -> list[str]:
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [line.rsplit("=> ", 1)[1].strip() for line in out.splitlines()
+            if line.strip().startswith(name + " ") and "=> " in line]
+
+
+def source_file(grafted: str) -> Path:
+    m = GRAFTED.match(grafted)
+    if not m:
+        raise LookupError(f"{grafted}: expected auditwheel's <name>-<hash8>.<ext> form")
+    name = f"{m['base']}.{m['ext']}"
+    candidates = ldconfig_paths(name) + [os.path.join(d, name) for d in LIB_DIRS]
+    for c in dict.fromkeys(candidates):
+        p = Path(c)
+        if p.is_file() and sha256(p.read_bytes()).startswith(m["hash"]):
+            return p
+    raise LookupError(f"{grafted}: no {name} with SHA-256 {m['hash']}... in {', '.join(LIB_DIRS)}")
+
+
+def debian_package(path: Path) -> str:
+    # Debian 12 merges /lib into /usr/lib, but dpkg knows each file by the path its package uses.
+    variants = [str(path), str(path.resolve())]
+    for v in list(variants):
+        variants.append(v[4:] if v.startswith("/usr/") else "/usr" + v)
+    for v in dict.fromkeys(variants):
+        r = subprocess.run(["dpkg", "-S", v], capture_output=True, text=True)
+        if r.returncode == 0:
+            # "libcharls2:amd64: /lib/x86_64-linux-gnu/libcharls.so.2"
+            return r.stdout.split(":", 1)[0].split(",")[0].strip()
+    raise LookupError(f"{path}: dpkg -S knows no package that installed it")
+
+
+def package_version(package: str) -> str:
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "?"
+
+
+def license_names(copyright_text: str) -> list[str]:
+    # DEP-5 files name each license in "License:" fields.
+    names = re.findall(r"^License:[ \t]*(\S[^\n]*)$", copyright_text, re.MULTILINE)
+    return list(dict.fromkeys(n.strip() for n in names))
+
+
+def record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def main(wheel_path: str) -> int:
+    wheel = Path(wheel_path)
+    with zipfile.ZipFile(wheel) as zf:
+        infos = zf.infolist()
+        contents = {i.filename: zf.read(i) for i in infos}
+    dist_info = next(n.split("/", 1)[0] for n in contents if n.split("/", 1)[0].endswith(".dist-info"))
+    grafted = sorted(n for n in contents if re.match(r"^[^/]+\.libs/[^/]+$", n))
+    if not grafted:
+        print(f"{wheel.name}: no grafted libraries (run auditwheel repair first)", file=sys.stderr)
+        return 1
+
+    rows, errors, packages = [], [], {}
+    for entry in grafted:
+        lib = entry.split("/", 1)[1]
+        try:
+            src = source_file(lib)
+            pkg = debian_package(src)
+            copyright_file = Path("/usr/share/doc") / pkg / "copyright"
+            if not copyright_file.is_file():
+                raise LookupError(f"{lib}: package {pkg} has no {copyright_file}")
+        except LookupError as exc:
+            errors.append(str(exc))
+            continue
+        packages[pkg] = copyright_file.read_text(encoding="utf-8", errors="replace")
+        rows.append((lib, str(src), pkg, package_version(pkg)))
+    if errors:
+        print("no license found for a bundled library:\n  " + "\n  ".join(errors), file=sys.stderr)
+        return 1
+
+    prefix = f"{dist_info}/licenses/third_party"
+    added = {}
+    lines = ["Third-party libraries bundled in this wheel (in voxpipe.libs/), as built on Debian.",
+             "Each library's license and copyright notice, as its Debian package states them,",
+             "is in the file named in the last column, next to this one.", ""]
+    for lib, src, pkg, version in rows:
+        names = ", ".join(license_names(packages[pkg])) or "see the file"
+        lines.append(f"{lib}\n    from {src}\n    Debian package {pkg} {version}\n"
+                     f"    licenses: {names}\n    {pkg}.copyright")
+    for pkg, text in sorted(packages.items()):
+        added[f"{prefix}/{pkg}.copyright"] = text.encode()
+    added[f"{prefix}/THIRD_PARTY_NOTICES.txt"] = ("\n".join(lines) + "\n").encode()
+
+    # PEP 639: every file under licenses/ is named by a License-File field.
+    meta_name = f"{dist_info}/METADATA"
+    meta = contents[meta_name].decode()
+    new_fields = "".join(f"License-File: {n[len(dist_info) + len('/licenses/'):]}\n"
+                         for n in sorted(added) if n not in contents)
+    head, sep, body = meta.partition("\n\n")
+    contents[meta_name] = (head + "\n" + new_fields.rstrip("\n") + sep + body).encode()
+    contents.update(added)
+
+    record_name = f"{dist_info}/RECORD"
+    record = [record_line(n, d) for n, d in contents.items() if n != record_name]
+    record.append(f"{record_name},,")
+    contents[record_name] = ("\n".join(record) + "\n").encode()
+
+    # Rewritten in the original order (dist-info last, as wheels must be), new files before RECORD.
+    order = [i.filename for i in infos if i.filename != record_name]
+    order += [n for n in added if n not in order] + [record_name]
+    modes = {i.filename: i.external_attr for i in infos}
+    dates = {i.filename: i.date_time for i in infos}
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n in order:
+            info = zipfile.ZipInfo(n, date_time=dates.get(n, (2026, 1, 1, 0, 0, 0)))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = modes.get(n, 0o644 << 16)
+            zf.writestr(info, contents[n])
+    tmp.replace(wheel)
+    for lib, src, pkg, version in rows:
+        print(f"license: {lib} <- {src} ({pkg} {version})")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.split("\n\n")[1])
+    sys.exit(main(sys.argv[1]))
