@@ -26,6 +26,7 @@ debs=(
   libjpeg62-turbo-dev libjpeg62-turbo
   libcharls-dev libcharls2
   libopenjp2-7-dev libopenjp2-7
+  libpng-dev libpng16-16
   libgtest-dev
   pkgconf pkgconf-bin libpkgconf3
 )

@@ -30,6 +30,7 @@ void bind_resample(nb::module_& m);  // resample_bindings.cpp
 void bind_transforms(nb::module_& m);  // transform_bindings.cpp
 void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 void bind_device(nb::module_& m);  // device_bindings.cpp
+void bind_view(nb::module_& m);  // view_bindings.cpp
 
 namespace {
 
@@ -291,4 +292,5 @@ NB_MODULE(_core, m) {
   bind_transforms(m);
   bind_resample_series(m);
   bind_device(m);
+  bind_view(m);
 }

@@ -23,6 +23,7 @@ from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, c
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
+from ._view import view
 from .errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
 
 # The version is written once, in CMakeLists.txt's project(); the wheel's metadata carries it
@@ -44,5 +45,5 @@ __all__ = [
     "affine_transform", "map_coordinates", "resample",
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
     "cuda_status", "cufile_status",
-    "to_device",
+    "to_device", "view",
 ]
