@@ -66,7 +66,8 @@ const char* kBenchLoadUsage =
     "nibabel loads one file at a time, in a plain loop, after one untimed load of the first file\n"
     "(it imports modules on first use). A file voxpipe cannot load is named on stderr and left\n"
     "out of the timing, the others are still measured, and the exit code is that of the first\n"
-    "failing file (docs/exit_codes.md). Without Python or nibabel, voxpipe is reported alone.\n";
+    "failing file (docs/exit_codes.md). Without Python or nibabel, voxpipe is reported alone.\n"
+    "A progress bar (loads done of all rounds, ETA) is drawn when stderr is a terminal.\n";
 
 // The child's side of the comparison, run as `python -c SCRIPT REPEAT DTYPE PROGRESS FILES...`.
 // The first file is loaded once untimed (nibabel imports modules on first use: ~13 ms measured
@@ -644,7 +645,8 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   for (const auto& p : paths) files.emplace_back().path = p;
   const std::uint64_t n = files.size();
   Progress progress(err_is_terminal ? &err : nullptr,
-                    n * (1 + static_cast<std::uint64_t>(repeat) * (nibabel ? 2 : 1)), "voxpipe bench-load");
+                    n * (1 + static_cast<std::uint64_t>(repeat) * (nibabel ? 2 : 1)), "voxpipe bench-load",
+                    "loads");
   BufferPool pool;
 
   // Untimed: warms the page cache, sizes the outputs and finds the files that do not load.

@@ -7,11 +7,15 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <span>
 #include <sstream>
 
 #include "cli_common.hpp"
 #include "core/file.hpp"
+#include "gz/seek_index.hpp"
+#include "nifti/internal.hpp"
+#include "progress.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
@@ -34,6 +38,20 @@ int exit_code(ErrorCode c) {
   return kInternal;
 }
 
+bool is_overwrite_flag(const std::string& arg) { return arg == "--overwrite" || arg == "--force"; }
+
+void check_overwrite(const std::string& path, bool overwrite) {
+  if (overwrite) return;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) throw OutputExists(path);
+}
+
+void check_nifti_overwrite(const std::string& path, bool overwrite) {
+  const nifti::FilePaths files = nifti::file_paths(path);  // Error(format) for a name it cannot write
+  check_overwrite(files.header, overwrite);
+  if (files.pair) check_overwrite(files.image, overwrite);
+}
+
 std::string json_str(const std::string& s) {
   std::string o = "\"";
   for (unsigned char ch : s) {
@@ -53,19 +71,22 @@ std::string json_str(const std::string& s) {
 
 static const char* const kUsageText =
     "usage: voxpipe <command> [options]\n"
+    "       voxpipe --version | -V\n"
     "\n"
     "commands:\n"
-    "  info FILE [--json]       header summary: shape, dtype, zooms, affine, scaling, codes,\n"
-    "                           extensions, storage; for DICOM (\"DICM\" at byte 128, or .dcm):\n"
-    "                           transfer syntax, UIDs, image pixel module, geometry, rescale,\n"
-    "                           and where the pixel data lies; see info --help\n"
-    "  convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N]\n"
+    "  info FILE... [--json] [--long | --brief]\n"
+    "                           header summary: shape, dtype, zooms, units, affine, scaling,\n"
+    "                           codes, extensions, storage; for DICOM (\"DICM\" at byte 128, or\n"
+    "                           .dcm): transfer syntax, UIDs, image pixel module, geometry,\n"
+    "                           rescale, where the pixel data lies; several FILEs: one line each\n"
+    "                           (as nib-ls), --json: one JSON object per line; see info --help\n"
+    "  convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
     "                           rewrite IN as OUT (.nii, .nii.gz, .hdr/.img); --dtype float32 or\n"
     "                           float64 stores the scaled values, otherwise the stored values and\n"
     "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
     "                           --layout members (default: parallel, random access), bgzf, or\n"
     "                           single (one member, as Python's gzip); see convert --help\n"
-    "  index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT]\n"
+    "  index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT] [--overwrite]\n"
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
     "                           files get a point at every volume; default spacing 4 MiB;\n"
@@ -81,32 +102,49 @@ static const char* const kUsageText =
     "                           see dcm2nii --help\n"
     "  resample MOVING --reference REF [--affine X | --affines LIST | --warp FIELD] -o OUT\n"
     "           [--order 3] [--mode constant] [--dtype float32] [--threads N] [--memory-limit SIZE]\n"
+    "           [--overwrite]\n"
     "                           resample a 3-D/4-D series onto REF's grid volume by volume,\n"
     "                           streamed to OUT; see resample --help\n"
+    "  view INPUT... [-o OUT.png] [--volume T] [--mosaic] [--overwrite]\n"
+    "                           PNG of a NIfTI image or DICOM series: three orthogonal slices\n"
+    "                           (or an axial mosaic), RAS-labelled; see view --help\n"
     "\n"
     "--threads 0, every command's default, means $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS\n"
-    "(its first number), else the CPUs this process may run on (taskset, cgroup cpusets).\n";
+    "(its first number), else the CPUs this process may run on (taskset, cgroup cpusets).\n"
+    "A command that writes refuses an existing output (exit 12) unless given --overwrite (or\n"
+    "--force). Long commands draw a progress bar on stderr when it is a terminal. Exit codes:\n"
+    "docs/exit_codes.md; reference: docs/cli.md.\n";
 
 namespace {
 
 const char* const kInfoUsage =
-    "usage: voxpipe info FILE [--json]\n"
+    "usage: voxpipe info FILE... [--json] [--long | --brief]\n"
     "\n"
-    "Prints FILE's header as nibabel reads it. NIfTI-1/2 (.nii, .nii.gz, .hdr/.img pairs): format,\n"
-    "byte order and compression, shape, dtype, zooms, scale factors, qform and sform codes, the\n"
-    "affine (nibabel's img.affine: sform, else qform, else the fallback), where the data lies,\n"
-    "descrip, extensions, and each header field nibabel fixes on load (\"fixed:\" lines). DICOM\n"
-    "(\"DICM\" at byte 128, or a .dcm name): transfer syntax, UIDs, the image pixel module,\n"
-    "geometry, rescale and where the pixel data lies.\n"
+    "Prints each FILE's header as nibabel reads it. NIfTI-1/2 (.nii, .nii.gz, .hdr/.img pairs):\n"
+    "format, byte order and compression, shape, dtype, zooms, units (xyzt_units, with nibabel's\n"
+    "unit names), scale factors, qform and sform codes, the affine (nibabel's img.affine: sform,\n"
+    "else qform, else the fallback), where the data lies, descrip, extensions, and each header\n"
+    "field nibabel fixes on load (\"fixed:\" lines). DICOM (\"DICM\" at byte 128, or a .dcm\n"
+    "name): transfer syntax, UIDs, the image pixel module, geometry, rescale and where the pixel\n"
+    "data lies.\n"
     "\n"
-    "  --json            the same as one JSON object (with intent_code; fixes as \"warnings\")\n"
+    "One FILE is described in full; several get one aligned line each, as nibabel's nib-ls:\n"
+    "path, dtype, shape, zooms, scaling (*slope+inter), sform and qform codes (the modality for\n"
+    "DICOM), format.\n"
     "\n"
-    "Only the header is read: a file whose data is short or corrupt is still described. Exit\n"
-    "status: 0, or the error's code (docs/exit_codes.md): 3 for a missing FILE, 5 for one that\n"
-    "is neither NIfTI nor DICOM.\n";
+    "  --json            one JSON object per FILE, one per line (JSON Lines), with every field\n"
+    "                    of the full form (\"format\": \"NIfTI-1\", \"NIfTI-2\" or \"DICOM\";\n"
+    "                    fixes as \"warnings\")\n"
+    "  -l, --long        the full form for every FILE, even several\n"
+    "  --brief           the one-line form, even for one FILE\n"
+    "\n"
+    "Only the header is read: a file whose data is short or corrupt is still described. A FILE\n"
+    "that cannot be read gets its error line on stderr and the others are still described. Exit\n"
+    "status: 0, or the code of the first FILE that failed (docs/exit_codes.md): 3 for a missing\n"
+    "FILE, 5 for one that is neither NIfTI nor DICOM.\n";
 
 const char* const kConvertUsage =
-    "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N]\n"
+    "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
     "\n"
     "Rewrites the NIfTI image IN as OUT (.nii, .nii.gz, or .hdr/.img by OUT's name), streaming\n"
     "about 64 MiB at a time. The header, affine and extensions are kept.\n"
@@ -121,12 +159,14 @@ const char* const kConvertUsage =
     "                    blocks (64 KiB); single: one member, as Python's gzip writes\n"
     "  --threads N       threads for reading and compressing; 0 (default): $VOXPIPE_NUM_THREADS,\n"
     "                    else $OMP_NUM_THREADS, else the CPUs this process may run on\n"
+    "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
     "\n"
-    "OUT appears only once complete (written beside it, then renamed). Exit status: 0, or the\n"
-    "code of the error (docs/exit_codes.md).\n";
+    "OUT appears only once complete (written beside it, then renamed). A progress bar (bytes\n"
+    "written, ETA) is drawn when stderr is a terminal. Exit status: 0, or the code of the error\n"
+    "(docs/exit_codes.md).\n";
 
 const char* const kIndexUsage =
-    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT]\n"
+    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT] [--overwrite]\n"
     "\n"
     "Builds the seek index of the gzip file FILE in the GZIDX format that indexed_gzip and\n"
     "rapidgzip read, so that any byte range inflates from the nearest point instead of the start.\n"
@@ -136,14 +176,17 @@ const char* const kIndexUsage =
     "  --spacing MIB     uncompressed MiB between points (default 4; 0: volume and gzip member\n"
     "                    starts only)\n"
     "  --cache           write to the user cache ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or\n"
-    "                    ~/.cache/voxpipe) instead of FILE.gzidx beside FILE\n"
+    "                    ~/.cache/voxpipe) instead of FILE.gzidx beside FILE; an entry there is\n"
+    "                    replaced without --overwrite (it is voxpipe's, not a file you named)\n"
     "  --fast            build from a parallel inflate: points every ~8 MiB of compressed\n"
     "                    data, no volume points\n"
     "  --threads N       threads of that inflate; 0 (default): $VOXPIPE_NUM_THREADS, else\n"
     "                    $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  -o OUT            write the index to OUT\n"
+    "  --overwrite, --force  replace an existing FILE.gzidx or OUT (otherwise refused, exit 12)\n"
     "\n"
-    "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
+    "A progress bar (compressed bytes read, ETA) is drawn when stderr is a terminal. Exit status:\n"
+    "0, or the code of the error (docs/exit_codes.md).\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";
@@ -315,28 +358,26 @@ std::pair<std::string, std::string> dicom_field(const DicomDataset& ds, const Di
   return {"null", ""};
 }
 
-int cmd_info_dicom(const std::string& path, bool json, std::ostream& out) {
-  const DicomFile f = read_dicom(path);
+// One file's JSON object on one line (JSON Lines), or its text block.
+void info_dicom(const std::string& path, const DicomFile& f, bool json, std::ostream& out) {
   const DicomTransferSyntax& ts = f.transfer_syntax;
   const std::string ts_name = ts.uid.empty() ? "" : transfer_syntax_name(ts.uid);
   const auto& px = f.pixel_data;
   constexpr std::size_t kFragmentsShown = 8;
   if (json) {
-    out << "{\n";
-    out << "  \"path\": " << json_str(path) << ",\n";
-    out << "  \"format\": \"DICOM\",\n";
-    out << "  \"preamble\": " << (f.has_preamble ? "true" : "false") << ",\n";
-    out << "  \"transfer_syntax\": {\"uid\": " << json_str(ts.uid) << ", \"name\": " << json_str(ts_name)
+    out << "{\"path\": " << json_str(path) << ", \"format\": \"DICOM\""
+        << ", \"preamble\": " << (f.has_preamble ? "true" : "false");
+    out << ", \"transfer_syntax\": {\"uid\": " << json_str(ts.uid) << ", \"name\": " << json_str(ts_name)
         << ", \"implicit_vr\": " << (f.implicit_vr ? "true" : "false")
         << ", \"big_endian\": " << (f.big_endian ? "true" : "false")
         << ", \"deflated\": " << (ts.deflated ? "true" : "false")
-        << ", \"encapsulated\": " << (ts.encapsulated ? "true" : "false") << "},\n";
+        << ", \"encapsulated\": " << (ts.encapsulated ? "true" : "false") << "}";
     for (const auto& field : kDicomFields)
-      out << "  \"" << field.key << "\": " << dicom_field(f.dataset, field).first << ",\n";
-    out << "  \"pixel_data\": ";
+      out << ", \"" << field.key << "\": " << dicom_field(f.dataset, field).first;
+    out << ", \"pixel_data\": ";
     if (!px) {
-      out << "null\n}\n";
-      return 0;
+      out << "null}\n";
+      return;
     }
     out << "{\"tag\": " << px->tag << ", \"offset\": " << px->offset << ", \"length\": " << px->length
         << ", \"encapsulated\": " << (px->encapsulated ? "true" : "false")
@@ -347,8 +388,8 @@ int cmd_info_dicom(const std::string& path, bool json, std::ostream& out) {
         out << (i ? ", " : "") << "[" << px->fragments[i].offset << ", " << px->fragments[i].length << "]";
       out << "]";
     }
-    out << "}\n}\n";
-    return 0;
+    out << "}}\n";
+    return;
   }
   out << "file:            " << path << "\n";
   out << "format:          DICOM" << (f.has_preamble ? "" : " (no preamble)") << "\n";
@@ -365,12 +406,12 @@ int cmd_info_dicom(const std::string& path, bool json, std::ostream& out) {
   out << "pixel data:      ";
   if (!px) {
     out << "none\n";
-    return 0;
+    return;
   }
   const char* where = f.offsets_in_inflated_stream ? " of the inflated dataset stream" : "";
   if (!px->encapsulated) {
     out << px->length << " bytes at offset " << px->offset << where << "\n";
-    return 0;
+    return;
   }
   out << "encapsulated, " << px->fragments.size() << " fragment(s), " << px->length
       << " bytes at offset " << px->offset << where << "\n";
@@ -379,85 +420,82 @@ int cmd_info_dicom(const std::string& path, bool json, std::ostream& out) {
     out << " " << px->fragments[i].offset << " (" << px->fragments[i].length << " bytes)";
   if (px->fragments.size() > kFragmentsShown) out << " ...";
   out << "\n";
-  return 0;
 }
 
-int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::optional<std::string> path;
-  bool json = false;
-  for (const auto& a : args) {
-    if (a == "-h" || a == "--help") {
-      out << kInfoUsage;
-      return 0;
-    }
-    if (a == "--json")
-      json = true;
-    else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe info: unknown option " << a << "\n" << kInfoUsage;
-      return kUsage;
-    } else if (!path) {
-      path = a;
-    } else {
-      err << "voxpipe info: expected one FILE\n" << kInfoUsage;
-      return kUsage;
-    }
+// nibabel's names of the xyzt_units codes (nibabel.nifti1.unit_codes), as get_xyzt_units gives
+// them: the space unit in bits 0-2, the time unit in bits 3-5.
+std::pair<const char*, const char*> xyzt_unit_names(std::int32_t code) {
+  const char* space = "unknown";
+  switch (code & 0x07) {
+    case 1: space = "meter"; break;
+    case 2: space = "mm"; break;
+    case 3: space = "micron"; break;
   }
-  if (!path) {
-    err << "voxpipe info: expected FILE\n" << kInfoUsage;
-    return kUsage;
+  const char* time = "unknown";
+  switch (code & 0x38) {
+    case 8: time = "sec"; break;
+    case 16: time = "msec"; break;
+    case 24: time = "usec"; break;
+    case 32: time = "hz"; break;
+    case 40: time = "ppm"; break;
+    case 48: time = "rads"; break;
   }
-  if (is_dicom_file(*path)) return cmd_info_dicom(*path, json, out);
-  NiftiImage img = open_nifti(*path);
+  return {space, time};
+}
+
+void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::ostream& out) {
   const NiftiHeader& h = img.header;
   const std::string storage = img.header_path == img.data_path ? "single file" : "pair";
   const std::string compression = img.data_compression == Compression::gzip ? "gzip" : "none";
+  const auto [space_unit, time_unit] = xyzt_unit_names(h.xyzt_units);
   std::vector<double> affine(img.affine.begin(), img.affine.end());
   if (json) {
-    out << "{\n";
-    out << "  \"path\": " << json_str(*path) << ",\n";
-    out << "  \"header_path\": " << json_str(img.header_path) << ",\n";
-    out << "  \"data_path\": " << json_str(img.data_path) << ",\n";
-    out << "  \"version\": " << h.version << ",\n";
-    out << "  \"storage\": " << json_str(storage) << ",\n";
-    out << "  \"compression\": " << json_str(compression) << ",\n";
-    out << "  \"byte_order\": " << json_str(h.big_endian ? "big" : "little") << ",\n";
-    out << "  \"shape\": " << tuple(img.shape, true) << ",\n";
-    out << "  \"dtype\": " << json_str(std::string(dtype_name(img.dtype))) << ",\n";
-    out << "  \"zooms\": " << tuple(zooms(img), true) << ",\n";
-    out << "  \"scl_slope\": " << json_num(img.scaling.slope) << ",\n";
-    out << "  \"scl_inter\": " << json_num(img.scaling.inter) << ",\n";
-    out << "  \"scaled\": " << (img.scaling.active() ? "true" : "false") << ",\n";
-    out << "  \"qform_code\": " << h.qform_code << ",\n";
-    out << "  \"sform_code\": " << h.sform_code << ",\n";
-    out << "  \"affine\": [";
-    for (int r = 0; r < 4; ++r) {
+    out << "{\"path\": " << json_str(path);
+    out << ", \"format\": \"NIfTI-" << h.version << "\"";
+    out << ", \"header_path\": " << json_str(img.header_path);
+    out << ", \"data_path\": " << json_str(img.data_path);
+    out << ", \"version\": " << h.version;
+    out << ", \"storage\": " << json_str(storage);
+    out << ", \"compression\": " << json_str(compression);
+    out << ", \"byte_order\": " << json_str(h.big_endian ? "big" : "little");
+    out << ", \"shape\": " << tuple(img.shape, true);
+    out << ", \"dtype\": " << json_str(std::string(dtype_name(img.dtype)));
+    out << ", \"zooms\": " << tuple(zooms(img), true);
+    out << ", \"xyzt_units\": {\"code\": " << h.xyzt_units << ", \"space\": " << json_str(space_unit)
+        << ", \"time\": " << json_str(time_unit) << "}";
+    out << ", \"scl_slope\": " << json_num(img.scaling.slope);
+    out << ", \"scl_inter\": " << json_num(img.scaling.inter);
+    out << ", \"scaled\": " << (img.scaling.active() ? "true" : "false");
+    out << ", \"qform_code\": " << h.qform_code;
+    out << ", \"sform_code\": " << h.sform_code;
+    out << ", \"affine\": [";
+    for (int r = 0; r < 4; ++r)
       out << (r ? ", " : "") << tuple(std::vector<double>(affine.begin() + 4 * r, affine.begin() + 4 * r + 4), true);
-    }
-    out << "],\n";
-    out << "  \"vox_offset\": " << img.data_offset << ",\n";
-    out << "  \"data_bytes\": " << img.data_bytes() << ",\n";
-    out << "  \"intent_code\": " << h.intent_code << ",\n";
-    out << "  \"descrip\": " << json_str(cstr(h.descrip)) << ",\n";
-    out << "  \"extensions\": [";
+    out << "]";
+    out << ", \"vox_offset\": " << img.data_offset;
+    out << ", \"data_bytes\": " << img.data_bytes();
+    out << ", \"intent_code\": " << h.intent_code;
+    out << ", \"descrip\": " << json_str(cstr(h.descrip));
+    out << ", \"extensions\": [";
     for (std::size_t i = 0; i < img.extensions.size(); ++i)
       out << (i ? ", " : "") << "{\"code\": " << img.extensions[i].code
           << ", \"size\": " << img.extensions[i].content.size() << "}";
-    out << "],\n";
-    out << "  \"warnings\": [";
+    out << "], \"warnings\": [";
     for (std::size_t i = 0; i < img.warnings.size(); ++i) out << (i ? ", " : "") << json_str(img.warnings[i]);
-    out << "]\n}\n";
-    return 0;
+    out << "]}\n";
+    return;
   }
-  out << "file:        " << *path << "\n";
+  out << "file:        " << path << "\n";
   if (img.header_path != img.data_path) out << "data file:   " << img.data_path << "\n";
   out << "format:      NIfTI-" << h.version << ", " << storage << ", "
       << (h.big_endian ? "big" : "little") << "-endian, compression " << compression << "\n";
   out << "shape:       " << tuple(img.shape, false) << "\n";
   out << "dtype:       " << dtype_name(img.dtype) << "\n";
   out << "zooms:       " << tuple(zooms(img), false) << "\n";
+  out << "units:       " << space_unit << ", " << time_unit << " (xyzt_units " << h.xyzt_units << ")\n";
   if (img.scaling.active())
     out << "scaling:     slope " << num(img.scaling.slope) << ", inter " << num(img.scaling.inter)
-        << " (values read as " << dtype_name(scaled_dtype(img.dtype, img.scaling, *path)) << ")\n";
+        << " (values read as " << dtype_name(scaled_dtype(img.dtype, img.scaling, path)) << ")\n";
   else
     out << "scaling:     none\n";
   out << "qform_code:  " << h.qform_code << " (" << xform_name(h.qform_code) << ")\n";
@@ -478,11 +516,161 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const auto& e : img.extensions) out << " [code " << e.code << ", " << e.content.size() << " bytes]";
   out << "\n";
   for (const auto& w : img.warnings) out << "fixed:       " << w << "\n";
-  return 0;
 }
 
-int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+// ---- the compact line per file (as nibabel's nib-ls): path, dtype, shape, zooms, scaling,
+// xform codes, format.
+
+std::string zooms_text(const std::vector<double>& z) {
+  std::string s;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", z[i]);
+    s += (i ? "x" : "") + std::string(buf);
+  }
+  return s.empty() ? "-" : s;
+}
+
+using InfoRow = std::vector<std::string>;
+
+InfoRow nifti_row(const std::string& path, const NiftiImage& img) {
+  const NiftiHeader& h = img.header;
+  std::string scaling;
+  if (img.scaling.active()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "*%.3g%+.3g", img.scaling.slope, img.scaling.inter);
+    scaling = buf;
+  }
+  std::string format = "NIfTI-" + std::to_string(h.version);
+  if (img.header_path != img.data_path) format += " pair";
+  if (img.data_compression == Compression::gzip) format += " gz";
+  return {path,
+          std::string(dtype_name(img.dtype)),
+          tuple(img.shape, true),
+          zooms_text(zooms(img)),
+          scaling,
+          "sform " + std::to_string(h.sform_code) + " qform " + std::to_string(h.qform_code),
+          format};
+}
+
+InfoRow dicom_row(const std::string& path, const DicomFile& f) {
+  std::string dtype = "-", shape = "-";
+  if (f.pixel_data) {
+    try {
+      const DicomPixelInfo px = dicom_pixel_info(f);
+      dtype = dtype_name(px.dtype);
+      shape = tuple(px.shape, true);
+    } catch (const Error&) {
+      dtype = shape = "?";  // the detailed form (info FILE) says what is wrong
+    }
+  }
+  std::string zoom = "-";
+  try {
+    if (const auto spacing = f.dataset.numbers(0x00280030); !spacing.empty()) zoom = zooms_text(spacing);
+  } catch (const Error&) {
+  }
+  std::string scaling;
+  try {
+    const auto slope = f.dataset.number(0x00281053), inter = f.dataset.number(0x00281052);
+    if ((slope && *slope != 1) || (inter && *inter != 0)) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "*%.3g%+.3g", slope.value_or(1.0), inter.value_or(0.0));
+      scaling = buf;
+    }
+  } catch (const Error&) {
+  }
+  const std::string modality = f.dataset.contains(0x00080060) ? f.dataset.string(0x00080060).value_or("") : "";
+  return {path, dtype, shape, zoom, scaling, modality.empty() ? "-" : modality, "DICOM"};
+}
+
+// Columns padded to their widest cell, two spaces apart; a column empty on every line is left out.
+void print_rows(const std::vector<InfoRow>& rows, std::ostream& out) {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows)
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], r[c].size());
+    }
+  for (const auto& r : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      if (!width[c]) continue;
+      if (!line.empty()) line += "  ";
+      line += r[c] + std::string(width[c] - r[c].size(), ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> paths;
+  bool json = false;
+  std::optional<bool> long_form;
+  for (const auto& a : args) {
+    if (a == "-h" || a == "--help") {
+      out << kInfoUsage;
+      return 0;
+    }
+    if (a == "--json")
+      json = true;
+    else if (a == "-l" || a == "--long")
+      long_form = true;
+    else if (a == "--brief")
+      long_form = false;
+    else if (a.size() > 1 && a[0] == '-') {
+      err << "voxpipe info: unknown option " << a << "\n" << kInfoUsage;
+      return kUsage;
+    } else {
+      paths.push_back(a);
+    }
+  }
+  if (paths.empty()) {
+    err << "voxpipe info: expected FILE\n" << kInfoUsage;
+    return kUsage;
+  }
+  // One FILE: the detailed form; several: one line each, as nib-ls.
+  const bool detailed = long_form.value_or(paths.size() == 1);
+  std::vector<InfoRow> rows;
+  int code = 0;
+  bool block_written = false;
+  for (const std::string& path : paths) {
+    // Each file's output is complete before it is written, so that a failing file leaves no
+    // half of its block in the output.
+    std::ostringstream one;
+    try {
+      if (is_dicom_file(path)) {
+        const DicomFile f = read_dicom(path);
+        if (json || detailed)
+          info_dicom(path, f, json, one);
+        else
+          rows.push_back(dicom_row(path, f));
+      } else {
+        const NiftiImage img = open_nifti(path);
+        if (json || detailed)
+          info_nifti(path, img, json, one);
+        else
+          rows.push_back(nifti_row(path, img));
+      }
+    } catch (const Error& e) {
+      // As bench-load: go on with the next file; the first failure decides the exit code.
+      out << std::flush;
+      err << "voxpipe info: error (" << error_code_name(e.code()) << "): " << e.what() << "\n";
+      if (!code) code = exit_code(e.code());
+      continue;
+    }
+    if (detailed && !json && block_written) out << "\n";
+    out << one.str() << std::flush;
+    block_written = true;
+  }
+  print_rows(rows, out);
+  return code;
+}
+
+int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal) {
+  std::vector<std::string> paths;
+  bool overwrite = false;
   std::optional<DType> dtype;
   int level = 1;
   GzipLayout layout = GzipLayout::members;
@@ -530,6 +718,8 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
         else
           threads = static_cast<unsigned>(l);
       }
+    } else if (is_overwrite_flag(a)) {
+      overwrite = true;
     } else if (!a.empty() && a[0] == '-') {
       err << "voxpipe convert: unknown option " << a << "\n" << kConvertUsage;
       return kUsage;
@@ -541,6 +731,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "voxpipe convert: expected IN and OUT\n" << kConvertUsage;
     return kUsage;
   }
+  check_nifti_overwrite(paths[1], overwrite);
   threads = resolve_threads(threads);  // one count for every read and the write
   NiftiImage img = open_nifti(paths[0]);
   check_data_size(img);
@@ -578,6 +769,10 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   const std::int64_t last = ndim ? img.shape[ndim - 1] : 0;
   const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>((64u << 20) / std::max<std::uint64_t>(slab_bytes, 1)));
   NiftiReader reader(img);
+  // Counted in output bytes as the writer takes them: a .nii.gz input inflates as it goes.
+  Progress progress(err_is_terminal ? &err : nullptr, img.voxel_count() * out_item, "voxpipe convert",
+                    "bytes");
+  progress.show();
   std::vector<std::byte> slab;
   std::size_t slab_pos = 0;
   std::int64_t next = 0;
@@ -596,9 +791,11 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     std::size_t k = std::min(buffer.size(), slab.size() - slab_pos);
     std::memcpy(buffer.data(), slab.data() + slab_pos, k);
     slab_pos += k;
+    progress.tick(k);
     return k;
   };
   write_nifti(paths[1], h, img.extensions, producer, WriteOptions{level, layout, threads});
+  progress.finish();
   out << "wrote " << paths[1] << "\n";
   return 0;
 }
@@ -606,8 +803,10 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
 
 }  // namespace
 
-int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+              bool err_is_terminal) {
   std::vector<std::string> paths;
+  bool overwrite = false;
   GzipIndexOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -646,6 +845,8 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
       options.to_cache = true;
     } else if (a == "--fast") {
       options.exact = false;
+    } else if (is_overwrite_flag(a)) {
+      overwrite = true;
     } else if (!a.empty() && a[0] == '-') {
       err << "voxpipe index: unknown option " << a << "\n" << kIndexUsage;
       return kUsage;
@@ -657,8 +858,21 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "voxpipe index: expected one FILE\n" << kIndexUsage;
     return kUsage;
   }
-  const GzipIndexSummary s = nifti_is_gzip_name(paths[0]) ? build_nifti_gzip_index(paths[0], options)
-                                                     : build_gzip_index(paths[0], options);
+  const bool nifti = nifti_is_gzip_name(paths[0]);
+  // A cache entry is voxpipe's own, rebuilt at will: only a file the user names is protected.
+  if (!options.output.empty())
+    check_overwrite(options.output, overwrite);
+  else if (!options.to_cache)
+    check_overwrite(gz::sidecar_path(nifti ? open_nifti(paths[0]).data_path : paths[0]), overwrite);
+  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe index", "bytes");
+  progress.show();
+  options.progress = [&progress](std::uint64_t done, std::uint64_t total) {
+    progress.expect(total);
+    progress.at(done);
+  };
+  const GzipIndexSummary s =
+      nifti ? build_nifti_gzip_index(paths[0], options) : build_gzip_index(paths[0], options);
+  progress.finish();
   char line[256];
   std::snprintf(line, sizeof line, "%llu points, index %.1f MiB for %.1f MiB of data (%.1f MiB compressed)",
                 static_cast<unsigned long long>(s.points), s.index_bytes / 1048576.0,
@@ -698,17 +912,25 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     (args.empty() ? err : out) << kUsageText;
     return args.empty() ? kUsage : 0;
   }
+  if (args[0] == "--version" || args[0] == "-V") {
+    print_version(out);
+    return 0;
+  }
   const std::string cmd = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   try {
     if (cmd == "info") return cmd_info(rest, out, err);
-    if (cmd == "convert") return cmd_convert(rest, out, err);
-    if (cmd == "index") return cmd_index(rest, out, err);
+    if (cmd == "convert") return cmd_convert(rest, out, err, err_is_terminal);
+    if (cmd == "index") return cmd_index(rest, out, err, err_is_terminal);
     if (cmd == "bench-load") return cmd_bench_load(rest, out, err, err_is_terminal);
     if (cmd == "dcm2nii") return cmd_dcm2nii(rest, out, err, err_is_terminal);
     if (cmd == "resample") return cmd_resample(rest, out, err, err_is_terminal);
+    if (cmd == "view") return cmd_view(rest, out, err);
     err << "voxpipe: unknown command " << cmd << "\n" << kUsageText;
     return kUsage;
+  } catch (const OutputExists& e) {
+    err << "voxpipe " << cmd << ": error (exists): " << e.what() << "\n";
+    return kExists;
   } catch (const Error& e) {
     err << "voxpipe " << cmd << ": error (" << error_code_name(e.code()) << "): " << e.what() << "\n";
     return exit_code(e.code());

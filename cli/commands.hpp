@@ -8,8 +8,9 @@
 namespace voxpipe::cli {
 
 // Runs `voxpipe ARGS...` (args excludes the program name) and returns the exit code
-// (docs/exit_codes.md). Output goes to `out`, diagnostics to `err`. Progress bars (bench-load)
-// are drawn on `err` only when `err_is_terminal`, so that logs and tests get none.
+// (docs/exit_codes.md). Output goes to `out`, diagnostics to `err`. Progress bars (convert,
+// index, resample, dcm2nii, bench-load) are drawn on `err` only when `err_is_terminal`, so that
+// logs and tests get none.
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
         bool err_is_terminal = false);
 

@@ -36,9 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The version the JSON sidecar names; project(VERSION) in CMakeLists.txt.
-constexpr const char* kVersion = "0.1.0";
-
 const char* kDcm2niiUsage =
     "usage: voxpipe dcm2nii INPUT... -o OUT_DIR [options]\n"
     "       voxpipe dcm2nii INPUT_DIR OUT_DIR [options]\n"
@@ -57,7 +54,8 @@ const char* kDcm2niiUsage =
     "  --float32         write float32 with each image's rescale applied; by default the stored\n"
     "                    type is written with the rescale in scl_slope/scl_inter when every image\n"
     "                    shares it, float32 otherwise\n"
-    "  --overwrite       replace existing files (by default a series whose file exists is\n"
+    "  --overwrite, --force\n"
+    "                    replace existing files (by default a series whose file exists is\n"
     "                    skipped and reported)\n"
     "  --threads N       threads for parsing, decoding and compressing; 0 (default):\n"
     "                    $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS, else the CPUs this\n"
@@ -68,9 +66,12 @@ const char* kDcm2niiUsage =
     "                    it, with a warning (warn)\n"
     "  -v, --verbose     list the files that are not DICOM images\n"
     "\n"
+    "A progress bar (images done, ETA) is drawn when stderr is a terminal.\n"
+    "\n"
     "Exit status: 0 when every series was written; 11 when some series were skipped (they are\n"
-    "named on stderr with the reason, e.g. a missing slice); 3 for a missing INPUT; 4 when\n"
-    "OUT_DIR cannot be created or written; 5 when no DICOM image was found (docs/exit_codes.md).\n";
+    "named on stderr with the reason, e.g. a missing slice or an existing file); 3 for a missing\n"
+    "INPUT; 4 when OUT_DIR cannot be created or written; 5 when no DICOM image was found\n"
+    "(docs/exit_codes.md).\n";
 
 // ---- numbers and names
 
@@ -372,7 +373,7 @@ std::string sidecar(const DicomSeries& s, const Plan& plan, const Meta& m,
   j.nums("PixelSpacing", m.nums(kPixelSpacing));
   j.nums("ImageOrientationPatientDICOM", m.nums(kImageOrientationPatient));
   j.str("ConversionSoftware", std::string("voxpipe"));
-  j.str("ConversionSoftwareVersion", std::string(kVersion));
+  j.str("ConversionSoftwareVersion", std::string(version()));
   std::vector<double> dims;
   for (auto d : s.shape()) dims.push_back(static_cast<double>(d));
   j.nums("Dimensions", dims);
@@ -474,7 +475,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
       gzip = false;
     } else if (a == "--float32") {
       force_float = true;
-    } else if (a == "--overwrite") {
+    } else if (is_overwrite_flag(a)) {
       overwrite = true;
     } else if (a == "-v" || a == "--verbose") {
       verbose = true;
@@ -514,7 +515,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
                                                     (ec ? ": " + ec.message() : std::string()));
   }
 
-  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe dcm2nii");
+  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe dcm2nii", "images");
   progress.phase("scanning");
   threads = resolve_threads(threads);  // one count for the scan and every series' read and write
   DicomScanOptions scan_options;
@@ -565,13 +566,12 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     taken.insert(base);
     const std::string nii_path = (fs::path(*out_dir) / (base + ext)).string();
     const std::string json_path = (fs::path(*out_dir) / (base + ".json")).string();
-    if (!overwrite) {
-      std::error_code ec;
-      const bool nii_exists = fs::exists(nii_path, ec), json_exists = fs::exists(json_path, ec);
-      if (nii_exists || json_exists) {
-        skip((nii_exists ? nii_path : json_path) + " exists (--overwrite replaces it)");
-        continue;
-      }
+    try {
+      check_nifti_overwrite(nii_path, overwrite);
+      check_overwrite(json_path, overwrite);
+    } catch (const OutputExists& e) {
+      skip(e.what());  // the others are still written (exit 11)
+      continue;
     }
 
     static const DicomDataset kEmpty;

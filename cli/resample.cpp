@@ -53,7 +53,11 @@ const char* const kResampleUsage =
     "  --threads N         threads; 0 (default): $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS,\n"
     "                      else the CPUs this process may run on\n"
     "  --memory-limit SIZE bytes for volumes in flight (e.g. 512M, 2G; default: one per thread)\n"
-    "  -o OUT              output file (.nii, .nii.gz)\n";
+    "  -o OUT              output file (.nii, .nii.gz, or a .hdr/.img pair)\n"
+    "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
+    "\n"
+    "A progress bar (volumes done, ETA) is drawn when stderr is a terminal. Exit status: 0, or\n"
+    "the code of the error (docs/exit_codes.md).\n";
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -127,6 +131,7 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
   std::optional<std::string> moving_path, reference_path, out_path;
   std::vector<TransformArg> transforms;
   SeriesResampleOptions options;
+  bool overwrite = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
@@ -139,6 +144,10 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
     }
     if (a == "--fast") {
       options.interp.fast = true;
+      continue;
+    }
+    if (is_overwrite_flag(a)) {
+      overwrite = true;
       continue;
     }
     const bool takes_value = a == "-o" || a == "--reference" || a == "--affine" ||
@@ -213,6 +222,7 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
     return kUsage;
   }
 
+  check_nifti_overwrite(*out_path, overwrite);
   const auto t0 = std::chrono::steady_clock::now();
   const NiftiImage moving = open_nifti(*moving_path);
   const NiftiImage reference = open_nifti(*reference_path);
@@ -259,8 +269,8 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
 
   options.reference_header = reference.header;
   Progress progress(err_is_terminal ? &err : nullptr, static_cast<std::uint64_t>(volumes),
-                    "voxpipe resample");
-  progress.phase("volumes");
+                    "voxpipe resample", "volumes");
+  progress.show();
   options.progress = [&](std::int64_t, std::int64_t) { progress.tick(); };
   resample_series_to_file(moving, reference_grid, chains, *out_path, options);
   progress.finish();

@@ -63,7 +63,9 @@ def start(*args, ignore=()) -> subprocess.Popen:
 
 
 def slow_convert(src: Path, dst: Path, ignore=()) -> subprocess.Popen:
-    return start('convert', src, dst, '--level', '9', '--threads', '1', ignore=ignore)
+    # --overwrite: some tests put a previous output at dst, which must survive the interruption.
+    return start('convert', src, dst, '--level', '9', '--threads', '1', '--overwrite',
+                 ignore=ignore)
 
 
 def wait_for_temporary(proc: subprocess.Popen, dst: Path) -> Path:

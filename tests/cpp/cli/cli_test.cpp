@@ -112,7 +112,6 @@ TEST(Cli, UsageErrorsExit2) {
       {},
       {"frobnicate"},
       {"info"},
-      {"info", a, a},
       {"info", "--yaml", a},
       {"convert", a},
       {"convert", a, dir.file("b.nii"), dir.file("c.nii")},
