@@ -795,6 +795,13 @@ def read(path: StrPath, defer_size: int | float | str | None = DEFAULT_DEFER_SIZ
         recovers, with a voxpipe.errors.CorruptDataWarning.
 
     Raises voxpipe.errors exceptions (FormatError, TruncatedError, ... : docs/dicom.md).
+
+    >>> from pydicom.data import get_testdata_file  # a CT image pydicom ships with its tests
+    >>> ds = vp.dicom.read(get_testdata_file("CT_small.dcm"))
+    >>> ds.Modality, ds.Rows, ds.Columns, ds.pixel_data_offset
+    ('CT', 128, 128, 6300)
+    >>> ds.pixel_array.dtype, ds.get_fdata().dtype   # pydicom's pixel_array; rescaled values
+    (dtype('int16'), dtype('float64'))
     """
     _dicom_pixels.check_on_corrupt(on_corrupt)
     path = os.fspath(path)

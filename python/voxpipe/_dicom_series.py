@@ -251,7 +251,13 @@ def load_dicom(paths: StrPath | Iterable[StrPath], series: int | str | None = No
     be assembled (naming why), or when several series are found and none is chosen.
     ``on_corrupt``: a compressed image its decoder reports damaged (libjpeg's "Corrupt JPEG
     data", OpenJPEG's damage warnings) raises CorruptError ('raise', the default), or 'warn':
-    what the decoder recovers, with a voxpipe.errors.CorruptDataWarning."""
+    what the decoder recovers, with a voxpipe.errors.CorruptDataWarning.
+
+    >>> from pydicom.data import get_testdata_file  # one CT slice: a series of one image
+    >>> img = vp.load_dicom(get_testdata_file("CT_small.dcm"))
+    >>> img.shape, img.get_data_dtype(), img.dicom.modality
+    ((128, 128, 1), dtype('<f4'), 'CT')
+    """
     _dicom_pixels.check_on_corrupt(on_corrupt)
     found = scan(paths, threads=threads)
     if not found:

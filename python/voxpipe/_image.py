@@ -283,7 +283,7 @@ class ArrayProxy(ArrayLike):
     # -- voxpipe's doorway -------------------------------------------------------------------------
     @property
     def threads(self) -> int:
-        """Threads for large reads (0: the default, docs/python.md "Threads")."""
+        """Threads for large reads (0: the default, docs/python.md "Thread count")."""
         return self._threads
 
     @property
@@ -312,6 +312,15 @@ class ArrayProxy(ArrayLike):
         buffer reused across files); it is returned. ``device``: None/'cpu' for the host;
         'cuda', 'cuda:N' or a torch.device for a DeviceArray (whole reads only; docs/gpu.md).
         Unlike ``proxy[slicer]`` the result is never a memory map of the file.
+
+        >>> proxy = vp.load("demo_bold.nii.gz").dataobj
+        >>> proxy.read((..., 7), np.float32).shape
+        (64, 64, 40)
+        >>> out = np.empty((64, 64, 40), np.float32, order="F")  # one buffer for every volume
+        >>> proxy.read((..., 8), np.float32, out=out) is out
+        True
+        >>> import torch  # doctest: +SKIP
+        >>> t = torch.from_dlpack(proxy.read(dtype=np.float32, device="cuda"))  # doctest: +SKIP
         """
         ranges, out_shape = plan(slicer, self._shape)
         if device is not None:
@@ -688,6 +697,16 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     a path uses that GZIDX file (from voxpipe, indexed_gzip or rapidgzip; a stale one is an
     error); False never uses one. With an index, ``img.dataobj[..., t]`` inflates only from the
     nearest seek point.
+
+    On the series ``python -m voxpipe.demo --dir .`` writes:
+
+    >>> img = vp.load("demo_bold.nii.gz")       # reads the header only
+    >>> img.shape, img.dataobj.dtype, img.dataobj.slope, img.dataobj.inter
+    ((64, 64, 40, 60), dtype('<i2'), 0.5, 10.0)
+    >>> img.get_fdata(dtype=np.float32)[32, 32, 20, 0]  # stored 989: 989 * 0.5 + 10
+    np.float32(504.5)
+    >>> img.dataobj[..., 7].shape               # inflates only up to the end of volume 7
+    (64, 64, 40)
     """
     _check_open_args(mmap, keep_file_open)
     core, file_map, source = _open_input(filename)
@@ -721,6 +740,11 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     The file is written under a temporary name and renamed when complete. An image read by
     ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
     other data are written in the header's dtype with scale factors computed as nibabel does.
+
+    >>> data = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+    >>> vp.save(vp.Nifti1Image(data, np.eye(4)), "small.nii.gz")
+    >>> vp.load("small.nii.gz").get_fdata()[1, 2, 3]
+    np.float64(23.0)
     """
     path = os.fspath(filename)
     img = _image_for(img, affine, header)

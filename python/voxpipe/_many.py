@@ -337,6 +337,11 @@ def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
     however large).
     ``on_error="raise"`` raises a file's error (naming the file) when the iteration reaches it and
     stops; ``"skip"`` warns (SkippedFileWarning) and goes on with the next file.
+
+    >>> for data in vp.iter_load(["demo_bold.nii.gz"] * 2, max_inflight_bytes=1 << 30):
+    ...     print(data.shape, data.dtype)
+    (64, 64, 40, 60) float32
+    (64, 64, 40, 60) float32
     """
     return LoadIterator(list(paths), dtype, threads, io_threads, prefetch, max_inflight_bytes,
                         on_error, images, index)
@@ -446,6 +451,9 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
     device, in the same layout (items F-ordered), each file decoded into its item by the file
     workers, several at once as on the host, and complete on the device when it is returned;
     ``out`` must then be None. None or 'cpu': a NumPy array as above.
+
+    >>> vp.load_batch(["demo_bold.nii.gz"] * 2).shape
+    (2, 64, 64, 40, 60)
     """
     from . import _device
 

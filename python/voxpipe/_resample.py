@@ -127,6 +127,13 @@ def map_coordinates(input: npt.ArrayLike, coordinates: npt.ArrayLike,
     grid-mirror, mirror, wrap, grid-wrap. ``threads``: None for all cores.
 
     {fast}
+
+    >>> import scipy.ndimage as ndi
+    >>> vol = np.random.default_rng(0).random((20, 20, 20), dtype=np.float32)
+    >>> coords = np.random.default_rng(1).uniform(-1, 20, (3, 1000))
+    >>> np.array_equal(vp.map_coordinates(vol, coords, order=3),
+    ...                ndi.map_coordinates(vol, coords, order=3))
+    True
     """
     pad = _pad_value(input, mode, cval, order, prefilter)
     input = _real_array(input, "input")

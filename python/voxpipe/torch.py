@@ -74,6 +74,13 @@ class VolumeDataset(Dataset):
     decode threads (None: every core in the main process, one in a DataLoader worker).
     ``channel_dim``: add a leading channel axis of 1, (1, X, Y, Z) per item, as MONAI expects.
     ``meta``: items end with the image's MONAI-style metadata dict (see the module's notes).
+
+    >>> from torch.utils.data import DataLoader
+    >>> from voxpipe.torch import VolumeDataset, collate
+    >>> loader = DataLoader(VolumeDataset(["demo_bold.nii.gz"] * 2), batch_size=2,
+    ...                     collate_fn=collate)
+    >>> next(iter(loader)).shape                # decoded straight into one tensor
+    torch.Size([2, 64, 64, 40, 60])
     """
 
     def __init__(self, paths: Sequence, labels: Sequence | None = None, dtype=np.float32,
