@@ -220,6 +220,12 @@ enum class DicomCodec : std::uint8_t {
   unsupported,      // any other encapsulated syntax (MPEG, JPEG XL, ...)
 };
 const char* dicom_codec_name(DicomCodec codec) noexcept;
+// Whether this build decodes frames of `codec`, and with which library: the JPEG, JPEG-LS and
+// JPEG 2000 decoders need libjpeg-turbo, CharLS and OpenJPEG at build time, and a source build
+// without one leaves that codec out (its frames are then an `unsupported` error naming the
+// library). `library` is set to the library's name, or "" for voxpipe's own decoders (native,
+// deflate, RLE, JPEG Lossless; 12-bit JPEG decodes without libjpeg-turbo). `unsupported`: false.
+bool dicom_codec_built(DicomCodec codec, const char** library = nullptr) noexcept;
 DicomCodec dicom_codec_of(std::string_view transfer_syntax_uid) noexcept;
 
 // The Image Pixel module of a file, checked, and the shape and dtype of its pixel_array.

@@ -386,6 +386,20 @@ const char* dicom_codec_name(DicomCodec codec) noexcept {
   return "unsupported";
 }
 
+bool dicom_codec_built(DicomCodec codec, const char** library) noexcept {
+  const char* lib = "";
+  bool built = true;
+  switch (codec) {
+    case DicomCodec::jpeg: lib = "libjpeg-turbo"; built = dicom::kJpegLibraryBuilt; break;
+    case DicomCodec::jpeg_ls: lib = "CharLS"; built = dicom::kJpeglsLibraryBuilt; break;
+    case DicomCodec::jpeg2000: lib = "OpenJPEG"; built = dicom::kJ2kLibraryBuilt; break;
+    case DicomCodec::unsupported: built = false; break;
+    default: break;
+  }
+  if (library) *library = lib;
+  return built;
+}
+
 DicomCodec dicom_codec_of(std::string_view uid) noexcept {
   if (uid.empty() || uid == "1.2.840.10008.1.2" || uid == "1.2.840.10008.1.2.1" ||
       uid == "1.2.840.10008.1.2.2")

@@ -114,6 +114,8 @@ def cli(vp, nifti: Path) -> None:
           f"`voxpipe --version` prints 'voxpipe {vp.__version__}' (got {first!r}, rc {r.returncode}, "
           f"stderr {r.stderr.strip()[:200]!r})")
     check("ISA-L" in r.stdout, "`voxpipe --version`: inflate with the bundled ISA-L")
+    check("JPEG-LS (CharLS)" in r.stdout and "JPEG 2000 (OpenJPEG)" in r.stdout
+          and "(libjpeg-turbo)" in r.stdout, "`voxpipe --version`: every DICOM codec built")
     r = subprocess.run([exe, "info", "--json", str(nifti)], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0, f"`voxpipe info --json FILE` exits 0 ({r.stderr.strip()[:200]})")
     info = json.loads(r.stdout.splitlines()[0])

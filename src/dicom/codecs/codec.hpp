@@ -78,6 +78,12 @@ FrameOutcome decode_jpeg_frame(std::span<const std::uint8_t> src, const FrameSpe
 FrameOutcome decode_jpegls_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
                                  std::span<std::uint8_t> out);
 // JPEG 2000 Part 1 and High-Throughput JPEG 2000 (OpenJPEG).
+// Whether the library of each optional decoder was found at build time (CMakeLists.txt sets
+// VOXPIPE_HAVE_<NAME> on that decoder's source only, so the answer is defined there).
+extern const bool kJpegLibraryBuilt;    // jpeg.cpp: libjpeg-turbo
+extern const bool kJpeglsLibraryBuilt;  // jpegls.cpp: CharLS
+extern const bool kJ2kLibraryBuilt;     // j2k.cpp: OpenJPEG
+
 FrameOutcome decode_j2k_frame(std::span<const std::uint8_t> src, const FrameSpec& spec,
                               std::span<std::uint8_t> out);
 

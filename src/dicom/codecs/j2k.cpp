@@ -22,6 +22,8 @@
 
 namespace voxpipe::dicom {
 
+const bool kJ2kLibraryBuilt = VOXPIPE_HAVE_OPENJPEG;
+
 #if VOXPIPE_HAVE_OPENJPEG
 
 namespace {

@@ -25,6 +25,8 @@
 
 namespace voxpipe::dicom {
 
+const bool kJpegLibraryBuilt = VOXPIPE_HAVE_LIBJPEG;
+
 #if VOXPIPE_HAVE_LIBJPEG
 
 namespace {

@@ -18,6 +18,8 @@
 
 namespace voxpipe::dicom {
 
+const bool kJpeglsLibraryBuilt = VOXPIPE_HAVE_CHARLS;
+
 #if VOXPIPE_HAVE_CHARLS
 
 namespace {
