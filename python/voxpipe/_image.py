@@ -9,6 +9,7 @@ import stat
 import threading
 import warnings
 
+from collections.abc import Mapping
 from typing import IO, Any, Literal, TypeVar
 
 import numpy as np
@@ -21,11 +22,12 @@ from nibabel.batteryrunners import BatteryRunner
 from nibabel.fileholders import FileHolder, copy_file_map
 from nibabel.nifti1 import Nifti1Extension, extension_codes
 
-from . import _core, _device
+from . import _core, _device, _remote
 from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_name
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 from ._types import Array, Device, NiftiImage, StrPath
+from .errors import UnsupportedError
 
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
@@ -642,10 +644,19 @@ def _stream_bytes(fileobj):
     return data
 
 
-def _open_input(source):
-    """(core image, file map, bytes or None) for a path, a bytes-like object or a readable file
-    object (read from its position to its end, now, once). The bytes go with the image's proxy,
-    which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
+def _open_input(source, storage_options=None):
+    """(core image, file map, bytes or None) for a path, a URL, a bytes-like object or a readable
+    file object (read from its position to its end, now, once). The bytes go with the image's
+    proxy, which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
+    if _remote.is_url(source):
+        if _core.is_pair_path(source):
+            raise UnsupportedError(f"{source}: .hdr/.img pairs are not read from URLs yet: "
+                                   f"expected a .nii or .nii.gz object", path=source)
+        obj = _remote.fetch(source, storage_options)
+        core = _core.open_bytes(obj.data, source)
+        return core, {"image": FileHolder(filename=source)}, obj.data
+    if storage_options:
+        raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
     if isinstance(source, (str, os.PathLike)):
         core = _core.open(os.fspath(source))
         return core, _file_map_of(core), None
@@ -678,7 +689,8 @@ def from_stream(fileobj: IO[bytes], *, threads: int = 0) -> NiftiImage:
 
 def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
          mmap: bool | Literal["c", "r"] = True, keep_file_open: bool | None = None,
-         threads: int = 0, index: StrPath | Literal[False] | None = None) -> NiftiImage:
+         threads: int = 0, index: StrPath | Literal[False] | None = None,
+         storage_options: Mapping[str, Any] | None = None) -> NiftiImage:
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
     ``filename``: a path (str or ``pathlib.Path``), the bytes of a .nii or .nii.gz (bytes,
@@ -698,6 +710,13 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     error); False never uses one. With an index, ``img.dataobj[..., t]`` inflates only from the
     nearest seek point.
 
+    ``filename`` may also be the URL of a .nii or .nii.gz object: ``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``. It is fetched whole in one GET (through obstore: ``pip install
+    'voxpipe[s3]'``) and read from memory; ``get_filename()`` is the URL. ``storage_options``
+    configures the store (obstore's keys: ``endpoint``, ``region``, ``access_key_id``,
+    ``skip_signature``, ``allow_http``, ``timeout``...); without it the environment does, as for
+    the clouds' own tools (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP=true``, credential files).
+
     On the series ``python -m voxpipe.demo --dir .`` writes:
 
     >>> img = vp.load("demo_bold.nii.gz")       # reads the header only
@@ -709,7 +728,7 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     (64, 64, 40)
     """
     _check_open_args(mmap, keep_file_open)
-    core, file_map, source = _open_input(filename)
+    core, file_map, source = _open_input(filename, storage_options)
     klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
     return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source)
 
