@@ -8,6 +8,7 @@ import os
 import stat
 import threading
 import warnings
+import zlib
 
 from collections.abc import Mapping
 from typing import IO, Any, Literal, TypeVar
@@ -152,6 +153,12 @@ class ArrayProxy(ArrayLike):
         # An image from memory has no name to send: its bytes go, as a nibabel proxy over a
         # BytesIO pickles its bytes.
         if not self._img.data_in_file:
+            if isinstance(self._source, _remote.RemoteObject):
+                # An object from a URL: its URL, store options and ETag, never its bytes; the
+                # receiver fetches that version again (and fails if the object changed).
+                src = self._source
+                return (_reopened_remote_proxy, (src.url, src.storage_options, src.etag,
+                                                 self._options()))
             if self._source is not None:
                 return (_reopened_proxy, (self._img.data_path, self._options(),
                                           bytes(self._source)))
@@ -484,6 +491,15 @@ def _reopened_proxy(path, options, source=None):
     return proxy if shape is None else proxy.reshape(shape)
 
 
+def _reopened_remote_proxy(url, storage_options, etag, options):
+    """An unpickled ArrayProxy of an object from a URL: the same version fetched again."""
+    obj = _remote.fetch(url, storage_options, etag=etag)
+    index, shape = options.pop("index"), options.pop("shape", None)
+    proxy = ArrayProxy(_core.open_bytes(obj.data, url), options.pop("threads"), *index,
+                       source=obj, **options)
+    return proxy if shape is None else proxy.reshape(shape)
+
+
 # vp.load returns nibabel's own classes, not subclasses: code that tests ``type(img)`` (nibabel's
 # nib.save conversions and slicer, among others) treats them as nibabel's.
 _NIBABEL_CLASSES = {(1, False): nib.Nifti1Image, (2, False): nib.Nifti2Image,
@@ -514,7 +530,7 @@ def _stored_header_block(core, source, size):
     if core.data_in_file:
         f = open(core.header_path, "rb")
     elif source is not None:
-        f = io.BytesIO(source)
+        return _leading_bytes(_remote.buffer_of(source), size)
     else:
         return None
     with f:
@@ -524,6 +540,28 @@ def _stored_header_block(core, source, size):
                 return gz.read(size)
         f.seek(0)
         return f.read(size)
+
+
+def _leading_bytes(data, size):
+    """The first `size` bytes of the .nii held in `data`, inflated where gzip (member after
+    member), without copying the rest: an image from memory may be hundreds of MiB."""
+    view = memoryview(data).cast("B")
+    if bytes(view[:2]) != b"\x1f\x8b":
+        return bytes(view[:size])
+    out = bytearray()
+    pos, chunk = 0, 1 << 16
+    inflater = zlib.decompressobj(31)
+    try:
+        while len(out) < size and pos < len(view):
+            fed = view[pos:pos + chunk]
+            out += inflater.decompress(fed)
+            pos += len(fed)
+            if inflater.eof:  # the next member starts in what this one left
+                pos -= len(inflater.unused_data)
+                inflater = zlib.decompressobj(31)
+    except zlib.error:  # damage (or padding) after the header: the decoder reports it on reads
+        pass
+    return bytes(out[:size])
 
 
 def _checked_header(klass, core, source):
@@ -654,7 +692,7 @@ def _open_input(source, storage_options=None):
                                    f"expected a .nii or .nii.gz object", path=source)
         obj = _remote.fetch(source, storage_options)
         core = _core.open_bytes(obj.data, source)
-        return core, {"image": FileHolder(filename=source)}, obj.data
+        return core, {"image": FileHolder(filename=source)}, obj
     if storage_options:
         raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
     if isinstance(source, (str, os.PathLike)):

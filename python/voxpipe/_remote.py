@@ -35,13 +35,19 @@ _CLIENT_OPTIONS = frozenset({
 
 
 class RemoteObject(NamedTuple):
-    """The bytes of one object (obstore's Bytes: a buffer, not copied) and what identifies the
-    version read."""
+    """The bytes of one object (obstore's Bytes: a buffer, not copied), what identifies the
+    version read, and how the store was reached (what an image from a URL pickles as)."""
     url: str
     data: Any
     size: int
     etag: str | None
     version: str | None
+    storage_options: Mapping[str, Any] | None = None
+
+
+def buffer_of(source: Any) -> Any:
+    """The bytes an in-memory image was opened from: a RemoteObject's data, or `source`."""
+    return source.data if isinstance(source, RemoteObject) else source
 
 
 def is_url(source: object) -> bool:
@@ -75,8 +81,10 @@ def _store(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, st
     return store, name
 
 
-def fetch(url: str, storage_options: Mapping[str, Any] | None = None) -> RemoteObject:
-    """The whole object at ``url``, in one GET.
+def fetch(url: str, storage_options: Mapping[str, Any] | None = None, *,
+          etag: str | None = None) -> RemoteObject:
+    """The whole object at ``url``, in one GET; with ``etag``, only that version of it (the
+    request carries If-Match: an object replaced since raises VoxpipeIOError, never other bytes).
 
     ``storage_options``: obstore's store configuration (``S3Config``, ``GCSConfig``,
     ``AzureConfig`` keys, e.g. ``endpoint``, ``region``, ``access_key_id``,
@@ -89,15 +97,19 @@ def fetch(url: str, storage_options: Mapping[str, Any] | None = None) -> RemoteO
     obstore = require("obstore", "s3", "reading from object storage", "obstore")
     store, name = _store(url, storage_options)
     try:
-        result = obstore.get(store, name)
+        result = obstore.get(store, name, options={"if_match": etag} if etag else None)
         meta = result.meta
         data = result.bytes()
     except FileNotFoundError as exc:
         raise VoxpipeFileNotFoundError(f"{url}: cannot read: {exc}", path=url) from exc
     except Exception as exc:  # obstore's errors: denied, unauthenticated, timeout, 5xx after retries
+        if etag and type(exc).__name__ == "PreconditionError":
+            raise VoxpipeIOError(f"{url}: the object changed since it was opened (expected ETag "
+                                 f"{etag}): {exc}", path=url) from exc
         raise VoxpipeIOError(f"{url}: cannot read: {type(exc).__name__}: {exc}", path=url) from exc
     size = int(meta["size"])
     if len(data) != size:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {size} bytes, but the response holds {len(data)}",
                              path=url)
-    return RemoteObject(url, data, size, meta.get("e_tag"), meta.get("version"))
+    return RemoteObject(url, data, size, meta.get("e_tag"), meta.get("version"),
+                        dict(storage_options) if storage_options else None)

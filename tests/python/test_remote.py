@@ -33,7 +33,7 @@ def s3(tmp_path_factory):
     client.create_bucket(Bucket=BUCKET)
     d = tmp_path_factory.mktemp("remote")
     rng = np.random.default_rng(5)
-    data = rng.integers(-2000, 2000, size=(9, 8, 7, 3), dtype=np.int16)
+    data = rng.integers(-2000, 2000, size=(24, 20, 16, 4), dtype=np.int16)
     img = nib.Nifti1Image(data, np.diag([2.0, 2.5, 3.0, 1.0]))
     img.header.set_slope_inter(0.5, -3.0)
     files = {}
@@ -66,8 +66,12 @@ def test_load_url_equals_nibabel(s3, name):
         got, want = img.get_fdata(dtype=dtype), ref.get_fdata(dtype=dtype)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     assert img.dataobj[..., 1].tobytes() == np.asarray(ref.dataobj[..., 1]).tobytes()
-    # The image holds the object's bytes: it reads again, and pickles, without the server.
-    again = pickle.loads(pickle.dumps(img))
+    # It pickles as its URL, options and ETag, never its bytes; the receiver fetches it again.
+    img.uncache()  # get_fdata cached its float64 result, which nibabel pickles
+    blob = pickle.dumps(img)
+    assert len(blob) < 8192 < files[name].stat().st_size
+    again = pickle.loads(blob)
+    assert again.get_filename() == url
     assert again.get_fdata().tobytes() == ref.get_fdata().tobytes()
 
 
@@ -130,3 +134,27 @@ def test_http_url(httpserver, s3):
     url = httpserver.url_for("/files/sub-01_bold.nii.gz")
     img = vp.load(url, storage_options={"allow_http": True})
     assert img.get_fdata().tobytes() == nib.load(files["sub-01_bold.nii.gz"]).get_fdata().tobytes()
+
+
+def test_unpickling_a_changed_object_fails(s3):
+    # Every read of an image is of the version whose header it read: a proxy unpickled after
+    # the object was replaced refuses to open it rather than mix two versions.
+    endpoint, client, files = s3
+    client.upload_file(str(files["sub-01_bold.nii"]), BUCKET, "data/changing.nii")
+    url = f"s3://{BUCKET}/data/changing.nii"
+    img = vp.load(url, storage_options=options(endpoint))
+    blob = pickle.dumps(img.dataobj)
+    assert pickle.loads(blob)[..., 0].tobytes() == img.dataobj[..., 0].tobytes()
+    client.upload_file(str(files["sub-01_bold.nii.gz"]), BUCKET, "data/changing.nii")
+    with pytest.raises(VoxpipeIOError, match="changed since it was opened") as e:
+        pickle.loads(blob)
+    assert e.value.path == url
+
+
+def test_header_checks_read_only_the_leading_bytes(s3):
+    # The header is checked from the first bytes of the object (inflated where gzip, member
+    # after member) and equals nibabel's for every kind of file.
+    endpoint, _, files = s3
+    for name in files:
+        img = vp.load(f"s3://{BUCKET}/data/{name}", storage_options=options(endpoint))
+        assert img.header.binaryblock == nib.load(files[name]).header.binaryblock
