@@ -28,6 +28,7 @@ namespace core {
 class ByteSource;
 class RandomAccessInput;
 }  // namespace core
+class RemoteInput;  // voxpipe/remote.hpp
 
 // Every field of a NIfTI-1 or NIfTI-2 header, widened to the NIfTI-2 types (exact: NIfTI-1
 // float32/int16 values convert to double/int64 without rounding). Fields that exist only in
@@ -164,6 +165,19 @@ NiftiImage open_nifti(const std::string& path, const OpenOptions& options = {});
 NiftiImage open_nifti_bytes(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
                             const std::string& name, const OpenOptions& options = {});
 
+// Opens a NIfTI object read by byte ranges (voxpipe/remote.hpp: an object on S3, GCS, Azure or
+// HTTP), reading the header and extensions only: one request when they lie in what `header`
+// already holds or in its first request. `data` is the .img object of a .hdr/.img pair, null
+// for a single file; the names (URLs) say which, and whether gzip, as file names do (the magic
+// decides for a single object whose name has no NIfTI extension). The image shares the inputs
+// and reads its data through them: a selection fetches the byte ranges it needs, coalesced and
+// concurrently; gzip data read through a seek index (DataSourceOptions::Index::path, checked
+// against the object's size and last 64 KiB) fetch the compressed span from the point before
+// the range. data_file_size is the data object's size.
+NiftiImage open_nifti_remote(std::shared_ptr<const RemoteInput> header,
+                             std::shared_ptr<const RemoteInput> data = nullptr,
+                             const OpenOptions& options = {});
+
 // A selection along one axis: source indices start + i*step for i in [0, count); step != 0 and
 // may be negative. count may be 0.
 struct AxisRange {
@@ -247,6 +261,11 @@ class NiftiReader {
 // img.dataobj[..., t] inflates one volume, plus a point every `options.spacing` bytes.
 // Error(invalid_argument) when the data are not gzip-compressed.
 GzipIndexSummary build_nifti_gzip_index(const std::string& path, GzipIndexOptions options = {});
+
+// The same for an opened image whose data are not in a file (open_nifti_remote): reads the data
+// through the image's input and writes the index to `options.output`, which must be set, keyed
+// by the object's size and last 64 KiB (an object has no modification time to record).
+GzipIndexSummary build_nifti_gzip_index(const NiftiImage& image, GzipIndexOptions options);
 
 // Is a conversion from the image's on-disk type to spec supported?  (RGB only as raw bytes,
 // scaling only to float/complex outputs, complex to real only with real_part.)

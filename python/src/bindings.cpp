@@ -31,21 +31,7 @@ void bind_transforms(nb::module_& m);  // transform_bindings.cpp
 void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 void bind_device(nb::module_& m);  // device_bindings.cpp
 void bind_view(nb::module_& m);  // view_bindings.cpp
-
-namespace {
-
-using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-// Input bytes may come from read-only arrays (a memory map opened with mmap='r').
-using ConstByteArray = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
-  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-}
-
-std::vector<std::uint8_t> from_bytes(const nb::bytes& b) {
-  const auto* p = static_cast<const std::uint8_t*>(b.data());
-  return std::vector<std::uint8_t>(p, p + b.size());
-}
+void bind_remote(nb::module_& m);  // remote_bindings.cpp
 
 // The bytes of `object`'s buffer (the buffer protocol; C-contiguous, read-only allowed), read in
 // place: the buffer is held, so the object can be neither resized nor released, until the last
@@ -60,6 +46,32 @@ std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::
     PyBuffer_Release(v);
     delete v;
   });
+}
+
+// A GzipIndexSummary as the dict build_index returns.
+nb::dict index_summary_dict(const GzipIndexSummary& s) {
+  nb::dict d;
+  d["index_path"] = s.index_path;
+  d["compressed_size"] = s.compressed_size;
+  d["uncompressed_size"] = s.uncompressed_size;
+  d["points"] = s.points;
+  d["index_bytes"] = s.index_bytes;
+  return d;
+}
+
+namespace {
+
+using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// Input bytes may come from read-only arrays (a memory map opened with mmap='r').
+using ConstByteArray = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
+  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+std::vector<std::uint8_t> from_bytes(const nb::bytes& b) {
+  const auto* p = static_cast<const std::uint8_t*>(b.data());
+  return std::vector<std::uint8_t>(p, p + b.size());
 }
 
 nb::list affine_list(const std::array<double, 16>& a) {
@@ -206,18 +218,9 @@ NB_MODULE(_core, m) {
           "uint8 view of an F-ordered array of `dtype`, through the reader's open data file (and "
           "its member table or index).");
 
-  auto summary_dict = [](const GzipIndexSummary& s) {
-    nb::dict d;
-    d["index_path"] = s.index_path;
-    d["compressed_size"] = s.compressed_size;
-    d["uncompressed_size"] = s.uncompressed_size;
-    d["points"] = s.points;
-    d["index_bytes"] = s.index_bytes;
-    return d;
-  };
   m.def(
       "build_index",
-      [summary_dict](const std::string& path, std::uint64_t spacing, const std::string& output,
+      [](const std::string& path, std::uint64_t spacing, const std::string& output,
                      bool to_cache, bool exact, unsigned threads) {
         GzipIndexOptions options;
         options.spacing = spacing;
@@ -231,7 +234,7 @@ NB_MODULE(_core, m) {
           s = nifti_is_gzip_name(path) ? build_nifti_gzip_index(path, options)
                                        : build_gzip_index(path, options);
         }
-        return summary_dict(s);
+        return index_summary_dict(s);
       },
       nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"),
       nb::arg("exact") = true, nb::arg("threads") = 0,
@@ -293,4 +296,5 @@ NB_MODULE(_core, m) {
   bind_resample_series(m);
   bind_device(m);
   bind_view(m);
+  bind_remote(m);
 }

@@ -28,7 +28,7 @@ from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_na
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 from ._types import Array, Device, NiftiImage, StrPath
-from .errors import UnsupportedError
+from .errors import FormatError, InvalidArgumentError, TruncatedError
 
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
@@ -154,11 +154,19 @@ class ArrayProxy(ArrayLike):
         # BytesIO pickles its bytes.
         if not self._img.data_in_file:
             if isinstance(self._source, _remote.RemoteObject):
-                # An object from a URL: its URL, store options and ETag, never its bytes; the
-                # receiver fetches that version again (and fails if the object changed).
+                # An object fetched whole (many-file loaders): the same, as a ranged open.
                 src = self._source
                 return (_reopened_remote_proxy, (src.url, src.storage_options, src.etag,
                                                  self._options()))
+            if isinstance(self._source, _remote.RemoteFile):
+                # An object from a URL: its URL, store options and ETag, never its bytes; the
+                # receiver opens that version again (and fails if the object changed).
+                src = self._source
+                data = src.partner
+                return (_reopened_remote_proxy,
+                        (src.url, src.storage_options, src.etag, self._options(),
+                         data.url if data else None, data.etag if data else None,
+                         src.filesystem))
             if self._source is not None:
                 return (_reopened_proxy, (self._img.data_path, self._options(),
                                           bytes(self._source)))
@@ -204,17 +212,31 @@ class ArrayProxy(ArrayLike):
         reader made on first use and kept (always for gzip data); otherwise a new one for the
         caller to drop."""
         if not self._keep_file_open and not self._img.gzip:
-            reader = _core.Reader(self._img, *self._index)
-            reader.check_data_size()
-            return reader
+            return self._new_reader()
         if self._reader_pid != os.getpid():
             self._forget_parent_reader()
         with self._reader_lock:
             if self._kept_reader is None:
-                reader = _core.Reader(self._img, *self._index)
-                reader.check_data_size()
-                self._kept_reader = reader
+                self._kept_reader = self._new_reader()
             return self._kept_reader
+
+    def _new_reader(self):
+        remote = isinstance(self._source, _remote.RemoteFile)
+        if remote and self._index[0] == "auto" and self._img.gzip:
+            # An object: sized members need no index; otherwise the seek index of this version
+            # in the cache, or its sidecar object. One that does not match the object (stale,
+            # damaged) is dropped, as locally.
+            reader = _core.Reader(self._img, "none", "")
+            args = ("none", "") if reader.random_access else self._source.data_file.index_args()
+            if args[0] == "path":
+                try:
+                    reader = _core.Reader(self._img, *args)
+                except (InvalidArgumentError, FormatError, TruncatedError):
+                    self._source.data_file.forget_index()
+        else:
+            reader = _core.Reader(self._img, *self._index)
+        reader.check_data_size()
+        return reader
 
     def _forget_parent_reader(self):
         """In a forked child (multiprocessing, DataLoader workers): a lock and reader of its own.
@@ -491,12 +513,13 @@ def _reopened_proxy(path, options, source=None):
     return proxy if shape is None else proxy.reshape(shape)
 
 
-def _reopened_remote_proxy(url, storage_options, etag, options):
-    """An unpickled ArrayProxy of an object from a URL: the same version fetched again."""
-    obj = _remote.fetch(url, storage_options, etag=etag)
+def _reopened_remote_proxy(url, storage_options, etag, options, data_url=None, data_etag=None,
+                           filesystem=None):
+    """An unpickled ArrayProxy of an object from a URL (and its .img object for a pair): the
+    same versions opened again, or VoxpipeIOError if they changed."""
+    core, source = _remote.open_image(url, storage_options, etag, data_url, data_etag, filesystem)
     index, shape = options.pop("index"), options.pop("shape", None)
-    proxy = ArrayProxy(_core.open_bytes(obj.data, url), options.pop("threads"), *index,
-                       source=obj, **options)
+    proxy = ArrayProxy(core, options.pop("threads"), *index, source=source, **options)
     return proxy if shape is None else proxy.reshape(shape)
 
 
@@ -682,17 +705,25 @@ def _stream_bytes(fileobj):
     return data
 
 
-def _open_input(source, storage_options=None):
+def _open_input(source, storage_options=None, filesystem=None):
     """(core image, file map, bytes or None) for a path, a URL, a bytes-like object or a readable
     file object (read from its position to its end, now, once). The bytes go with the image's
     proxy, which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
-    if _remote.is_url(source):
-        if _core.is_pair_path(source):
-            raise UnsupportedError(f"{source}: .hdr/.img pairs are not read from URLs yet: "
-                                   f"expected a .nii or .nii.gz object", path=source)
-        obj = _remote.fetch(source, storage_options)
-        core = _core.open_bytes(obj.data, source)
-        return core, {"image": FileHolder(filename=source)}, obj
+    if filesystem is not None:
+        if storage_options:
+            raise TypeError("storage_options configures voxpipe's own client: with filesystem=, "
+                            "configure the filesystem instead")
+        source = os.fspath(source)
+    if _remote.is_url(source) or filesystem is not None:
+        if _core.is_pair_path(source.split("?", 1)[0]):
+            head, sep, query = source.partition("?")
+            if head.lower().removesuffix(".gz").endswith(".img"):  # the header is the .hdr
+                source = _remote.pair_partner_url(head) + sep + query
+            core, remote = _remote.open_image(source, storage_options, filesystem=filesystem)
+            return core, {"header": FileHolder(filename=source),
+                          "image": FileHolder(filename=remote.partner.url)}, remote
+        core, remote = _remote.open_image(source, storage_options, filesystem=filesystem)
+        return core, {"image": FileHolder(filename=source)}, remote
     if storage_options:
         raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
     if isinstance(source, (str, os.PathLike)):
@@ -728,7 +759,8 @@ def from_stream(fileobj: IO[bytes], *, threads: int = 0) -> NiftiImage:
 def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
          mmap: bool | Literal["c", "r"] = True, keep_file_open: bool | None = None,
          threads: int = 0, index: StrPath | Literal[False] | None = None,
-         storage_options: Mapping[str, Any] | None = None) -> NiftiImage:
+         storage_options: Mapping[str, Any] | None = None,
+         filesystem: Any = None) -> NiftiImage:
     """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
 
     ``filename``: a path (str or ``pathlib.Path``), the bytes of a .nii or .nii.gz (bytes,
@@ -749,11 +781,16 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     nearest seek point.
 
     ``filename`` may also be the URL of a .nii or .nii.gz object: ``s3://``, ``gs://``, ``az://``,
-    ``http(s)://``. It is fetched whole in one GET (through obstore: ``pip install
-    'voxpipe[s3]'``) and read from memory; ``get_filename()`` is the URL. ``storage_options``
+    ``http(s)://`` (through obstore: ``pip install 'voxpipe[s3]'``). Opening reads its first
+    64 KiB; reads of data fetch the byte ranges they need (one volume of a ``.nii``, or of a
+    ``.nii.gz`` with a seek index next to the object or in the cache: one request), every
+    request pinned to the version opened (docs/python.md, "Object storage");
+    ``get_filename()`` is the URL. ``storage_options``
     configures the store (obstore's keys: ``endpoint``, ``region``, ``access_key_id``,
     ``skip_signature``, ``allow_http``, ``timeout``...); without it the environment does, as for
     the clouds' own tools (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP=true``, credential files).
+    ``filesystem``: an fsspec filesystem (``s3fs.S3FileSystem(...)``, ...) to read ``filename``
+    through instead, by its ``info``, ``cat_file`` and ``cat_ranges``.
 
     On the series ``python -m voxpipe.demo --dir .`` writes:
 
@@ -766,7 +803,7 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     (64, 64, 40)
     """
     _check_open_args(mmap, keep_file_open)
-    core, file_map, source = _open_input(filename, storage_options)
+    core, file_map, source = _open_input(filename, storage_options, filesystem)
     klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
     return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source)
 

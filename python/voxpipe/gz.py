@@ -10,10 +10,12 @@ through a stale index. Files written by voxpipe itself (sized gzip members) need
 from __future__ import annotations
 
 import os
-from typing import TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
-from . import _core
+from . import _core, _remote
 from ._types import StrPath
+from .errors import VoxpipeIOError
 
 __all__ = ["IndexInfo", "build_index"]
 
@@ -29,7 +31,8 @@ class IndexInfo(TypedDict):
 
 
 def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | None = None,
-                cache: bool = False, exact: bool = True, threads: int = 0) -> IndexInfo:
+                cache: bool = False, exact: bool = True, threads: int = 0,
+                storage_options: Mapping[str, Any] | None = None) -> IndexInfo:
     """Inflate ``path`` once and write its seek index.
 
     ``spacing``: uncompressed bytes between seek points (0: none besides the volume points).
@@ -44,6 +47,12 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     cores), at almost no cost over the inflate itself: points fall where the parallel chunks
     start (about every 8 MiB of compressed data), not at volume starts.
 
+    ``path`` may be the URL of a ``.nii.gz`` object (``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``; ``storage_options`` as for ``vp.load``): the object is read once, front to
+    back, and the index goes next to it as the object URL + ``.gzidx`` (one PUT; ``index_path``
+    is then that URL), or only to the local cache with ``cache=True`` (keyed by the URL and the
+    object's ETag), or to the local file ``output``. ``vp.load(url)`` finds the first two.
+
     Returns a dict: index_path, compressed_size, uncompressed_size, points, index_bytes.
 
     >>> info = vp.gz.build_index("demo_bold.nii.gz", output="demo_bold.gzidx")
@@ -52,10 +61,36 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     >>> vp.load("demo_bold.nii.gz", index="demo_bold.gzidx").dataobj.random_access
     True
     """
-    path = os.fspath(path)
     if spacing < 0:
         raise ValueError(f"spacing must be >= 0, but is {spacing}")
+    if _remote.is_url(path):
+        return _build_remote_index(str(path), spacing, output, cache, exact, threads,
+                                   storage_options)
+    if storage_options:
+        raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
+    path = os.fspath(path)
     info: IndexInfo = _core.build_index(path, int(spacing),
                                         os.fspath(output) if output is not None else "",
                                         bool(cache), bool(exact), int(threads))
+    return info
+
+
+def _build_remote_index(url: str, spacing: int, output: StrPath | None, cache: bool, exact: bool,
+                        threads: int, storage_options: Mapping[str, Any] | None) -> IndexInfo:
+    """build_index for an object: built into the local cache entry of this version (or
+    `output`), then, unless `cache` or `output`, written next to the object."""
+    core, remote = _remote.open_image(url, storage_options)
+    data = remote.data_file
+    if not data.etag and output is None:
+        raise VoxpipeIOError(f"{data.url}: the server gives no ETag, so an index cannot "
+                              f"be tied to this version of the object: pass output=",
+                              path=data.url)
+    local = os.fspath(output) if output is not None else data.cache_path()
+    if output is None:
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+    info: IndexInfo = _core.build_remote_index(core, local, int(spacing), bool(exact), int(threads))
+    if output is None and not cache:
+        with open(local, "rb") as f:
+            _remote.put(data.url + ".gzidx", f.read(), storage_options)
+        info["index_path"] = data.url + ".gzidx"
     return info

@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 
+#include "voxpipe/remote.hpp"
+
 namespace voxpipe::core {
 
 // Bytes as they are stored (a file, a buffer in memory), read by position: what the NIfTI reader
@@ -26,6 +28,11 @@ class RandomAccessInput {
   virtual std::uint64_t size() const noexcept = 0;
   // Names the bytes in error messages (a path, or the name given to a buffer).
   virtual const std::string& path() const noexcept = 0;
+  // True when reads cost a request each (RangeInput): readers then announce the ranges they
+  // will read with prefetch(), which fetches them coalesced and concurrently.
+  virtual bool fetches() const noexcept { return false; }
+  // Reads ahead `ranges` (sorted or not); a no-op for files and memory.
+  virtual void prefetch(std::span<const ByteRange> /*ranges*/) const {}
 };
 
 // A read-only regular file. Errors throw voxpipe::Error(not_found / io) naming the path; a path
@@ -107,6 +114,10 @@ class ByteSource {
   // True when reads may go in any order and from several threads at once.
   virtual bool random_access() const noexcept = 0;
   virtual const std::string& path() const noexcept = 0;
+  // True when the stored bytes cost a request per read (RandomAccessInput::fetches): a reader
+  // then announces the ranges [begin, end) of this source it will read, in ascending order.
+  virtual bool wants_prefetch() const noexcept { return false; }
+  virtual void prefetch(std::span<const ByteRange> /*ranges*/) {}
 };
 
 // The stored bytes of an input, undecoded, as a ByteSource. Shares ownership of the input.
@@ -119,6 +130,8 @@ class InputByteSource final : public ByteSource {
   }
   bool random_access() const noexcept override { return true; }
   const std::string& path() const noexcept override { return input_->path(); }
+  bool wants_prefetch() const noexcept override { return input_->fetches(); }
+  void prefetch(std::span<const ByteRange> ranges) override { input_->prefetch(ranges); }
   std::uint64_t size() const noexcept { return input_->size(); }
 
  private:

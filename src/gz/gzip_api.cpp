@@ -32,6 +32,8 @@ class ProgressInput final : public core::RandomAccessInput {
   }
   std::uint64_t size() const noexcept override { return file_.size(); }
   const std::string& path() const noexcept override { return file_.path(); }
+  bool fetches() const noexcept override { return file_.fetches(); }
+  void prefetch(std::span<const ByteRange> ranges) const override { file_.prefetch(ranges); }
 
  private:
   const core::RandomAccessInput& file_;
@@ -42,8 +44,7 @@ class ProgressInput final : public core::RandomAccessInput {
 
 }  // namespace
 
-GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options) {
-  const core::InputFile input(gz_path);
+gz::SeekIndex gz::build_index(const core::RandomAccessInput& input, const GzipIndexOptions& options) {
   std::optional<ProgressInput> reporting;
   if (options.progress) reporting.emplace(input, options.progress);
   const core::RandomAccessInput& file =
@@ -63,19 +64,31 @@ GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOpt
     index.compressed_size = file.size();
     index.spacing = static_cast<std::uint32_t>(std::min<std::uint64_t>(options.spacing, UINT32_MAX));
   }
+  return index;
+}
+
+GzipIndexSummary gz::index_summary(const SeekIndex& index, const std::string& index_path) {
   GzipIndexSummary summary;
-  if (options.output.empty()) {
-    gz::save_index(gz_path, index, !options.to_cache);
-    summary.index_path = options.to_cache ? gz::cache_path(gz_path) : gz::sidecar_path(gz_path);
-  } else {
-    gz::write_gzidx_file(options.output, index, gz::index_key(gz_path));
-    summary.index_path = options.output;
-  }
+  summary.index_path = index_path;
   summary.compressed_size = index.compressed_size;
   summary.uncompressed_size = index.uncompressed_size;
   summary.points = index.points.size();
-  summary.index_bytes = core::file_size(summary.index_path).value_or(0);
+  summary.index_bytes = core::file_size(index_path).value_or(0);
   return summary;
+}
+
+GzipIndexSummary build_gzip_index(const std::string& gz_path, const GzipIndexOptions& options) {
+  const core::InputFile input(gz_path);
+  const gz::SeekIndex index = gz::build_index(input, options);
+  std::string index_path;
+  if (options.output.empty()) {
+    gz::save_index(gz_path, index, !options.to_cache);
+    index_path = options.to_cache ? gz::cache_path(gz_path) : gz::sidecar_path(gz_path);
+  } else {
+    gz::write_gzidx_file(options.output, index, gz::index_key(gz_path));
+    index_path = options.output;
+  }
+  return gz::index_summary(index, index_path);
 }
 
 }  // namespace voxpipe

@@ -19,6 +19,7 @@ namespace {
 // 1 MiB of compressed input per file read: large enough that read syscalls are noise next to
 // inflate (~0.5 GB/s), small enough to stay bounded for any file size.
 constexpr std::size_t kInputChunk = std::size_t{1} << 20;
+constexpr std::size_t kRemoteFirstChunk = std::size_t{16} << 10;
 }  // namespace
 
 bool has_gzip_magic(std::span<const std::uint8_t> head) noexcept {
@@ -122,8 +123,14 @@ std::size_t GzipByteSource::inflate_raw(std::byte* out, std::size_t n) {
   std::size_t produced = 0;
   while (produced < n && !s.finished) {
     if (s.input_begin == s.input_end) {
+      // Stored bytes that cost a request per read (an object) are read in pieces that grow
+      // with the position: a header needs only the first few KiB.
+      const std::size_t chunk =
+          file_.fetches() ? static_cast<std::size_t>(std::clamp<std::uint64_t>(
+                                s.file_offset, kRemoteFirstChunk, kInputChunk))
+                          : kInputChunk;
       std::size_t got = file_.read_at(
-          s.file_offset, std::as_writable_bytes(std::span(s.input.get(), kInputChunk)));
+          s.file_offset, std::as_writable_bytes(std::span(s.input.get(), chunk)));
       s.input_begin = 0;
       s.input_end = got;
       s.file_offset += got;

@@ -34,11 +34,12 @@ GzipSource::GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
   // Index files are found and checked by the path and key of a file: other inputs have none.
   const bool is_file = dynamic_cast<const core::InputFile*>(&file_) != nullptr;
   if (!options.index_path.empty()) {
-    if (!is_file)
+    // An object read by ranges takes the index its caller fetched (checked by size and tail).
+    if (!is_file && !file_.fetches())
       throw Error(ErrorCode::invalid_argument, path, "index",
                   "expected no index file for data that are not in a file, but received " +
                       options.index_path);
-    index_ = load_index(path, options.index_path);
+    index_ = is_file ? load_index(path, options.index_path) : load_index(file_, options.index_path);
   } else if (options.find_index && is_file) {
     index_ = find_index(path);
   }
@@ -76,6 +77,37 @@ constexpr std::uint64_t kMaxCachedSpan = 32u << 20;
 
 }  // namespace
 
+void GzipSource::prefetch_compressed(std::uint64_t begin, std::uint64_t end) const {
+  if (!file_.fetches() || begin >= end) return;
+  std::vector<ByteRange> ranges;
+  if (members_) {
+    const std::vector<Member>& m = *members_;
+    auto it = std::upper_bound(m.begin(), m.end(), begin, [](std::uint64_t v, const Member& x) {
+      return v < x.uncompressed_offset + x.uncompressed_size;
+    });
+    for (; it != m.end() && it->uncompressed_offset < end; ++it)
+      ranges.push_back({it->offset, it->size});
+  } else if (index_) {
+    // From the last point at or before `begin` to the first at or after `end`, plus the input
+    // the decoder reads ahead in one piece and the trailer of a member that ends there.
+    const std::vector<SeekPoint>& p = index_->points;
+    auto after = std::upper_bound(p.begin(), p.end(), begin, [](std::uint64_t v, const SeekPoint& x) {
+      return v < x.uncompressed;
+    });
+    const std::uint64_t from = after == p.begin() ? 0 : std::prev(after)->compressed_bit / 8;
+    auto stop = std::lower_bound(p.begin(), p.end(), end, [](const SeekPoint& x, std::uint64_t v) {
+      return x.uncompressed < v;
+    });
+    constexpr std::uint64_t kReadAhead = (std::uint64_t{1} << 16) + 4096;  // known_window.cpp
+    const std::uint64_t to = stop == p.end() ? file_.size()
+                                             : std::min(file_.size(), stop->compressed_bit / 8 + kReadAhead);
+    ranges.push_back({from, to - from});
+  } else {
+    ranges.push_back({0, file_.size()});
+  }
+  file_.prefetch(ranges);
+}
+
 std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) {
   if (sequential_) return sequential_->read_at(offset, dst);
   const std::uint64_t total =
@@ -84,6 +116,7 @@ std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   if (offset >= total || dst.empty()) return 0;
   const std::uint64_t end = std::min<std::uint64_t>(total, offset + dst.size());
   auto inflate = [&](std::uint64_t begin, std::uint64_t stop, unsigned threads, const Sink& sink) {
+    prefetch_compressed(begin, stop);
     if (members_)
       inflate_members(file_, *members_, begin, stop, threads, sink);
     else
@@ -115,6 +148,8 @@ std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) 
 
 void GzipSource::read_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                             const core::ByteSink& sink) {
+  if (members_ || index_ || (threads >= 2 && file_.size() >= kMinParallelCompressed && end - begin >= begin))
+    prefetch_compressed(begin, end);  // an object read by ranges: fetched coalesced, ahead
   if (members_)
     inflate_members(file_, *members_, begin, end, threads, sink);
   else if (index_)

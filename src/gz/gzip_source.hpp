@@ -28,7 +28,8 @@ struct GzipSourceOptions {
   // (load_index: a stale one is Error(invalid_argument)); otherwise, when `find_index`, a valid
   // sidecar or cache entry if there is one. Index files belong to files (their key is the
   // file's size, mtime and tail): other inputs find none, and an `index_path` for one is
-  // Error(invalid_argument).
+  // Error(invalid_argument), except for an object read by ranges (RandomAccessInput::fetches),
+  // whose index is checked against its size and tail (load_index for inputs).
   std::string index_path;
   bool find_index = true;
 };
@@ -65,6 +66,10 @@ class GzipSource final : public core::ByteSource {
                               const core::ByteSink& sink);
   void read_indexed_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                           const core::ByteSink& sink);
+  // For stored bytes that cost a request per read: fetches the compressed bytes that inflating
+  // [begin, end) reads (the members, or the span between seek points; the whole file for a plain
+  // stream), coalesced and concurrently, before the decoders ask for them in pieces.
+  void prefetch_compressed(std::uint64_t begin, std::uint64_t end) const;
 
   std::shared_ptr<const core::RandomAccessInput> input_;
   const core::RandomAccessInput& file_;  // *input_

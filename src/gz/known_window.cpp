@@ -22,6 +22,10 @@ namespace {
 
 // Compressed input per read: large enough that pread calls are noise next to inflate.
 constexpr std::size_t kInputBytes = std::size_t{1} << 18;
+// From stored bytes that cost a request per read (an object), which readers fetch ahead
+// (GzipSource::prefetch_compressed): a smaller piece, so that a read that ends at a seek point
+// needs little fetched beyond it.
+constexpr std::size_t kFetchedInputBytes = std::size_t{1} << 16;
 
 // Sequential byte reads for the few framing bytes.
 class ByteCursor {
@@ -244,7 +248,8 @@ RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
       if (st->avail_in == 0) {
         const std::uint64_t limit = stop ? std::min(file_size, (stop->last_bit + 7) / 8) : file_size;
         if (next_byte < limit) {
-          const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kInputBytes, limit - next_byte));
+          const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(
+              file.fetches() ? kFetchedInputBytes : kInputBytes, limit - next_byte));
           const std::size_t got = file.read_at(next_byte, std::as_writable_bytes(std::span(in.get(), want)));
           if (got == 0) truncated(file, "deflate data", "more compressed data", next_byte);
           st->next_in = in.get();

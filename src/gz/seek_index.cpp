@@ -436,6 +436,18 @@ IndexKey index_key(const std::string& gz_path) {
   return key;
 }
 
+IndexKey input_key(const core::RandomAccessInput& input) {
+  IndexKey key;
+  key.size = input.size();
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kTailBytes, key.size));
+  std::vector<std::uint8_t> tail(n);
+  if (input.read_at(key.size - n, std::as_writable_bytes(std::span(tail))) != n)
+    throw Error(ErrorCode::io, input.path(), "", "the object ended before its size");
+  key.tail_crc = static_cast<std::uint32_t>(crc32(crc32(0L, Z_NULL, 0), tail.data(),
+                                                  static_cast<uInt>(n)));
+  return key;
+}
+
 std::string sidecar_path(const std::string& gz_path) { return gz_path + ".gzidx"; }
 
 std::string cache_path(const std::string& gz_path) {
@@ -498,6 +510,21 @@ SeekIndex load_index(const std::string& gz_path, const std::string& index_path) 
     throw Error(ErrorCode::format, index_path, "compressed size",
                 "expected " + std::to_string(key.size) + ", but found " +
                     std::to_string(index.compressed_size));
+  return index;
+}
+
+SeekIndex load_index(const core::RandomAccessInput& input, const std::string& index_path) {
+  std::optional<IndexKey> found;
+  SeekIndex index = read_gzidx_file(index_path, &found);
+  const IndexKey key = input_key(input);
+  const bool stale = found ? (found->size != key.size || found->tail_crc != key.tail_crc)
+                           : index.compressed_size != key.size;
+  if (stale || index.compressed_size != key.size)
+    throw Error(ErrorCode::invalid_argument, index_path, "seek index",
+                "stale index: " +
+                    std::string(found ? "it was written for a different version of "
+                                      : "its compressed size does not match ") +
+                    input.path());
   return index;
 }
 

@@ -39,6 +39,7 @@
 #include "core/file.hpp"
 #include "gz/known_window.hpp"
 #include "gz/stream.hpp"
+#include "voxpipe/gzip.hpp"
 
 namespace voxpipe::gz {
 
@@ -150,6 +151,10 @@ void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, 
 // The key of the file as it is now. Error(not_found / io).
 IndexKey index_key(const std::string& gz_path);
 
+// The key of stored bytes that are not a file (an object read by ranges): size and tail CRC,
+// mtime_ns 0 (an object has no modification time an index built elsewhere could record).
+IndexKey input_key(const core::RandomAccessInput& input);
+
 // gz_path + ".gzidx".
 std::string sidecar_path(const std::string& gz_path);
 
@@ -169,9 +174,24 @@ std::optional<SeekIndex> find_index(const std::string& gz_path);
 // Error(invalid_argument) "stale index". Parse errors as read_gzidx.
 SeekIndex load_index(const std::string& gz_path, const std::string& index_path);
 
+// load_index for stored bytes that are not a file (an object read by ranges, whose index a
+// caller fetched or found in a cache): a trailer's size and tail CRC must equal input_key's (its
+// mtime is not compared: the object's own cannot be); without one, the compressed size must
+// equal the input's size. Reads the input's last 64 KiB.
+SeekIndex load_index(const core::RandomAccessInput& input, const std::string& index_path);
+
 // Writes `index` with the key of gz_path as it is now: next to the file (sidecar_path) when
 // `sidecar`, else to cache_path (creating the directory). Atomic. Error(io) on failure;
 // Error(invalid_argument) when the index's compressed size differs from the file's size.
 void save_index(const std::string& gz_path, const SeekIndex& index, bool sidecar);
+
+// --- The public builder's parts (gzip_api.cpp) -------------------------------------------------
+
+// build_gzip_index's pass over any input (voxpipe/gzip.hpp: exact or from a parallel inflate,
+// `progress` reported); writes nothing.
+SeekIndex build_index(const core::RandomAccessInput& input, const GzipIndexOptions& options);
+
+// The summary build_gzip_index returns for `index` written to `index_path`.
+GzipIndexSummary index_summary(const SeekIndex& index, const std::string& index_path);
 
 }  // namespace voxpipe::gz

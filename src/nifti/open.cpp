@@ -8,10 +8,12 @@
 #include "core/checked.hpp"
 #include "core/file.hpp"
 #include "core/memory_input.hpp"
+#include "core/range_input.hpp"
 #include "gz/gzip_reader.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 
 namespace voxpipe {
 
@@ -211,7 +213,27 @@ FilePaths file_paths(const std::string& path) {
 }
 }  // namespace nifti
 
+namespace {
+// open_nifti of a URL: the object (and a .hdr's .img object) through the URL handlers.
+NiftiImage open_nifti_url(const std::string& url, const OpenOptions& options) {
+  const UrlHandlers& handlers = url_handlers();
+  if (!handlers.open)
+    throw Error(ErrorCode::unsupported, url, "",
+                "objects named by URLs are read through voxpipe's Python package "
+                "(pip install 'voxpipe[s3]'; from the shell: python -m voxpipe ...)");
+  const std::string name = lower(url.substr(0, url.find('?')));
+  const bool pair = ends_with(name, ".hdr") || ends_with(name, ".hdr.gz") ||
+                    ends_with(name, ".img") || ends_with(name, ".img.gz");
+  if (!pair) return open_nifti_remote(handlers.open(url), nullptr, options);
+  const std::string query = url.find('?') == std::string::npos ? "" : url.substr(url.find('?'));
+  const nifti::FilePaths paths = nifti::file_paths(url.substr(0, url.find('?')));
+  return open_nifti_remote(handlers.open(paths.header + query), handlers.open(paths.image + query),
+                           options);
+}
+}  // namespace
+
 NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
+  if (is_object_url(path)) return open_nifti_url(path, options);
   NiftiImage img;
   const nifti::FilePaths paths = nifti::file_paths(path);
   const bool pair = paths.pair;
@@ -247,6 +269,44 @@ NiftiImage open_nifti_bytes(std::span<const std::byte> bytes, std::shared_ptr<co
   img.data_input = std::make_shared<const core::MemoryInput>(bytes, std::move(owner), name);
   read_header_stream(img, img.data_input, gz, false, options);
   img.data_file_size = bytes.size();
+  return img;
+}
+
+NiftiImage open_nifti_remote(std::shared_ptr<const RemoteInput> header,
+                              std::shared_ptr<const RemoteInput> data, const OpenOptions& options) {
+  if (!header) throw Error(ErrorCode::invalid_argument, "", "header", "expected an object");
+  // A URL's query (a signed URL's token) is not part of its name.
+  auto name_of = [](const std::string& url) { return lower(url.substr(0, url.find('?'))); };
+  const std::string hname = name_of(header->name());
+  const bool hdr = ends_with(hname, ".hdr") || ends_with(hname, ".hdr.gz");
+  if (hdr != static_cast<bool>(data))
+    throw Error(ErrorCode::invalid_argument, header->name(), "file name",
+                data ? "expected a .hdr object with an .img object, but the header's name is not .hdr"
+                     : "expected the .img object of a .hdr object");
+  if (ends_with(hname, ".img") || ends_with(hname, ".img.gz"))
+    throw Error(ErrorCode::invalid_argument, header->name(), "file name",
+                "expected the .hdr object of a pair as the header");
+  if (ends_with(hname, ".bz2") || ends_with(hname, ".zst")) split_name(hname);  // unsupported
+  NiftiImage img;
+  img.header_path = header->name();
+  img.data_path = data ? data->name() : header->name();
+  std::shared_ptr<const core::RandomAccessInput> hin = header->input();
+  std::shared_ptr<const core::RandomAccessInput> din = data ? data->input() : hin;
+  auto gz_of = [&](const std::shared_ptr<const core::RandomAccessInput>& in,
+                   const std::string& name) {
+    if (ends_with(name, ".gz")) return true;
+    if (ends_with(name, ".nii") || ends_with(name, ".hdr") || ends_with(name, ".img")) return false;
+    std::uint8_t magic[2] = {0, 0};
+    const std::size_t got = in->read_at(0, std::as_writable_bytes(std::span(magic)));
+    return gz::has_gzip_magic(std::span<const std::uint8_t>(magic, got));
+  };
+  img.header_compression = gz_of(hin, hname) ? Compression::gzip : Compression::none;
+  img.data_compression = data ? (gz_of(din, name_of(data->name())) ? Compression::gzip
+                                                                   : Compression::none)
+                              : img.header_compression;
+  img.data_input = din;
+  read_header_stream(img, hin, img.header_compression == Compression::gzip, hdr, options);
+  img.data_file_size = din->size();
   return img;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -15,11 +16,14 @@
 
 #include "core/convert.hpp"
 #include "core/file.hpp"
+#include "core/range_input.hpp"
 #include "core/thread_pool.hpp"
 #include "gz/gzip_source.hpp"
+#include "gz/seek_index.hpp"
 #include "nifti/internal.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 #include "voxpipe/threads.hpp"
 
 namespace voxpipe {
@@ -326,22 +330,66 @@ void NiftiReader::read(std::span<const AxisRange> selection, const OutputSpec& s
   nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
 }
 
+namespace {
+// The offsets a NIfTI index places points at, with the caller's: one point at the data start and
+// one per volume (the product of the dimensions past the third); 3D images get the data start
+// and the spacing points. Each point holds a 32 KiB window: beyond kMaxVolumePoints volumes the
+// spacing alone places them.
+std::vector<std::uint64_t> volume_starts(const NiftiImage& image, std::vector<std::uint64_t> wanted) {
+  constexpr std::uint64_t kMaxVolumePoints = 1u << 16;
+  std::uint64_t volume = dtype_size(image.dtype), volumes = 1;
+  for (std::size_t k = 0; k < image.shape.size(); ++k)
+    (k < 3 ? volume : volumes) *= static_cast<std::uint64_t>(image.shape[k]);
+  wanted.push_back(image.data_offset);
+  if (image.shape.size() > 3 && volume > 0 && volumes <= kMaxVolumePoints)
+    for (std::uint64_t t = 1; t < volumes; ++t) wanted.push_back(image.data_offset + t * volume);
+  return wanted;
+}
+}  // namespace
+
 GzipIndexSummary build_nifti_gzip_index(const std::string& path, GzipIndexOptions options) {
   const NiftiImage image = open_nifti(path);
   if (image.data_compression != Compression::gzip)
     throw Error(ErrorCode::invalid_argument, image.data_path, "compression",
                 "the data are not gzip-compressed: they need no index");
-  // One point at the data start and one per volume (the product of the dimensions past the
-  // third); 3D images get the data start and the spacing points. Each point holds a 32 KiB
-  // window: beyond kMaxVolumePoints volumes the spacing alone places them.
-  constexpr std::uint64_t kMaxVolumePoints = 1u << 16;
-  std::uint64_t volume = dtype_size(image.dtype), volumes = 1;
-  for (std::size_t k = 0; k < image.shape.size(); ++k)
-    (k < 3 ? volume : volumes) *= static_cast<std::uint64_t>(image.shape[k]);
-  options.wanted.push_back(image.data_offset);
-  if (image.shape.size() > 3 && volume > 0 && volumes <= kMaxVolumePoints)
-    for (std::uint64_t t = 1; t < volumes; ++t) options.wanted.push_back(image.data_offset + t * volume);
+  if (image.data_input) {
+    // An object named by URL: its index goes to the output named, or to the cache entry of the
+    // version read and, unless to_cache, next to the object (URL + ".gzidx").
+    if (!options.output.empty()) return build_nifti_gzip_index(image, options);
+    const auto* object = dynamic_cast<const core::RangeInput*>(image.data_input.get());
+    const UrlHandlers& handlers = url_handlers();
+    if (!object || object->version().empty() || !handlers.index_cache_path || !handlers.put)
+      throw Error(ErrorCode::invalid_argument, image.data_path, "index",
+                  "expected an output path: the object has no version (ETag) to key a cache "
+                  "entry by");
+    options.output = handlers.index_cache_path(image.data_path, object->version());
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(options.output).parent_path(), ec);
+    GzipIndexSummary summary = build_nifti_gzip_index(image, options);
+    if (!options.to_cache) {
+      handlers.put(options.output, image.data_path + ".gzidx");
+      summary.index_path = image.data_path + ".gzidx";
+    }
+    return summary;
+  }
+  options.wanted = volume_starts(image, std::move(options.wanted));
   return build_gzip_index(image.data_path, options);
+}
+
+GzipIndexSummary build_nifti_gzip_index(const NiftiImage& image, GzipIndexOptions options) {
+  if (!image.data_input)
+    throw Error(ErrorCode::invalid_argument, image.data_path, "index",
+                "expected an image whose data are not in a file (for files: the path overload)");
+  if (image.data_compression != Compression::gzip)
+    throw Error(ErrorCode::invalid_argument, image.data_path, "compression",
+                "the data are not gzip-compressed: they need no index");
+  if (options.output.empty())
+    throw Error(ErrorCode::invalid_argument, image.data_path, "index",
+                "expected an output path for the index of an object");
+  options.wanted = volume_starts(image, std::move(options.wanted));
+  const gz::SeekIndex index = gz::build_index(*image.data_input, options);
+  gz::write_gzidx_file(options.output, index, gz::input_key(*image.data_input));
+  return gz::index_summary(index, options.output);
 }
 
 void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selection,
@@ -435,25 +483,41 @@ void nifti::read_selection(core::ByteSource& source, const NiftiImage& image,
     shape = {step[0] * in_size, dstride[0]};
   }
 
-  Executor exec(source, conv, fn, shape, dest.data(), options.threads);
   // Odometer over the outer axes, in ascending file order.
-  std::vector<std::uint64_t> idx(ndim, 0);
   const std::uint64_t base = image.data_offset + row_src0;
-  for (;;) {
-    std::uint64_t src = base;
-    std::int64_t dst = row_dst0;
-    for (std::size_t k = row_axes; k < ndim; ++k) {
-      src += (start[k] + idx[k] * step[k]) * sstride[k];
-      dst += static_cast<std::int64_t>(idx[k]) * dstride[k];
+  auto for_each_row = [&](auto&& visit) {
+    std::vector<std::uint64_t> idx(ndim, 0);
+    for (;;) {
+      std::uint64_t src = base;
+      std::int64_t dst = row_dst0;
+      for (std::size_t k = row_axes; k < ndim; ++k) {
+        src += (start[k] + idx[k] * step[k]) * sstride[k];
+        dst += static_cast<std::int64_t>(idx[k]) * dstride[k];
+      }
+      visit(Row{src, dst, row_n});
+      std::size_t k = row_axes;
+      for (; k < ndim; ++k) {
+        if (++idx[k] < count[k]) break;
+        idx[k] = 0;
+      }
+      if (k == ndim) break;
     }
-    exec.add({src, dst, row_n});
-    std::size_t k = row_axes;
-    for (; k < ndim; ++k) {
-      if (++idx[k] < count[k]) break;
-      idx[k] = 0;
-    }
-    if (k == ndim) break;
+  };
+  if (source.wants_prefetch()) {
+    // Stored bytes that cost a request per read (an object store): announce every byte range
+    // the rows cover first, so that they are fetched coalesced and concurrently.
+    const std::uint64_t span = (row_n - 1) * shape.src_stride + in_size;
+    std::vector<ByteRange> ranges;
+    for_each_row([&](const Row& r) {
+      if (!ranges.empty() && r.src <= ranges.back().offset + ranges.back().size)
+        ranges.back().size = std::max(ranges.back().size, r.src + span - ranges.back().offset);
+      else
+        ranges.push_back({r.src, span});
+    });
+    source.prefetch(ranges);
   }
+  Executor exec(source, conv, fn, shape, dest.data(), options.threads);
+  for_each_row([&](const Row& r) { exec.add(r); });
   exec.finish();
 }
 

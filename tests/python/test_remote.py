@@ -10,7 +10,7 @@ import nibabel as nib
 import pytest
 
 import voxpipe as vp
-from voxpipe.errors import UnsupportedError, VoxpipeFileNotFoundError, VoxpipeIOError
+from voxpipe.errors import VoxpipeFileNotFoundError, VoxpipeIOError
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -116,10 +116,29 @@ def test_not_a_nifti_object_is_a_format_error(s3):
     assert url in str(e.value)
 
 
-def test_pairs_and_bad_options_are_refused_before_any_request(s3):
+@pytest.mark.parametrize("ext", [".hdr", ".img", ".hdr.gz"])
+def test_pairs_read_both_objects(s3, tmp_path, ext):
+    # A .hdr/.img pair on a store: either name opens it; the header comes from the .hdr object
+    # and the data from the .img object, as nibabel reads the local pair.
+    endpoint, client, files = s3
+    gz = ".gz" if ext.endswith(".gz") else ""
+    local = tmp_path / f"pair.hdr{gz}"
+    nib.save(nib.Nifti1Pair(nib.load(files["sub-01_bold.nii"]).get_fdata().astype(np.float32),
+                            np.diag([2.0, 2.5, 3.0, 1.0])), local)
+    for part in (f"pair.hdr{gz}", f"pair.img{gz}"):
+        client.upload_file(str(tmp_path / part), BUCKET, f"pairs{gz}/{part}")
+    img = vp.load(f"s3://{BUCKET}/pairs{gz}/pair{ext}", storage_options=options(endpoint))
+    ref = nib.load(local)
+    assert type(img) is nib.Nifti1Pair
+    assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    assert img.dataobj[..., 2].tobytes() == np.asanyarray(ref.dataobj[..., 2]).tobytes()
+    assert img.file_map["image"].filename == f"s3://{BUCKET}/pairs{gz}/pair.img{gz}"
+    again = pickle.loads(pickle.dumps(img.dataobj))
+    assert np.asarray(again).tobytes() == np.asarray(img.dataobj).tobytes()
+
+
+def test_bad_options_are_refused_before_any_request(s3):
     endpoint, _, _ = s3
-    with pytest.raises(UnsupportedError, match="pairs"):
-        vp.load(f"s3://{BUCKET}/data/x.hdr", storage_options=options(endpoint))
     with pytest.raises(vp.errors.InvalidArgumentError, match="storage_options"):
         vp.load(f"s3://{BUCKET}/data/x.nii", storage_options={"no_such_option": 1})
     with pytest.raises(TypeError, match="URLs"):
@@ -158,3 +177,24 @@ def test_header_checks_read_only_the_leading_bytes(s3):
     for name in files:
         img = vp.load(f"s3://{BUCKET}/data/{name}", storage_options=options(endpoint))
         assert img.header.binaryblock == nib.load(files[name]).header.binaryblock
+
+
+def test_fsspec_filesystem(s3):
+    # A filesystem the user already has (s3fs here) reads the object instead of voxpipe's
+    # client: by its info, cat_file and cat_ranges; the image pickles with the filesystem.
+    s3fs = pytest.importorskip("s3fs")
+    endpoint, _, files = s3
+    fs = s3fs.S3FileSystem(key="testing", secret="testing",
+                           client_kwargs={"endpoint_url": endpoint, "region_name": "us-east-1"})
+    ref = nib.load(files["sub-01_bold.nii"])
+    for name in (f"{BUCKET}/data/sub-01_bold.nii", f"s3://{BUCKET}/data/sub-01_bold.nii"):
+        img = vp.load(name, filesystem=fs)
+        assert img.get_filename() == name
+        assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+        assert img.dataobj[..., 1].tobytes() == np.asanyarray(ref.dataobj[..., 1]).tobytes()
+        again = pickle.loads(pickle.dumps(img.dataobj))
+        assert np.asarray(again).tobytes() == np.asarray(img.dataobj).tobytes()
+    with pytest.raises(VoxpipeFileNotFoundError, match="missing.nii"):
+        vp.load(f"{BUCKET}/data/missing.nii", filesystem=fs)
+    with pytest.raises(TypeError, match="filesystem"):
+        vp.load(f"{BUCKET}/data/sub-01_bold.nii", filesystem=fs, storage_options={"region": "x"})

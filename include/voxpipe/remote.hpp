@@ -1,0 +1,108 @@
+// Objects read by byte ranges: the bytes of a NIfTI file on an object store (S3, GCS, Azure,
+// HTTP), fetched on demand by a caller-supplied fetcher, so that opening an image reads its
+// header in one ranged request and a selection reads the byte ranges it needs, coalesced and
+// fetched concurrently. The requests themselves (signing, credentials, retries, timeouts) are the
+// fetcher's: voxpipe's Python package passes one built on obstore.
+//
+// What is fetched is kept in a bounded cache of extents, so that the header, a member table or
+// a seek point's span is requested once however many small reads it serves. Reads that find no
+// cached extent fetch what they miss, growing the request geometrically while they run forward
+// through the object (a sequential decode), up to the cache's bound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace voxpipe {
+
+namespace core {
+class RangeInput;
+}
+
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+};
+
+// Bytes a fetcher returns for one range: `bytes` stays valid while `owner` lives.
+struct FetchedBytes {
+  std::span<const std::byte> bytes;
+  std::shared_ptr<const void> owner;
+};
+
+// Returns the bytes of each range, in order, each whole (shorter only where the object ends).
+// May fetch the ranges concurrently; is called from any thread, possibly several at once.
+// Throws voxpipe::Error naming the object on failure (not found, denied, timed out, changed).
+using RangeFetcher = std::function<std::vector<FetchedBytes>(std::span<const ByteRange>)>;
+
+struct RemoteInputOptions {
+  // The smallest request a read that misses the cache makes (a header with its extensions, a
+  // run of small reads).
+  std::uint64_t min_request = 64u << 10;
+  // Ranges closer than this are fetched as one (the cost of a request exceeds that of the bytes
+  // between them on object stores).
+  std::uint64_t coalesce_gap = 1u << 20;
+  // Longer ranges are split into parts of this size fetched concurrently.
+  std::uint64_t part_size = 8u << 20;
+  // Bytes kept in the cache; prefetches beyond it fetch their first part only, the rest as read.
+  std::uint64_t max_cached_bytes = 256u << 20;
+};
+
+struct RemoteInputStats {
+  std::uint64_t requests = 0;  // ranges passed to the fetcher
+  std::uint64_t bytes = 0;     // bytes it returned
+};
+
+// An object read through a RangeFetcher. `name` stands for it in errors (its URL); `size` is the
+// object's size as seen when opened, `version` what identifies that version (an ETag; empty when
+// the server gives none), which the fetcher pins its requests to. `initial` holds bytes already
+// fetched from offset 0 (the response that told the size), or is empty.
+class RemoteInput {
+ public:
+  RemoteInput(std::string name, std::uint64_t size, RangeFetcher fetch, FetchedBytes initial = {},
+              const RemoteInputOptions& options = {}, std::string version = {});
+  ~RemoteInput();
+  RemoteInput(const RemoteInput&) = delete;
+  RemoteInput& operator=(const RemoteInput&) = delete;
+
+  const std::string& name() const noexcept;
+  std::uint64_t size() const noexcept;
+  const std::string& version() const noexcept;
+  RemoteInputStats stats() const;
+  // Fetches `ranges` into the cache now (coalesced, concurrently) unless they are there.
+  void prefetch(std::span<const ByteRange> ranges) const;
+
+  // The input readers read (internal: src/core/range_input.hpp).
+  const std::shared_ptr<core::RangeInput>& input() const noexcept { return input_; }
+
+ private:
+  std::shared_ptr<core::RangeInput> input_;
+};
+
+// How calls that take paths (open_nifti, build_nifti_gzip_index, the CLI's commands) reach
+// objects named by URLs (s3://, gs://, az://, http(s)://...). voxpipe's Python package sets them
+// when imported (over obstore, configured by the environment as the clouds' own tools are);
+// without them a URL is Error(unsupported) naming the package to install.
+struct UrlHandlers {
+  // Opens the object at `url` for reads by ranges (its first request made: size and version).
+  std::function<std::shared_ptr<const RemoteInput>(const std::string& url)> open;
+  // The local path of the seek-index cache entry of version `version` of the object at `url`.
+  std::function<std::string(const std::string& url, const std::string& version)> index_cache_path;
+  // Writes the local file `path` as the object at `url`.
+  std::function<void(const std::string& path, const std::string& url)> put;
+};
+// Process-wide; call before the threads that open URLs start (the Python package does so at
+// import).
+void set_url_handlers(UrlHandlers handlers);
+const UrlHandlers& url_handlers() noexcept;
+
+// Whether `path` names an object by URL: SCHEME:// with one of s3, s3a, gs, az, abfs, abfss,
+// adl, azure, http, https (file:// is a path, not an object).
+bool is_object_url(const std::string& path) noexcept;
+
+}  // namespace voxpipe

@@ -1,0 +1,224 @@
+// Objects read by byte ranges (voxpipe/remote.hpp): the fetcher is a Python callable (voxpipe's
+// _remote module, over obstore), called from whichever thread reads, with the GIL taken for the
+// call only; obstore releases it while its requests run, so ranges of one call go out together.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gil.hpp"
+#ifdef VOXPIPE_PYTHON_CLI
+#include "commands.hpp"  // the CLI's entry (cli/), for python -m voxpipe
+#endif
+#include "voxpipe/error.hpp"
+#include "voxpipe/gzip.hpp"
+#include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
+
+namespace nb = nanobind;
+using namespace voxpipe;
+
+// bindings.cpp
+std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes);
+nb::dict index_summary_dict(const GzipIndexSummary& s);
+
+namespace {
+
+// A reference to a Python object that any thread may drop: the GIL is taken to drop it.
+std::shared_ptr<PyObject> shared_object(nb::handle object) {
+  object.inc_ref();
+  return std::shared_ptr<PyObject>(object.ptr(), [](PyObject* o) {
+    python::GilAcquire gil;
+    Py_DECREF(o);
+  });
+}
+
+// A Python exception raised for the object `name` as a voxpipe::Error: not_found for
+// FileNotFoundError, io otherwise; its message is the detail. Call with the GIL held.
+Error error_of(nb::python_error& e, const std::string& name) {
+  const bool missing = e.matches(PyExc_FileNotFoundError);
+  std::string detail = nb::str(e.value()).c_str();
+  if (detail.empty()) detail = nb::str(nb::handle(e.type()).attr("__name__")).c_str();
+  // The Python layer's messages name the URL first; the Error names it again.
+  if (detail.rfind(name + ": ", 0) == 0) detail.erase(0, name.size() + 2);
+  return Error(missing ? ErrorCode::not_found : ErrorCode::io, name, "", detail);
+}
+
+// fetch([(offset, size), ...]) -> [buffer, ...]; its exceptions as error_of.
+RangeFetcher python_fetcher(nb::handle fetch, std::string name) {
+  std::shared_ptr<PyObject> fn = shared_object(fetch);
+  return [fn, name](std::span<const ByteRange> ranges) {
+    python::GilAcquire gil;
+    std::vector<FetchedBytes> out;
+    try {
+      nb::list args;
+      for (const ByteRange& r : ranges) args.append(nb::make_tuple(r.offset, r.size));
+      nb::object result = nb::handle(fn.get())(args);
+      for (nb::handle item : result) {
+        FetchedBytes f;
+        f.owner = hold_buffer(item, f.bytes);
+        out.push_back(std::move(f));
+      }
+    } catch (nb::python_error& e) {
+      throw error_of(e, name);
+    }
+    return out;
+  };
+}
+
+}  // namespace
+
+void bind_remote(nb::module_& m) {
+  nb::class_<RemoteInput>(m, "RemoteInput")
+      .def(
+          "__init__",
+          [](RemoteInput* self, const std::string& name, std::uint64_t size, nb::handle fetch,
+             nb::handle initial, std::uint64_t min_request, std::uint64_t coalesce_gap,
+             std::uint64_t part_size, std::uint64_t max_cached_bytes, const std::string& version) {
+            FetchedBytes first;
+            if (!initial.is_none()) first.owner = hold_buffer(initial, first.bytes);
+            RemoteInputOptions options;
+            options.min_request = min_request;
+            options.coalesce_gap = coalesce_gap;
+            options.part_size = part_size;
+            options.max_cached_bytes = max_cached_bytes;
+            new (self) RemoteInput(name, size, python_fetcher(fetch, name), std::move(first), options,
+                                   version);
+          },
+          nb::arg("name"), nb::arg("size"), nb::arg("fetch"), nb::arg("initial") = nb::none(),
+          nb::arg("min_request") = RemoteInputOptions{}.min_request,
+          nb::arg("coalesce_gap") = RemoteInputOptions{}.coalesce_gap,
+          nb::arg("part_size") = RemoteInputOptions{}.part_size,
+          nb::arg("max_cached_bytes") = RemoteInputOptions{}.max_cached_bytes,
+          nb::arg("version") = "",
+          "An object of `size` bytes read by ranges through `fetch([(offset, size), ...])`, which "
+          "returns one buffer per range (each whole; the ranges of one call may be fetched "
+          "concurrently). `initial`: bytes already fetched from offset 0. `name` (the URL) "
+          "stands for the object in errors; `version` (its ETag) keys its seek-index cache entry.")
+      .def_prop_ro("name", &RemoteInput::name)
+      .def_prop_ro("size", &RemoteInput::size)
+      .def_prop_ro("version", &RemoteInput::version)
+      .def_prop_ro(
+          "stats",
+          [](const RemoteInput& r) {
+            const RemoteInputStats s = r.stats();
+            return nb::make_tuple(s.requests, s.bytes);
+          },
+          "(ranges fetched, bytes fetched) so far.")
+      .def(
+          "prefetch",
+          [](const RemoteInput& r, const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges) {
+            std::vector<ByteRange> rs;
+            for (const auto& [offset, size] : ranges) rs.push_back({offset, size});
+            python::GilRelease release;
+            r.prefetch(rs);
+          },
+          nb::arg("ranges"), "Fetch [(offset, size), ...] into the cache now.");
+
+  m.def(
+      "open_remote",
+      [](std::shared_ptr<const RemoteInput> header, std::shared_ptr<const RemoteInput> data) {
+        python::GilRelease release;
+        return open_nifti_remote(std::move(header), std::move(data));
+      },
+      nb::arg("header"), nb::arg("data") = nb::none(),
+      "Open a NIfTI object read by ranges (RemoteInput), reading the header and extensions only; "
+      "`data`: the .img object of a .hdr/.img pair. A Reader of it takes index_mode 'none', or "
+      "'path' with a GZIDX file checked against the object's size and last 64 KiB.");
+
+  m.def(
+      "build_remote_index",
+      [](const NiftiImage& image, const std::string& output, std::uint64_t spacing, bool exact,
+         unsigned threads) {
+        GzipIndexOptions options;
+        options.spacing = spacing;
+        options.output = output;
+        options.exact = exact;
+        options.threads = threads;
+        GzipIndexSummary s;
+        {
+          python::GilRelease release;
+          s = build_nifti_gzip_index(image, options);
+        }
+        return index_summary_dict(s);
+      },
+      nb::arg("image"), nb::arg("output"), nb::arg("spacing"), nb::arg("exact") = true,
+      nb::arg("threads") = 0,
+      "Build the seek index of a gzip NIfTI object opened with open_remote (a point per volume), "
+      "reading it once front to back, and write it to `output` keyed by the object's size and "
+      "last 64 KiB; returns a summary dict.");
+
+  m.def(
+      "set_url_handlers",
+      [](nb::handle open, nb::handle index_cache_path, nb::handle put) {
+        // Module-level functions that live as long as the process: referenced for good, so
+        // that nothing is released after the interpreter has gone.
+        for (nb::handle h : {open, index_cache_path, put}) h.inc_ref();
+        PyObject* o = open.ptr();
+        PyObject* c = index_cache_path.ptr();
+        PyObject* p = put.ptr();
+        UrlHandlers handlers;
+        handlers.open = [o](const std::string& url) -> std::shared_ptr<const RemoteInput> {
+          python::GilAcquire gil;
+          try {
+            return nb::cast<std::shared_ptr<RemoteInput>>(nb::handle(o)(url));
+          } catch (nb::python_error& e) {
+            throw error_of(e, url);
+          }
+        };
+        handlers.index_cache_path = [c](const std::string& url, const std::string& version) {
+          python::GilAcquire gil;
+          try {
+            return nb::cast<std::string>(nb::handle(c)(url, version));
+          } catch (nb::python_error& e) {
+            throw error_of(e, url);
+          }
+        };
+        handlers.put = [p](const std::string& path, const std::string& url) {
+          python::GilAcquire gil;
+          try {
+            nb::handle fn(p);
+            fn(path, url);
+          } catch (nb::python_error& e) {
+            throw error_of(e, url);
+          }
+        };
+        set_url_handlers(std::move(handlers));
+      },
+      nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"),
+      "Make calls that take paths (open, build_index, the CLI's commands) read URLs: "
+      "open(url) -> RemoteInput, index_cache_path(url, version) -> str, put(path, url).");
+
+#ifdef VOXPIPE_PYTHON_CLI
+  m.def(
+      "cli_main",
+      [](const std::vector<std::string>& args) {
+        nb::module_ sys = nb::module_::import_("sys");
+        sys.attr("stdout").attr("flush")();
+        sys.attr("stderr").attr("flush")();
+        int rc;
+        {
+          python::GilRelease release;
+          rc = cli::run(args, std::cout, std::cerr, isatty(STDERR_FILENO) == 1);
+          std::cout.flush();
+        }
+        return rc;
+      },
+      nb::arg("args"),
+      "Run the voxpipe command line (`voxpipe ARGS...`) in this process, where URLs are read "
+      "through the handlers set_url_handlers installed; returns the exit status.");
+  m.def("cli_install_signal_handlers", &cli::install_signal_handlers,
+        "On SIGINT, SIGTERM and SIGHUP, remove unfinished outputs and end by the signal, as the "
+        "voxpipe program does.");
+#endif
+}

@@ -1,0 +1,229 @@
+#include "core/range_input.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <iterator>
+#include <utility>
+
+#include "voxpipe/error.hpp"
+
+namespace voxpipe::core {
+
+RangeInput::RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch,
+                       FetchedBytes initial, const RemoteInputOptions& options, std::string version)
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      size_(size),
+      fetch_(std::move(fetch)),
+      options_(options) {
+  if (!fetch_) throw Error(ErrorCode::invalid_argument, name_, "fetcher", "expected a fetcher");
+  if (!initial.bytes.empty()) {
+    if (initial.bytes.size() > size_) initial.bytes = initial.bytes.first(size_);
+    std::lock_guard lock(mutex_);
+    insert_locked(0, initial);
+    last_miss_end_ = initial.bytes.size();
+    last_miss_size_ = initial.bytes.size();
+  }
+}
+
+RemoteInputStats RangeInput::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+std::vector<FetchedBytes> RangeInput::fetch(std::span<const ByteRange> ranges) const {
+  std::vector<FetchedBytes> got = fetch_(ranges);
+  if (got.size() != ranges.size())
+    throw Error(ErrorCode::io, name_, "", "expected " + std::to_string(ranges.size()) +
+                                              " ranges from the fetcher, but received " +
+                                              std::to_string(got.size()));
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (got[i].bytes.size() < ranges[i].size)
+      throw Error(ErrorCode::truncated, name_, "",
+                  "expected " + std::to_string(ranges[i].size) + " bytes from byte " +
+                      std::to_string(ranges[i].offset) + ", but the response held " +
+                      std::to_string(got[i].bytes.size()),
+                  ranges[i].offset);
+    got[i].bytes = got[i].bytes.first(ranges[i].size);
+    bytes += ranges[i].size;
+  }
+  std::lock_guard lock(mutex_);
+  stats_.requests += ranges.size();
+  stats_.bytes += bytes;
+  return got;
+}
+
+std::vector<ByteRange> RangeInput::gaps_locked(std::uint64_t begin, std::uint64_t end) const {
+  std::vector<ByteRange> gaps;
+  std::uint64_t pos = begin;
+  auto it = extents_.upper_bound(pos);
+  if (it != extents_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second->end() > pos) pos = prev->second->end();
+  }
+  for (; pos < end; ++it) {
+    if (it == extents_.end() || it->first >= end) {
+      gaps.push_back({pos, end - pos});
+      break;
+    }
+    if (it->first > pos) gaps.push_back({pos, it->first - pos});
+    pos = std::max(pos, it->second->end());
+  }
+  return gaps;
+}
+
+void RangeInput::insert_locked(std::uint64_t begin, const FetchedBytes& fetched) const {
+  const std::uint64_t end = begin + fetched.bytes.size();
+  for (const ByteRange& g : gaps_locked(begin, end)) {
+    auto e = std::make_shared<Extent>();
+    e->begin = g.offset;
+    e->bytes = fetched.bytes.subspan(g.offset - begin, g.size);
+    e->owner = fetched.owner;
+    e->used = clock_;
+    extents_.emplace(g.offset, std::move(e));
+    cached_bytes_ += g.size;
+  }
+}
+
+void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
+  while (cached_bytes_ > options_.max_cached_bytes) {
+    auto oldest = extents_.end();
+    for (auto it = extents_.begin(); it != extents_.end(); ++it)
+      if (it->second->used < keep_from_clock &&
+          (oldest == extents_.end() || it->second->used < oldest->second->used))
+        oldest = it;
+    if (oldest == extents_.end()) return;
+    cached_bytes_ -= oldest->second->bytes.size();
+    extents_.erase(oldest);
+  }
+}
+
+std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) const {
+  if (offset >= size_ || dst.empty()) return 0;
+  const std::uint64_t n = std::min<std::uint64_t>(dst.size(), size_ - offset);
+  const std::uint64_t end = offset + n;
+  std::vector<ExtentPtr> found;
+  std::vector<ByteRange> requests;
+  {
+    std::lock_guard lock(mutex_);
+    const std::uint64_t now = ++clock_;
+    auto it = extents_.upper_bound(offset);
+    if (it != extents_.begin()) --it;
+    for (; it != extents_.end() && it->first < end; ++it)
+      if (it->second->end() > offset) {
+        it->second->used = now;
+        found.push_back(it->second);
+      }
+    for (const ByteRange& g : gaps_locked(offset, end)) {
+      // A miss where the last one ended continues a front-to-back read: twice its size.
+      std::uint64_t want = options_.min_request;
+      if (g.offset == last_miss_end_)
+        want = std::max(want, std::min(2 * last_miss_size_, options_.part_size));
+      auto next = extents_.lower_bound(g.offset + g.size);
+      const std::uint64_t limit = next == extents_.end() ? size_ : next->first;
+      const std::uint64_t req_end = std::min(std::max(g.offset + g.size, g.offset + want), limit);
+      requests.push_back({g.offset, req_end - g.offset});
+      last_miss_end_ = req_end;
+      last_miss_size_ = req_end - g.offset;
+    }
+  }
+  auto copy = [&](std::uint64_t begin, std::span<const std::byte> bytes) {
+    const std::uint64_t lo = std::max(offset, begin), hi = std::min(end, begin + bytes.size());
+    if (lo < hi) std::memcpy(dst.data() + (lo - offset), bytes.data() + (lo - begin), hi - lo);
+  };
+  for (const ExtentPtr& e : found) copy(e->begin, e->bytes);
+  if (!requests.empty()) {
+    const std::vector<FetchedBytes> got = fetch(requests);
+    for (std::size_t i = 0; i < requests.size(); ++i) copy(requests[i].offset, got[i].bytes);
+    std::lock_guard lock(mutex_);
+    const std::uint64_t now = ++clock_;
+    for (std::size_t i = 0; i < requests.size(); ++i) insert_locked(requests[i].offset, got[i]);
+    evict_locked(now);
+  }
+  return n;
+}
+
+void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
+  std::vector<ByteRange> wanted;
+  for (const ByteRange& r : ranges) {
+    if (r.offset >= size_ || r.size == 0) continue;
+    wanted.push_back({r.offset, std::min(r.size, size_ - r.offset)});
+  }
+  if (wanted.empty()) return;
+  std::sort(wanted.begin(), wanted.end(),
+            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged{wanted.front()};
+  for (std::size_t i = 1; i < wanted.size(); ++i) {
+    ByteRange& last = merged.back();
+    const std::uint64_t last_end = last.offset + last.size;
+    if (wanted[i].offset <= last_end + options_.coalesce_gap)
+      last.size = std::max(last_end, wanted[i].offset + wanted[i].size) - last.offset;
+    else
+      merged.push_back(wanted[i]);
+  }
+  std::vector<ByteRange> parts;
+  {
+    std::lock_guard lock(mutex_);
+    std::uint64_t budget = options_.max_cached_bytes;
+    for (const ByteRange& m : merged) {
+      for (ByteRange g : gaps_locked(m.offset, m.offset + m.size)) {
+        if (budget == 0) break;
+        g.size = std::min(g.size, budget);
+        budget -= g.size;
+        for (std::uint64_t at = g.offset; at < g.offset + g.size; at += options_.part_size)
+          parts.push_back({at, std::min(options_.part_size, g.offset + g.size - at)});
+      }
+    }
+  }
+  if (parts.empty()) return;
+  const std::vector<FetchedBytes> got = fetch(parts);
+  std::lock_guard lock(mutex_);
+  const std::uint64_t now = ++clock_;
+  for (std::size_t i = 0; i < parts.size(); ++i) insert_locked(parts[i].offset, got[i]);
+  evict_locked(now);
+  // A read that continues past the prefetched bytes continues front to back.
+  last_miss_end_ = parts.back().offset + parts.back().size;
+  last_miss_size_ = std::min(options_.part_size, parts.back().size);
+}
+
+}  // namespace voxpipe::core
+
+namespace voxpipe {
+
+RemoteInput::RemoteInput(std::string name, std::uint64_t size, RangeFetcher fetch,
+                         FetchedBytes initial, const RemoteInputOptions& options,
+                         std::string version)
+    : input_(std::make_shared<core::RangeInput>(std::move(name), size, std::move(fetch),
+                                                std::move(initial), options, std::move(version))) {}
+
+RemoteInput::~RemoteInput() = default;
+
+const std::string& RemoteInput::name() const noexcept { return input_->path(); }
+std::uint64_t RemoteInput::size() const noexcept { return input_->size(); }
+const std::string& RemoteInput::version() const noexcept { return input_->version(); }
+RemoteInputStats RemoteInput::stats() const { return input_->stats(); }
+void RemoteInput::prefetch(std::span<const ByteRange> ranges) const { input_->prefetch(ranges); }
+
+namespace {
+UrlHandlers& handlers_storage() {
+  static UrlHandlers handlers;
+  return handlers;
+}
+}  // namespace
+
+void set_url_handlers(UrlHandlers handlers) { handlers_storage() = std::move(handlers); }
+const UrlHandlers& url_handlers() noexcept { return handlers_storage(); }
+
+bool is_object_url(const std::string& path) noexcept {
+  const std::size_t sep = path.find("://");
+  if (sep == std::string::npos || sep == 0 || sep > 8) return false;
+  std::string scheme = path.substr(0, sep);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* s : {"s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure", "http", "https"})
+    if (scheme == s) return true;
+  return false;
+}
+
+}  // namespace voxpipe

@@ -1,0 +1,78 @@
+// An object read through a RangeFetcher (voxpipe/remote.hpp) as a RandomAccessInput: what the
+// readers and gzip engines read a NIfTI object on S3, GCS, Azure or HTTP from.
+//
+// Fetched bytes are kept as extents (the fetcher's buffers, not copied) in a cache bounded by
+// RemoteInputOptions::max_cached_bytes, least recently used first out. A read copies from the
+// extents it finds and fetches what it misses in one fetcher call: each gap grows to at least
+// min_request bytes, and to twice the last miss (up to part_size) when it continues where that
+// miss ended, so that a front-to-back decode makes few, growing requests. prefetch() fetches
+// announced ranges, merged when closer than coalesce_gap and split into part_size parts that
+// the fetcher may fetch concurrently.
+//
+// Thread-safety: read_at and prefetch may be called from several threads at once. Two threads
+// missing the same bytes at the same moment may both fetch them; the cache keeps one copy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/file.hpp"
+#include "voxpipe/remote.hpp"
+
+namespace voxpipe::core {
+
+class RangeInput final : public RandomAccessInput {
+ public:
+  RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch, FetchedBytes initial,
+             const RemoteInputOptions& options, std::string version = {});
+
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override;
+  std::uint64_t size() const noexcept override { return size_; }
+  const std::string& path() const noexcept override { return name_; }
+  bool fetches() const noexcept override { return true; }
+  void prefetch(std::span<const ByteRange> ranges) const override;
+
+  RemoteInputStats stats() const;
+  // The version opened (an ETag), empty when unknown.
+  const std::string& version() const noexcept { return version_; }
+
+ private:
+  struct Extent {
+    std::uint64_t begin = 0;
+    std::span<const std::byte> bytes;
+    std::shared_ptr<const void> owner;
+    std::uint64_t used = 0;  // clock of the last read or insertion
+    std::uint64_t end() const noexcept { return begin + bytes.size(); }
+  };
+  using ExtentPtr = std::shared_ptr<Extent>;
+
+  // Calls the fetcher for `ranges` (without the lock) and checks each answer's length.
+  std::vector<FetchedBytes> fetch(std::span<const ByteRange> ranges) const;
+  // Adds the parts of a fetched range the cache lacks, then evicts beyond the bound (never
+  // what this call added). Caller holds mutex_.
+  void insert_locked(std::uint64_t begin, const FetchedBytes& fetched) const;
+  void evict_locked(std::uint64_t keep_from_clock) const;
+  // The gaps of [begin, end) no extent covers. Caller holds mutex_.
+  std::vector<ByteRange> gaps_locked(std::uint64_t begin, std::uint64_t end) const;
+
+  const std::string name_;
+  const std::string version_;
+  const std::uint64_t size_;
+  const RangeFetcher fetch_;
+  const RemoteInputOptions options_;
+
+  mutable std::mutex mutex_;
+  mutable std::map<std::uint64_t, ExtentPtr> extents_;  // by begin; never overlapping
+  mutable std::uint64_t cached_bytes_ = 0;
+  mutable std::uint64_t clock_ = 0;
+  mutable std::uint64_t last_miss_end_ = UINT64_MAX;  // where the last miss's request ended
+  mutable std::uint64_t last_miss_size_ = 0;
+  mutable RemoteInputStats stats_;
+};
+
+}  // namespace voxpipe::core
