@@ -20,6 +20,7 @@
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 #include "voxpipe/threads.hpp"
 
 namespace voxpipe::cli {
@@ -862,7 +863,7 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
   // A cache entry is voxpipe's own, rebuilt at will: only a file the user names is protected.
   if (!options.output.empty())
     check_overwrite(options.output, overwrite);
-  else if (!options.to_cache)
+  else if (!options.to_cache && !is_object_url(paths[0]))  // an object's sidecar is replaced
     check_overwrite(gz::sidecar_path(nifti ? open_nifti(paths[0]).data_path : paths[0]), overwrite);
   Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe index", "bytes");
   progress.show();

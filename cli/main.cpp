@@ -1,11 +1,49 @@
+#include <limits.h>
 #include <unistd.h>
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
+#include "voxpipe/remote.hpp"
+
+namespace {
+
+// Objects named by URLs are read through voxpipe's Python package (obstore signs the requests
+// and finds the credentials): a command given one runs as `python -m voxpipe ARGS...`, with
+// $VOXPIPE_PYTHON, else the python3 next to this program (a virtual environment's bin/, where
+// pip installs both). Returns only when there is no such Python; the command then says how to
+// read URLs.
+void run_in_python_for_urls(const std::vector<std::string>& args) {
+  bool url = false;
+  for (const std::string& a : args) url = url || voxpipe::is_object_url(a);
+  if (!url) return;
+  std::string python;
+  if (const char* p = std::getenv("VOXPIPE_PYTHON"); p && *p) {
+    python = p;
+  } else {
+    char self[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    python = dir + "python3";
+  }
+  if (::access(python.c_str(), X_OK) != 0) return;
+  std::vector<std::string> argv_s{python, "-m", "voxpipe"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  ::execv(python.c_str(), argv.data());  // returns only on failure
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  voxpipe::cli::install_signal_handlers();
   std::vector<std::string> args(argv + 1, argv + argc);
+  run_in_python_for_urls(args);
+  voxpipe::cli::install_signal_handlers();
   return voxpipe::cli::run(args, std::cout, std::cerr, isatty(STDERR_FILENO) == 1);
 }

@@ -1,0 +1,103 @@
+"""The voxpipe command on objects named by URLs, on moto's S3 server started here.
+
+Given a URL, the program runs itself as `python -m voxpipe` (the Python package makes the
+requests, configured by the environment); $VOXPIPE_PYTHON names the Python here, as the python3
+next to an installed program would be found. The binary is $VOXPIPE_CLI if set, else the one pip
+installed in .venv/bin; the tests are skipped without one.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import nibabel as nib
+import numpy as np
+import pytest
+from moto import server as moto_server
+
+import voxpipe as vp
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("VOXPIPE_CLI") or REPO / ".venv" / "bin" / "voxpipe")
+pytestmark = pytest.mark.skipif(not CLI.is_file(), reason=f"{CLI} not built/installed")
+BUCKET = "voxpipe-cli"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """(environment for the CLI, boto3 client, local folder with the files uploaded)."""
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    client.create_bucket(Bucket=BUCKET)
+    d = tmp_path_factory.mktemp("remote_cli")
+    data = np.random.default_rng(8).integers(-500, 500, size=(20, 18, 12, 6), dtype=np.int16)
+    nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 3.0, 1.0])), d / "bold.nii.gz")
+    client.upload_file(str(d / "bold.nii.gz"), BUCKET, "sub-01/bold.nii.gz")
+    env = dict(os.environ, VOXPIPE_PYTHON=sys.executable, AWS_ENDPOINT_URL=endpoint,
+               AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
+               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+               VOXPIPE_CACHE_DIR=str(d / "cache"))
+    yield env, client, d
+    server.stop()
+
+
+def cli(env, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_info_and_convert_read_the_object(s3, tmp_path):
+    env, _, d = s3
+    url = f"s3://{BUCKET}/sub-01/bold.nii.gz"
+    info = cli(env, "info", url)
+    assert info.returncode == 0, info.stderr
+    local = cli(env, "info", d / "bold.nii.gz")
+    # The same report as for the local file, but for the name.
+    assert info.stdout.replace(url, "X") == local.stdout.replace(str(d / "bold.nii.gz"), "X")
+    out = tmp_path / "bold.nii"
+    conv = cli(env, "convert", url, out)
+    assert conv.returncode == 0, conv.stderr
+    ref = nib.load(d / "bold.nii.gz")
+    assert nib.load(out).get_fdata().tobytes() == ref.get_fdata().tobytes()
+
+
+def test_index_writes_the_sidecar_object_that_load_uses(s3):
+    env, client, d = s3
+    url = f"s3://{BUCKET}/sub-01/bold.nii.gz"
+    r = cli(env, "index", url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"wrote {url}.gzidx: ")
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=BUCKET)["Contents"]}
+    assert "sub-01/bold.nii.gz.gzidx" in keys
+    # The sidecar is the index of this object: voxpipe reads one volume through it.
+    options = {"endpoint": env["AWS_ENDPOINT_URL"], "allow_http": True,
+               "access_key_id": "testing", "secret_access_key": "testing",
+               "region": "us-east-1"}
+    img = vp.load(url, storage_options=options)
+    ref = nib.load(d / "bold.nii.gz")
+    assert img.dataobj[..., 4].tobytes() == np.asanyarray(ref.dataobj[..., 4]).tobytes()
+    assert img.dataobj._gzip_reader().random_access
+
+
+def test_a_missing_object_is_exit_3_naming_the_url(s3):
+    env, _, _ = s3
+    url = f"s3://{BUCKET}/sub-01/missing.nii.gz"
+    r = cli(env, "info", url)
+    assert r.returncode == 3
+    assert f"error (not_found): {url}: " in r.stderr
+    assert "Debug source" not in r.stderr
+
+
+def test_without_python_a_url_says_how_to_read_it(s3, tmp_path):
+    env, _, _ = s3
+    env = dict(env, VOXPIPE_PYTHON=str(tmp_path / "no-python-here"))
+    r = cli(env, "info", f"s3://{BUCKET}/sub-01/bold.nii.gz")
+    assert r.returncode != 0
+    assert "python -m voxpipe" in r.stderr
