@@ -742,6 +742,16 @@ def _open_input(source, storage_options=None, filesystem=None):
                     f"{type(source).__name__}")
 
 
+def open_fetched(obj: _remote.RemoteObject, threads: int = 0, index: Any = None) -> NiftiImage:
+    """The image of an object fetched whole (``_remote.fetch``: what the many-file loaders
+    fetch), as ``vp.load(url)`` makes it: opened from its bytes (held, not copied), named by its
+    URL, pickling as URL, options and ETag."""
+    core = _core.open_bytes(obj.data, obj.url)
+    klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
+    return _image_from_core(klass, core, {"image": FileHolder(filename=obj.url)}, True, None,
+                            threads, index, obj)
+
+
 def from_bytes(data: bytes | bytearray | memoryview, *, threads: int = 0) -> NiftiImage:
     """The image whose .nii or .nii.gz bytes are `data` (bytes, bytearray, memoryview or any
     C-contiguous buffer): nibabel's ``Nifti1Image.from_bytes``, read by voxpipe. The bytes are

@@ -14,6 +14,12 @@ Memory: a file's decoded size is known from its header before anything is alloca
 admitted (its output allocated) only when the decoded data admitted and not yet taken by the
 caller fits in ``max_inflight_bytes`` (one file at a time is always admitted, however large), and
 files are admitted in input order, so the oldest file the caller waits for can always start.
+
+URLs (s3://, gs://, az://, http(s)://) may stand among the paths: each object is fetched whole in
+one GET on I/O threads of their own (``io_threads`` at once, default 8), ahead of the file
+workers, and decoded from memory as ``vp.load(url)`` decodes it (_remote_many.py); its fetched
+bytes count against ``max_inflight_bytes`` with its decoded data. Local paths take the path
+above, untouched.
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _core, _remote_many
 from ._image import load
 from ._types import Array, Device, NiftiImage, StrPath
 from .errors import SkippedFileWarning
@@ -39,6 +45,9 @@ _ON_ERROR = ("raise", "skip")
 
 # A seek-index choice, as vp.load takes it: None (find one), False (none) or an index file.
 IndexChoice = Literal[False] | StrPath | None
+
+# Store configuration for the URLs among the paths, as vp.load(url, storage_options=) takes it.
+StorageOptions = Mapping[str, Any] | None
 
 _T = TypeVar("_T", Array, NiftiImage)
 
@@ -75,12 +84,22 @@ def _decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = No
     return img.dataobj.read(dtype=dtype, out=out)  # type: ignore[attr-defined]
 
 
-def _note(exc: BaseException, path: str) -> BaseException:
-    """Make sure the exception names the file it came from."""
-    if getattr(exc, "path", None) != path and str(path) not in str(exc):
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"while loading {path}")
+def _note(exc: BaseException, path: str, i: int) -> BaseException:
+    """Make sure the exception names the file it came from and its position in the inputs."""
+    if hasattr(exc, "add_note"):
+        named = getattr(exc, "path", None) == path or str(path) in str(exc)
+        exc.add_note(f"while loading input {i}" + ("" if named else f": {path}"))
     return exc
+
+
+def _open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | None,
+               threads: int, index: IndexChoice) -> NiftiImage:
+    """The image of files[i]: from its fetched bytes for a URL `fetch` holds, else vp.load."""
+    if fetch is not None and i in fetch:
+        return fetch.open(i, threads, index)[0]
+    if index is None:
+        return load(files[i], threads=threads)
+    return load(files[i], threads=threads, index=index)
 
 
 def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]) -> None:
@@ -122,7 +141,7 @@ def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]
             t.join()
     if errors:
         i = min(errors)
-        raise _note(errors[i], paths[i])
+        raise _note(errors[i], paths[i], i)
 
 
 class _Loader:
@@ -130,7 +149,7 @@ class _Loader:
     the iterator, so an iterator the caller drops is collected and stops them."""
 
     def __init__(self, paths: Sequence, dtype, threads, io_threads, prefetch, max_inflight_bytes,
-                 on_error, images, index):
+                 on_error, images, index, storage_options=None):
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self._paths = [os.fspath(p) for p in paths]
@@ -158,6 +177,10 @@ class _Loader:
         self._results: dict[int, tuple[bool, object, int]] = {}
         self._closed = False
         self._pid = os.getpid()
+        # URLs: fetched ahead on threads of their own, the bytes held counting with _inflight.
+        self._fetch = _remote_many.prefetcher_for(
+            self._paths, storage_options, io_threads, ahead=self._prefetch, budget=self._budget,
+            cond=self._cond, held_elsewhere=lambda: self._inflight)
         self._threads = [threading.Thread(target=self._work, name=f"voxpipe-load-{i}",
                                           daemon=True) for i in range(min(workers, n))]
         for t in self._threads:
@@ -181,13 +204,20 @@ class _Loader:
         path = self._paths[i]
         img: Any = None
         nbytes, error = 0, None
+        fetched = self._fetch is not None and i in self._fetch
         try:
-            img = load(path, threads=self._file_threads,
-                       **({} if self._index is None else {"index": self._index}))
+            if fetched:  # the object's bytes: counted here from its admission on
+                obj = self._fetch.take(i)  # type: ignore[union-attr]
+                nbytes = obj.size
+                img = _remote_many.image_of(obj, self._file_threads, self._index)
+                del obj
+            else:
+                img = load(path, threads=self._file_threads,
+                           **({} if self._index is None else {"index": self._index}))
             dtype = _out_dtype(img, self._dtype)
-            nbytes = int(np.prod(img.shape, dtype=np.int64)) * dtype.itemsize
+            nbytes += int(np.prod(img.shape, dtype=np.int64)) * dtype.itemsize
         except Exception as exc:  # noqa: BLE001 - handed to the caller in order
-            error = exc
+            nbytes, error = 0, exc
         with self._cond:
             while not self._closed and not (
                     self._next_admit == i and (
@@ -200,6 +230,8 @@ class _Loader:
             if error is None:
                 self._inflight += nbytes
                 self._peak_inflight = max(self._peak_inflight, self._inflight)
+            if fetched:
+                self._fetch.release(i)  # type: ignore[union-attr]  # (the lock is reentrant)
             self._cond.notify_all()
         if error is None:
             try:
@@ -215,7 +247,7 @@ class _Loader:
                 return  # nobody will take it
             if error is not None:
                 self._inflight -= nbytes
-                self._results[i] = (False, _note(error, path), 0)
+                self._results[i] = (False, _note(error, path, i), 0)
             else:
                 self._results[i] = (True, value, nbytes)
             self._cond.notify_all()
@@ -250,7 +282,8 @@ class _Loader:
             if self._on_error == "raise":
                 self.close()
                 raise value
-            warnings.warn(f"skipped {self._paths[i]}: {value}", SkippedFileWarning, stacklevel=3)
+            warnings.warn(f"skipped {self._paths[i]} (input {i}): {value}", SkippedFileWarning,
+                          stacklevel=3)
 
     def close(self):
         if self._forked():
@@ -259,6 +292,8 @@ class _Loader:
         with self._cond:
             self._closed = True
             self._results.clear()
+            if self._fetch is not None:
+                self._fetch.close()
             self._cond.notify_all()
 
 
@@ -304,23 +339,26 @@ class LoadIterator(Iterator[_T], Generic[_T]):
 def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
               io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
-              images: Literal[False] = ..., index: IndexChoice = ...) -> LoadIterator[Array]: ...
+              images: Literal[False] = ..., index: IndexChoice = ...,
+              storage_options: StorageOptions = ...) -> LoadIterator[Array]: ...
 @overload
 def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
               io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
-              images: Literal[True], index: IndexChoice = ...) -> LoadIterator[NiftiImage]: ...
+              images: Literal[True], index: IndexChoice = ...,
+              storage_options: StorageOptions = ...) -> LoadIterator[NiftiImage]: ...
 @overload
 def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
               io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
-              images: bool, index: IndexChoice = ...
+              images: bool, index: IndexChoice = ..., storage_options: StorageOptions = ...
               ) -> LoadIterator[Array] | LoadIterator[NiftiImage]: ...
 def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32, *,
               threads: int | None = None, io_threads: int | None = None,
               prefetch: int | None = None, max_inflight_bytes: int | None = None,
               on_error: Literal["raise", "skip"] = "raise", images: bool = False,
-              index: IndexChoice = None) -> LoadIterator[Array] | LoadIterator[NiftiImage]:
+              index: IndexChoice = None, storage_options: StorageOptions = None
+              ) -> LoadIterator[Array] | LoadIterator[NiftiImage]:
     """Iterate over the data of many NIfTI files in input order, decoding ahead in the background.
 
     Each item is what ``np.asarray(vp.load(p).dataobj, dtype=dtype)`` gives (for a float dtype:
@@ -338,13 +376,19 @@ def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
     ``on_error="raise"`` raises a file's error (naming the file) when the iteration reaches it and
     stops; ``"skip"`` warns (SkippedFileWarning) and goes on with the next file.
 
+    ``paths`` may mix local files with URLs of .nii and .nii.gz objects (``s3://``, ``gs://``,
+    ``az://``, ``http(s)://``); ``storage_options`` configures their stores as for ``vp.load``.
+    Each object is fetched whole in one GET, ``io_threads`` at once (default 8), ahead of the
+    decode; its fetched bytes count against ``max_inflight_bytes`` with its decoded data (GETs
+    already in flight may pass it by their objects' sizes), and its errors name its URL.
+
     >>> for data in vp.iter_load(["demo_bold.nii.gz"] * 2, max_inflight_bytes=1 << 30):
     ...     print(data.shape, data.dtype)
     (64, 64, 40, 60) float32
     (64, 64, 40, 60) float32
     """
     return LoadIterator(list(paths), dtype, threads, io_threads, prefetch, max_inflight_bytes,
-                        on_error, images, index)
+                        on_error, images, index, storage_options)
 
 
 @overload
@@ -352,31 +396,34 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
               threads: int | None = ..., io_threads: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: Literal[False] = ..., index: IndexChoice = ...,
-              device: None = ...) -> list[Array]: ...
+              device: None = ..., storage_options: StorageOptions = ...) -> list[Array]: ...
 @overload
 def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
               threads: int | None = ..., io_threads: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: Literal[True], index: IndexChoice = ...,
-              device: None = ...) -> list[NiftiImage]: ...
+              device: None = ..., storage_options: StorageOptions = ...) -> list[NiftiImage]: ...
 @overload
 def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
               threads: int | None = ..., io_threads: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: Literal[False] = ..., index: IndexChoice = ...,
-              device: Device) -> list[Array] | list[DeviceArray]: ...
+              device: Device, storage_options: StorageOptions = ...
+              ) -> list[Array] | list[DeviceArray]: ...
 @overload
 def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
               threads: int | None = ..., io_threads: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
-              images: bool, index: IndexChoice = ..., device: Device = ...
+              images: bool, index: IndexChoice = ..., device: Device = ...,
+              storage_options: StorageOptions = ...
               ) -> list[Array] | list[NiftiImage] | list[DeviceArray]: ...
 def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32, *,
               threads: int | None = None, io_threads: int | None = None,
               max_inflight_bytes: int | None = None,
               on_error: Literal["raise", "skip"] = "raise", images: bool = False,
-              index: IndexChoice = None,
-              device: Device = None) -> list[Array] | list[NiftiImage] | list[DeviceArray]:
+              index: IndexChoice = None, device: Device = None,
+              storage_options: StorageOptions = None
+              ) -> list[Array] | list[NiftiImage] | list[DeviceArray]:
     """The data of many NIfTI files, decoded in parallel, as a list in input order.
 
     ``device`` 'cuda', 'cuda:N' or a torch.device: each item is a DeviceArray (DLPack) decoded
@@ -402,18 +449,22 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
         files = [os.fspath(p) for p in paths]
         want = _check_dtype(dtype)
         workers, file_threads = _plan_threads(threads, io_threads, len(files))
-        kwargs = {} if index is None else {"index": index}
         out: list[Any] = [None] * len(files)
+        fetch = _remote_many.prefetcher_for(files, storage_options, io_threads, ahead=workers)
 
         def load_one(i: int) -> None:
-            img = load(files[i], threads=file_threads, **kwargs)
+            img = _open_file(files, i, fetch, file_threads, index)
             out[i] = _device.image_to_device(img, want, ordinal)
 
-        _run_files(files, workers, load_one)
+        try:
+            _run_files(files, workers, load_one)
+        finally:
+            if fetch is not None:
+                fetch.close()
         return out
     with iter_load(paths, dtype, threads=threads, io_threads=io_threads,
                    max_inflight_bytes=max_inflight_bytes, on_error=on_error, images=images,
-                   index=index) as it:
+                   index=index, storage_options=storage_options) as it:
         items: list[Any] = list(it)  # arrays or images, as `images` says
         return items
 
@@ -429,15 +480,18 @@ def empty_batch(n: int, shape: Sequence[int], dtype: npt.DTypeLike = np.float32)
 @overload
 def load_batch(paths: Iterable[StrPath], out: Array | None = ..., dtype: npt.DTypeLike | None = ...,
                *, threads: int | None = ..., io_threads: int | None = ...,
-               index: IndexChoice = ..., device: None = ...) -> Array: ...
+               index: IndexChoice = ..., device: None = ...,
+               storage_options: StorageOptions = ...) -> Array: ...
 @overload
 def load_batch(paths: Iterable[StrPath], out: Array | None = ..., dtype: npt.DTypeLike | None = ...,
                *, threads: int | None = ..., io_threads: int | None = ...,
-               index: IndexChoice = ..., device: Device) -> Array | DeviceArray: ...
+               index: IndexChoice = ..., device: Device,
+               storage_options: StorageOptions = ...) -> Array | DeviceArray: ...
 def load_batch(paths: Iterable[StrPath], out: Array | None = None,
                dtype: npt.DTypeLike | None = np.float32, *, threads: int | None = None,
                io_threads: int | None = None, index: IndexChoice = None,
-               device: Device = None) -> Array | DeviceArray:
+               device: Device = None,
+               storage_options: StorageOptions = None) -> Array | DeviceArray:
     """Decode files of equal shape straight into one (batch, *shape) array.
 
     Item ``i`` is what ``iter_load`` gives for ``paths[i]``, written into ``out[i]`` without an
@@ -452,9 +506,21 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
     workers, several at once as on the host, and complete on the device when it is returned;
     ``out`` must then be None. None or 'cpu': a NumPy array as above.
 
+    ``storage_options``: as ``vp.load``'s, for the URLs among ``paths``. Every object is
+    fetched (several GETs at once, ``io_threads``, default 8) and its header checked before any
+    file is decoded, so the fetched bytes of the whole batch are held until it is returned.
+
     >>> vp.load_batch(["demo_bold.nii.gz"] * 2).shape
     (2, 64, 64, 40, 60)
     """
+    return _load_batch(paths, out, dtype, threads, io_threads, index, device, storage_options)[0]
+
+
+def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLike | None,
+                threads: int | None, io_threads: int | None, index: IndexChoice, device: Device,
+                storage_options: StorageOptions) -> tuple[Array | DeviceArray, list[NiftiImage]]:
+    """load_batch's (batch, the images of its files): their headers serve the caller's metadata
+    without opening (or fetching) the files again."""
     from . import _device
 
     ordinal = _device.parse_device(device)
@@ -467,8 +533,18 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
     if not files:
         raise ValueError("load_batch needs at least one file")
     workers, file_threads = _plan_threads(threads, io_threads, len(files))
-    kwargs = {} if index is None else {"index": index}
-    imgs = [load(p, threads=file_threads, **kwargs) for p in files]
+    fetch = _remote_many.prefetcher_for(files, storage_options, io_threads, ahead=len(files))
+    imgs = []
+    try:
+        for i, p in enumerate(files):
+            try:
+                imgs.append(_open_file(files, i, fetch, file_threads, index))
+            except Exception as exc:
+                _note(exc, p, i)
+                raise
+    finally:
+        if fetch is not None:
+            fetch.close()
     shape = tuple(imgs[0].shape)
     out_dtype = _out_dtype(imgs[0], want_dtype)
     for p, img in zip(files[1:], imgs[1:]):
@@ -480,8 +556,9 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
                              f"{files[0]} gives {out_dtype}, but {p} gives "
                              f"{_out_dtype(img, want_dtype)}; pass a dtype")
     if ordinal is not None:
-        return _device.batch_to_device(imgs, want_dtype, ordinal,
-                                       run=lambda load_item: _run_files(files, workers, load_item))
+        return _device.batch_to_device(
+            imgs, want_dtype, ordinal,
+            run=lambda load_item: _run_files(files, workers, load_item)), imgs
     want = (len(files),) + shape
     if out is None:
         out = empty_batch(len(files), shape, out_dtype)
@@ -496,4 +573,4 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
                              "(vp.empty_batch makes one)")
 
     _run_files(files, workers, lambda i: _decode(imgs[i], want_dtype, out=out[i]))
-    return out
+    return out, imgs

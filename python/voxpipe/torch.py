@@ -24,6 +24,14 @@ builds (header fields, ``affine``, ``original_affine``, ``spatial_shape``, ``spa
 ``(volume, label, meta)``; ``collate`` gives the batch's dicts collated as PyTorch's default_collate
 does (arrays stacked into tensors, an affine batch of shape (batch, 4, 4); file names as a list).
 
+Paths may be URLs of objects (``s3://``, ``gs://``, ``az://``, ``http(s)://``), mixed with local
+files, read as ``vp.load`` reads them with the dataset's ``storage_options``; a batch fetches its
+objects several at once (``vp.load_batch``). The dataset pickles as its URLs and options, so
+DataLoader workers fetch the objects themselves. obstore, which reads them, does not work in a
+process forked after it was used (its runtime's threads are not copied: a read would wait
+forever): if the main process has read any URL, start the workers with
+``multiprocessing_context="spawn"`` (or ``"forkserver"``).
+
 Threads: with ``num_workers=0`` voxpipe decodes each batch on every core (``threads=None``). In a
 DataLoader worker process the default is one thread per worker, so ``num_workers`` processes do
 not each start a thread per core; pass ``threads`` to choose.
@@ -32,7 +40,8 @@ not each start a thread per core; pass ``threads`` to choose.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,8 +54,8 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from . import _monai_meta
-from ._many import _decode, load_batch
+from . import _monai_meta, _remote
+from ._many import _decode, _load_batch
 from ._image import load
 
 __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
@@ -74,6 +83,8 @@ class VolumeDataset(Dataset):
     decode threads (None: every core in the main process, one in a DataLoader worker).
     ``channel_dim``: add a leading channel axis of 1, (1, X, Y, Z) per item, as MONAI expects.
     ``meta``: items end with the image's MONAI-style metadata dict (see the module's notes).
+    ``storage_options``: the store configuration for the URLs among ``paths``, as ``vp.load``
+    takes it.
 
     >>> from torch.utils.data import DataLoader
     >>> from voxpipe.torch import VolumeDataset, collate
@@ -85,7 +96,8 @@ class VolumeDataset(Dataset):
 
     def __init__(self, paths: Sequence, labels: Sequence | None = None, dtype=np.float32,
                  transform: Callable | None = None, threads: int | None = None,
-                 channel_dim: bool = False, index=None, meta: bool = False):
+                 channel_dim: bool = False, index=None, meta: bool = False,
+                 storage_options: Mapping[str, Any] | None = None):
         self.paths = [os.fspath(p) for p in paths]
         if labels is not None and len(labels) != len(self.paths):
             raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
@@ -96,6 +108,7 @@ class VolumeDataset(Dataset):
         self.channel_dim = channel_dim
         self.index = index
         self.meta = meta
+        self.storage_options = dict(storage_options) if storage_options else None
 
     def __len__(self):
         return len(self.paths)
@@ -126,7 +139,9 @@ class VolumeDataset(Dataset):
         return sample[0] if len(sample) == 1 else sample
 
     def __getitem__(self, i):
-        kwargs = {} if self.index is None else {"index": self.index}
+        kwargs: dict[str, Any] = {} if self.index is None else {"index": self.index}
+        if self.storage_options and _remote.is_url(self.paths[i]):
+            kwargs["storage_options"] = self.storage_options
         img = load(self.paths[i], threads=self._threads(), **kwargs)
         meta = self._meta(i, img) if self.meta else None
         return self._sample(i, self._tensor(_decode(img, self.dtype)), meta)
@@ -138,8 +153,8 @@ class VolumeDataset(Dataset):
             return [self[i] for i in indices]
         paths = [self.paths[i] for i in indices]
         try:
-            batch = load_batch(paths, dtype=self.dtype, threads=self._threads(),
-                               index=self.index)
+            batch, imgs = _load_batch(paths, None, self.dtype, self._threads(), None, self.index,
+                                      None, self.storage_options)
         except ValueError as exc:
             if "one shape" not in str(exc) and "one data dtype" not in str(exc):
                 raise
@@ -148,8 +163,8 @@ class VolumeDataset(Dataset):
         if self.channel_dim:
             volumes = volumes.unsqueeze(1)
         metas: list = [None] * len(indices)
-        if self.meta:  # headers only: the data are in the batch already
-            metas = [self._meta(i, load(self.paths[i])) for i in indices]
+        if self.meta:  # the batch's own images: their headers, nothing read again
+            metas = [self._meta(i, img) for i, img in zip(indices, imgs)]
         samples = [self._sample(i, volumes[k], metas[k]) for k, i in enumerate(indices)]
         labels = None
         if self.labels is not None:
