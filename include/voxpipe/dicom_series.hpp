@@ -31,11 +31,23 @@
 
 namespace voxpipe {
 
+// A DICOM file held in memory (an object fetched from a store, say): `name` stands for its path
+// in errors and in the series it joins (its URL); `bytes` stay valid, unchanged, while `owner`
+// lives.
+struct DicomBuffer {
+  std::string name;
+  std::span<const std::uint8_t> bytes;
+  std::shared_ptr<const void> owner;
+};
+
 // One 2D image of a series: a single-frame file, or one frame of a multi-frame file.
 struct DicomSlice {
   // The parsed file, trimmed to what decoding needs (the Image Pixel module, the pixel data
   // location, the transfer syntax); shared by the frames of a multi-frame file.
   std::shared_ptr<const DicomFile> file;
+  // The file's bytes when it was scanned from memory (scan_dicom_buffers): its pixel data are
+  // decoded from them. Null: they are read from file->path.
+  std::shared_ptr<const DicomBuffer> buffer;
   std::shared_ptr<const DicomPixelInfo> pixel;  // the file's checked Image Pixel module
   std::uint64_t frame = 0;
   // Siemens mosaic: this image is tile `tile` (row-major) of a grid of tile_grid x tile_grid
@@ -83,7 +95,9 @@ struct DicomSeries {
   // a 3D series.
   std::string problem;
   std::vector<std::string> warnings;  // e.g. duplicate files dropped, gantry tilt
-  // The first image's full dataset, for metadata (the JSON sidecar); shared.
+  // The first image's full dataset, for metadata (the JSON sidecar); shared. Its values longer
+  // than DicomReadOptions' default max_value_size are located, not read: they are in the first
+  // image's file, or its buffer (images.front().buffer).
   std::shared_ptr<const DicomFile> first_file;
 
   // (columns, rows, slices) or (columns, rows, slices, volumes).
@@ -122,9 +136,18 @@ struct DicomScanResult {
 DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
                                   const DicomScanOptions& options = {});
 
-// Reads a series into `out`, Fortran order with series.shape(): `out_type` stored_dtype (the
-// values of pixel_array, every image must share one rescale to be meaningful), or f32/f64 (each
-// image's Rescale Slope and Intercept applied in float64, then rounded to f32). Images are
+// scan_dicom_series over files held in memory, taken in the order given (`recursive` does not
+// apply): the same parsing, grouping, checks and errors, each naming the buffer's `name`. Every
+// image keeps its file's buffer (DicomSlice::buffer, sharing `owner`), from which
+// read_dicom_series decodes it: a series keeps the buffers of its own files alive, and never
+// copies their bytes. Thread-safe as scan_dicom_series; `owner`s may be released on any thread.
+DicomScanResult scan_dicom_buffers(const std::vector<DicomBuffer>& buffers,
+                                   const DicomScanOptions& options = {});
+
+// Reads a series into `out` (from its files, or the buffers it was scanned from), Fortran order
+// with series.shape(): `out_type` stored_dtype (the values of pixel_array, every image must share
+// one rescale to be meaningful), or f32/f64 (each image's Rescale Slope and Intercept applied in
+// float64, then rounded to f32). Images are
 // decoded in parallel on `threads` (0: the default, resolve_threads in voxpipe/threads.hpp);
 // memory beyond `out` is a frame per thread.
 // Error(format) when series.problem is set; Error(invalid_argument) for an `out` of the wrong

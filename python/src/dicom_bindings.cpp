@@ -1,5 +1,6 @@
-// voxpipe._core's DICOM part: read_dicom and the parsed structures, as they are. Value
-// conversion, character sets, keyword access and deferred reads live in voxpipe/dicom.py.
+// voxpipe._core's DICOM part: read_dicom and the parsed structures, as they are, and the scan of
+// files held in memory. Value conversion, character sets, keyword access and deferred reads live
+// in voxpipe/dicom.py.
 //
 // Lifetimes: a DicomFile is owned by Python; the datasets, elements, items and pixel data
 // location reached from it are views into it (reference_internal), each keeping its parent, and
@@ -8,17 +9,33 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <span>
+
 #include "gil.hpp"
 #include "voxpipe/dicom.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 
 namespace nb = nanobind;
 using namespace voxpipe;
 
+// bindings.cpp
+std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes);
+
 namespace {
 
 nb::bytes value_bytes(const std::vector<std::uint8_t>& v) {
   return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+// bindings.cpp's hold_buffer, for the DICOM API's byte type: `object`'s buffer held in place
+// until the last copy of the owner ends (a series' image).
+std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::uint8_t>& bytes) {
+  std::span<const std::byte> raw;
+  std::shared_ptr<const void> owner = ::hold_buffer(object, raw);
+  bytes = std::span(reinterpret_cast<const std::uint8_t*>(raw.data()), raw.size());
+  return owner;
 }
 
 }  // namespace
@@ -112,6 +129,34 @@ void bind_dicom(nb::module_& m) {
       nb::call_guard<python::GilRelease>(),
       "Parse a DICOM Part 10 file (metadata; values over max_value_size and the pixel data are "
       "located, not read).");
+
+  m.def(
+      "dicom_scan_buffers",
+      [](const std::vector<std::string>& names, const nb::list& buffers, unsigned threads,
+         bool strict) {
+        const std::size_t n = names.size();
+        if (buffers.size() != n)
+          throw Error(ErrorCode::invalid_argument, "", "buffers",
+                      "expected one buffer per name (" + std::to_string(n) + "), but received " +
+                          std::to_string(buffers.size()));
+        std::vector<DicomBuffer> held(n);
+        std::size_t i = 0;
+        for (nb::handle buffer : buffers) {
+          held[i].name = names[i];
+          held[i].owner = hold_buffer(buffer, held[i].bytes);
+          ++i;
+        }
+        DicomScanOptions options;
+        options.threads = threads;
+        options.strict = strict;
+        python::GilRelease release;
+        return scan_dicom_buffers(held, options);
+      },
+      nb::arg("names"), nb::arg("buffers"), nb::arg("threads") = 0, nb::arg("strict") = false,
+      "As dicom_scan, over files held in memory: buffers[i] (any C-contiguous object with the "
+      "buffer protocol: bytes, obstore's Bytes, memoryview, numpy array) is the file named "
+      "names[i], in errors and in the series' files. Not copied: each series holds the buffers "
+      "of its files, which must not change while it lives.");
 
   m.def("dicom_keyword_tag", [](const std::string& keyword) -> nb::object {
     auto t = dicom_keyword_tag(keyword);

@@ -301,16 +301,28 @@ def _convert(vr: str, raw: bytes, big_endian: bool, encodings: list[str]):
 
 
 class _Source:
-    """The file a dataset came from, for values read after `read` returned."""
+    """The file a dataset came from, for values read after `read` returned: the file at its
+    path, or, for a file held in memory (an object from a URL), ``buffer``."""
 
-    def __init__(self, core_file, size: int):
+    def __init__(self, core_file, size: int, buffer: Any = None):
         self.path = core_file.path
         self.size = size  # taken before parsing, so that a change during parsing is seen too
         self.inflated = core_file.offsets_in_inflated_stream
         self.dataset_offset = core_file.dataset_offset
+        self.buffer = buffer
 
     def read(self, offset: int, length: int, tag: int) -> bytes:
         field = f"deferred value {Tag(tag)}"
+        if self.buffer is not None:
+            view = memoryview(self.buffer).cast("B")
+            if not self.inflated:
+                data = bytes(view[offset:offset + length])
+            else:
+                step = 1 << 20
+                data = self._inflate((view[i:i + step]
+                                      for i in range(self.dataset_offset, len(view), step)),
+                                     offset, length)
+            return self._whole(data, offset, length, field)
         # Opened without waiting (a FIFO that took the name would wait for a writer forever),
         # then checked on the descriptor: the file that is read is the file that was checked.
         try:
@@ -336,23 +348,26 @@ class _Source:
                 f.seek(offset)
                 data = f.read(length)
             else:
-                data = self._inflate(f, offset, length)
+                f.seek(self.dataset_offset)
+                data = self._inflate(iter(lambda: f.read(1 << 20), b""), offset, length)
+        return self._whole(data, offset, length, field)
+
+    def _whole(self, data: bytes, offset: int, length: int, field: str) -> bytes:
         if len(data) != length:
             raise errors.TruncatedError(
                 f"{self.path}: {field}: expected {length} bytes at byte {offset}, but the data "
                 f"end after {len(data)}", self.path, field, offset)
         return data
 
-    def _inflate(self, f, offset: int, length: int) -> bytes:
-        """Bytes [offset, offset + length) of the inflated dataset stream, inflating from its
-        start (a deflate stream has no random access), keeping only what is asked for."""
-        f.seek(self.dataset_offset)
+    def _inflate(self, chunks, offset: int, length: int) -> bytes:
+        """Bytes [offset, offset + length) of the inflated dataset stream, whose deflated bytes
+        ``chunks`` yields from its start (a deflate stream has no random access), keeping only
+        what is asked for."""
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         pos, out = 0, bytearray()
         end = offset + length
-        while pos < end:
-            chunk = f.read(1 << 20)
-            if not chunk:
+        for chunk in chunks:
+            if pos >= end:
                 break
             try:
                 data = inflater.decompress(chunk)
@@ -639,9 +654,11 @@ class FileDataset(Dataset):
     ``pixel_data_offset``, ``pixel_data_length``, ``pixel_data_fragments``."""
 
     def __init__(self, core_file: Any, stop_before_pixels: bool, size: int,
-                 on_corrupt: str = "raise") -> None:
-        source = _Source(core_file, size)
+                 on_corrupt: str = "raise", buffer: Any = None) -> None:
+        # buffer: the file's bytes, for a file held in memory (deferred values are read there).
+        source = _Source(core_file, size, buffer)
         self._file = core_file  # the parsed file (_core.DicomFile), for the pixel layer
+        self._in_memory = buffer is not None
         self._on_corrupt = on_corrupt  # read(on_corrupt=...): the pixel_array property's
         pixel = core_file.pixel_data
         hidden = pixel.tag if (stop_before_pixels and pixel is not None) else None

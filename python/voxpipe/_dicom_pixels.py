@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from . import _core
-from .errors import CorruptDataWarning
+from .errors import CorruptDataWarning, UnsupportedError
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -22,6 +22,13 @@ def _file_of(ds_or_path):
     """The parsed core file of a voxpipe FileDataset, or of a path (parsed here)."""
     core_file = getattr(ds_or_path, "_file", None)
     if core_file is not None:
+        if getattr(ds_or_path, "_in_memory", False):
+            # The pixel layer reads a file's pixel data at its path; a series' get_data decodes
+            # those of the objects it was scanned from.
+            raise UnsupportedError(
+                f"{core_file.path}: the pixel data of a dataset read from memory (an object "
+                f"from a URL) are read through its series: Series.get_data or vp.load_dicom",
+                core_file.path, "PixelData")
         return core_file
     return _core.read_dicom(os.fspath(ds_or_path))
 

@@ -4,20 +4,21 @@ Files are parsed in parallel by the core (up to the pixel data), grouped by Seri
 the fields that split a series, sorted along the slice normal, checked (even spacing, the same
 number of images at every position, gantry tilt) and read into one Fortran-ordered array with
 the NIfTI RAS affine. include/voxpipe/dicom_series.hpp and docs/dicom.md state the conventions:
-voxel axes (column, row, slice[, volume]), the affine as nibabel.nicom computes it.
+voxel axes (column, row, slice[, volume]), the affine as nibabel.nicom computes it. URLs (a
+prefix, objects) are fetched by ``_remote_dicom`` and scanned from memory by the same core.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 from nibabel import Nifti1Image
 
-from . import _core, _dicom_pixels
+from . import _core, _dicom_pixels, _remote_dicom
 from ._dicom_dataset import FileDataset
 from ._types import Array, Device, Float64Array, StrPath
 from .errors import FormatError, InvalidArgumentError
@@ -30,11 +31,64 @@ _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 class Series:
     """One series (or one part of a SeriesInstanceUID split by orientation, size, echo or stack)
-    as scanned: its description, geometry and files, not its data (``load()`` reads that)."""
+    as scanned: its description, geometry and files, not its data (``load()`` reads that).
 
-    def __init__(self, core_series: Any, threads: int) -> None:
-        self._s = core_series
+    A Series pickles as its files (paths, or URLs with the ETag of each object, and the
+    storage_options), never their data; the receiver scans them again when it first uses it,
+    and for URLs reads those versions only (VoxpipeIOError if an object changed)."""
+
+    def __init__(self, core_series: Any, threads: int,
+                 objects: Mapping[str, Any] | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self._core_series = core_series
         self._threads = threads
+        # For a series scanned from URLs: the RemoteObject of each of its files, by URL (the
+        # core series holds the same bytes, which its images are decoded from).
+        self._objects = objects
+        self._storage_options = storage_options
+        # An unpickled series: its state, until first used (and its core series is None).
+        self._pickled: tuple[Any, ...] = ()
+
+    @property
+    def _s(self) -> Any:
+        s = self._core_series
+        if s is None:
+            s = self._core_series = self._scan_again(*self._pickled)
+        return s
+
+    def _state(self) -> tuple[Any, ...]:
+        """(names, ETags or None, storage_options, threads, SeriesInstanceUID, split, files):
+        what the series pickles as."""
+        if self._pickled:
+            return self._pickled
+        files = [tuple(f) for f in self._s.files]
+        names = list(dict.fromkeys(name for name, _ in files))
+        etags = None if self._objects is None else [self._objects[n].etag for n in names]
+        return (names, etags, self._storage_options, self._threads, self._s.series_instance_uid,
+                self.split, files)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickled_series, self._state())
+
+    def _scan_again(self, names: list[str], etags: list[str | None] | None,
+                    options: Mapping[str, Any] | None, threads: int, uid: str, split: str,
+                    files: list[tuple[str, int]]) -> Any:
+        """The core series of an unpickled Series (its _state): its files scanned again (objects
+        fetched in the versions it had), and the part that has exactly its images."""
+        if etags is None:
+            result = _core.dicom_scan(names, threads=threads, recursive=False)
+        else:
+            objects = _remote_dicom.fetch_pinned(names, etags, options)
+            result = _core.dicom_scan_buffers([o.url for o in objects], [o.data for o in objects],
+                                              threads=threads)
+            self._objects = {o.url: o for o in objects}
+        for s in result.series:
+            if s.series_instance_uid == uid and [tuple(f) for f in s.files] == files:
+                self._split = split  # the label its siblings gave it, which are not read again
+                self._pickled = ()
+                return s
+        raise FormatError(f"{names[0]}: series {uid}: its files no longer assemble into the "
+                          f"series that was pickled ({len(files)} images)", path=names[0])
 
     # What a user looks at first.
     @property
@@ -56,7 +110,8 @@ class Series:
     @property
     def split(self) -> str:
         """What sets this part of its SeriesInstanceUID apart ("" if whole)."""
-        return self._s.split
+        s = self._s  # an unpickled series is scanned again first, which sets _split
+        return self.__dict__.get("_split", s.split)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -115,7 +170,8 @@ class Series:
 
     @property
     def files(self) -> list[tuple[str, int]]:
-        """(path, frame) of each image, in data order (volume-major)."""
+        """(path, frame) of each image, in data order (volume-major); for a series scanned from
+        URLs, the object's URL stands for the path."""
         return list(self._s.files)
 
     @property
@@ -128,8 +184,12 @@ class Series:
         ds: FileDataset | None = self.__dict__.get("_dataset")
         if ds is None:
             core_file = self._s.first_file
-            ds = self.__dict__["_dataset"] = FileDataset(core_file, False,
-                                                         os.stat(core_file.path).st_size)
+            if self._objects is not None:  # its values are read from the object's bytes
+                obj = self._objects[core_file.path]
+                ds = FileDataset(core_file, False, obj.size, buffer=obj.data)
+            else:
+                ds = FileDataset(core_file, False, os.stat(core_file.path).st_size)
+            self.__dict__["_dataset"] = ds
         return ds
 
     @overload
@@ -173,6 +233,10 @@ class Series:
             if dt not in _FLOATS and dt != self.stored_dtype:
                 raise InvalidArgumentError(
                     f"dtype must be float32, float64 or None (stored {self.stored_dtype}), not {dt}")
+        if ordinal is not None and self._objects is not None:
+            # The device loader reads images from their files: those of objects are decoded
+            # here, from memory, and the volume copied.
+            return _device.array_to_device(self.get_data(dt, threads=threads), ordinal)
         if ordinal is not None:
             arr = _device._new(ordinal, self.shape, dt)
             _core.dicom_series_to_device(arr._memory, 0, self._s, dt.name,
@@ -213,6 +277,15 @@ class Series:
                 f"{self.modality} shape={self.shape} {self.stored_dtype}{state}>")
 
 
+def _unpickled_series(names: list[str], etags: list[str | None] | None,
+                      storage_options: Mapping[str, Any] | None, threads: int, uid: str,
+                      split: str, files: list[tuple[str, int]]) -> Series:
+    """A Series from its pickled files, scanned again when first used."""
+    series = Series(None, threads, storage_options=storage_options)
+    series._pickled = (names, etags, storage_options, threads, uid, split, files)
+    return series
+
+
 class ScanResult(list[Series]):
     """The series found (a list of Series), and ``skipped``: (path, why) of every file left out
     (not DICOM, no pixel data, unreadable)."""
@@ -221,17 +294,34 @@ class ScanResult(list[Series]):
 
 
 def scan(paths: StrPath | Iterable[StrPath], threads: int | None = None, recursive: bool = True,
-         strict: bool = False) -> ScanResult:
+         strict: bool = False, *, storage_options: Mapping[str, Any] | None = None) -> ScanResult:
     """Parse every file under ``paths`` (a file, a folder, or a list of them) in parallel and
     assemble the series: grouped by SeriesInstanceUID, split by orientation, size, echo, stack;
     sorted along the slice normal; 4D when every position holds the same number of images
     (ordered by temporal index, acquisition number and time, trigger time, instance number).
     Series that cannot be assembled (a missing slice, uneven spacing, duplicates) are listed with
-    their ``problem``. Files that are not DICOM are skipped unless ``strict``."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
+    their ``problem``. Files that are not DICOM are skipped unless ``strict``.
+
+    ``paths`` may be URLs instead (``s3://``, ``gs://``, ``az://``, ``https://``...; needs
+    ``pip install 'voxpipe[s3]'``): a prefix (``s3://bucket/study/``) is listed as a folder is
+    scanned, an object URL is one file, and a URL with no object by its name is taken as a
+    prefix. The objects are fetched whole, concurrently, each pinned to the ETag its listing
+    gave, and scanned from memory; series' files and errors name them by URL.
+    ``storage_options`` configures the store as in ``vp.load(url, storage_options=...)``."""
     threads = threads or 0
-    result = _core.dicom_scan([os.fspath(p) for p in paths], threads=threads,
+    items: list[StrPath] = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if _remote_dicom.is_remote(items):
+        objects = _remote_dicom.fetch_all([str(p) for p in items], storage_options, recursive)
+        result = _core.dicom_scan_buffers([o.url for o in objects], [o.data for o in objects],
+                                          threads=threads, strict=strict)
+        by_url = {o.url: o for o in objects}
+        out = ScanResult(Series(s, threads, {name: by_url[name] for name, _ in s.files},
+                                storage_options) for s in result.series)
+        out.skipped = list(result.skipped)
+        return out
+    if storage_options:
+        raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
+    result = _core.dicom_scan([os.fspath(p) for p in items], threads=threads,
                               recursive=recursive, strict=strict)
     out = ScanResult(Series(s, threads) for s in result.series)
     out.skipped = list(result.skipped)
@@ -240,15 +330,18 @@ def scan(paths: StrPath | Iterable[StrPath], threads: int | None = None, recursi
 
 def load_dicom(paths: StrPath | Iterable[StrPath], series: int | str | None = None,
                dtype: npt.DTypeLike | None = np.float32, threads: int | None = None, *,
-               on_corrupt: Literal["raise", "warn"] = "raise") -> Nifti1Image:
+               on_corrupt: Literal["raise", "warn"] = "raise",
+               storage_options: Mapping[str, Any] | None = None) -> Nifti1Image:
     """A DICOM series as a ``vp.Nifti1Image``: the data (float32 with each image's rescale by
     default; ``dtype=None`` for the stored values), the RAS affine nibabel.nicom and dcm2niix
     agree on, and ``img.dicom`` (the Series: metadata, files, geometry checks).
 
-    ``paths``: a folder, a file, or a list of them. ``series``: which series when there are
-    several: its index in ``vp.dicom.scan(paths)``, its SeriesNumber (an int that is not an
-    index is taken as one), or its SeriesInstanceUID. Raises FormatError when the series cannot
-    be assembled (naming why), or when several series are found and none is chosen.
+    ``paths``: a folder, a file, or a list of them; or URLs, a prefix (``s3://bucket/series/``)
+    or objects, read as ``vp.dicom.scan`` reads them (``storage_options`` as there).
+    ``series``: which series when there are several: its index in ``vp.dicom.scan(paths)``, its
+    SeriesNumber (an int that is not an index is taken as one), or its SeriesInstanceUID. Raises
+    FormatError when the series cannot be assembled (naming why), or when several series are
+    found and none is chosen.
     ``on_corrupt``: a compressed image its decoder reports damaged (libjpeg's "Corrupt JPEG
     data", OpenJPEG's damage warnings) raises CorruptError ('raise', the default), or 'warn':
     what the decoder recovers, with a voxpipe.errors.CorruptDataWarning.
@@ -259,7 +352,7 @@ def load_dicom(paths: StrPath | Iterable[StrPath], series: int | str | None = No
     ((128, 128, 1), dtype('<f4'), 'CT')
     """
     _dicom_pixels.check_on_corrupt(on_corrupt)
-    found = scan(paths, threads=threads)
+    found = scan(paths, threads=threads, storage_options=storage_options)
     if not found:
         raise FormatError(f"no DICOM images found under {paths!r} "
                           f"({len(found.skipped)} files skipped)")

@@ -9,6 +9,7 @@
     elem.VR, elem.value, elem.value_tell      # "US", 512, byte offset of the value
     ds.pixel_data_offset, ds.pixel_data_length, ds.pixel_data_fragments
     series = vp.dicom.scan("folder/")         # series found under a folder, checked
+    series = vp.dicom.scan("s3://bucket/study/", storage_options=opts)  # or under a URL prefix
     volume = series[0].get_data()             # float32, each image's rescale applied
 
 Parsing is voxpipe's C++ parser (docs/dicom.md). Datasets live in ``_dicom_dataset``, series in

@@ -190,9 +190,10 @@ Csa read_csa(const std::vector<std::uint8_t>& b) {
 
 // The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
 // when the file is not a mosaic.
+// `bytes`: the file's, when it is held in memory (else it is read at `path`).
 std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
-    const DicomDataset& ds, const std::string& path, bool offsets_in_inflated_stream,
-    std::int64_t max_images) {
+    const DicomDataset& ds, const std::string& path, std::span<const std::uint8_t> bytes,
+    bool offsets_in_inflated_stream, std::int64_t max_images) {
   bool mosaic = false;
   for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
   if (!mosaic) return std::nullopt;
@@ -204,10 +205,16 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
       csa = read_csa(e->value);
     } else if (!offsets_in_inflated_stream && e->length <= (std::uint64_t{1} << 20)) {
       // The scan keeps small values only: the CSA header (usually 10-20 KiB) is read here.
-      std::vector<std::uint8_t> value(e->length);
-      core::InputFile file(path);
-      if (file.read_at(e->value_offset, std::as_writable_bytes(std::span(value))) == value.size())
-        csa = read_csa(value);
+      if (!bytes.empty()) {
+        if (e->value_offset <= bytes.size() && e->length <= bytes.size() - e->value_offset)
+          csa = read_csa(std::vector<std::uint8_t>(bytes.begin() + e->value_offset,
+                                                   bytes.begin() + e->value_offset + e->length));
+      } else {
+        std::vector<std::uint8_t> value(e->length);
+        core::InputFile file(path);
+        if (file.read_at(e->value_offset, std::as_writable_bytes(std::span(value))) == value.size())
+          csa = read_csa(value);
+      }
     }
   }
   if (!csa.images_in_mosaic) {
@@ -230,10 +237,17 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   return std::pair{*csa.images_in_mosaic, csa.slice_normal};
 }
 
-// The images of one parsed file (one per frame for enhanced multi-frame files).
-std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options) {
+// The bytes of a file held in memory; empty: read it from its path.
+std::span<const std::uint8_t> bytes_of(const std::shared_ptr<const DicomBuffer>& buffer) {
+  return buffer ? buffer->bytes : std::span<const std::uint8_t>{};
+}
+
+// The images of one parsed file (one per frame for enhanced multi-frame files); `buffer`: the
+// file's bytes when it is held in memory, null when it is read from parsed.path.
+std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options,
+                             const std::shared_ptr<const DicomBuffer>& buffer) {
   const DicomDataset& ds = parsed.dataset;
-  auto pixel = std::make_shared<const DicomPixelInfo>(dicom_pixel_info(parsed));
+  auto pixel = std::make_shared<const DicomPixelInfo>(dicom_pixel_info(parsed, bytes_of(buffer)));
   Image base;
   base.series_uid = ds.uid(kSeriesInstanceUID).value_or("");
   base.sop_uid = ds.uid(kSOPInstanceUID).value_or("");
@@ -250,6 +264,7 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
   base.thickness = ds.number(kSliceThickness).value_or(0);
   base.between = ds.number(kSpacingBetweenSlices).value_or(0);
   base.slice.pixel = pixel;
+  base.slice.buffer = buffer;
   base.has_position = fill(base.slice.position, ds.numbers(kImagePosition));
   if (ds.contains(kRescaleSlope) && ds.contains(kRescaleIntercept)) {
     base.slice.slope = ds.number(kRescaleSlope).value_or(1);
@@ -265,7 +280,8 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
   const auto& shared = ds.items(kSharedGroups);
   std::vector<Image> out;
   if (pixel->number_of_frames == 1 && per_frame.empty()) {
-    if (const auto mosaic = mosaic_of(ds, parsed.path, parsed.offsets_in_inflated_stream,
+    if (const auto mosaic = mosaic_of(ds, parsed.path, bytes_of(buffer),
+                                      parsed.offsets_in_inflated_stream,
                                       options.max_mosaic_images)) {
       // Siemens mosaic: n slices tiled on a ceil(sqrt(n)) grid. The file's position is the
       // mosaic's corner: the first tile's is shifted by half the difference in size along the
@@ -585,41 +601,43 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
   return s;
 }
 
-}  // namespace
+// A file to scan: its path, or its name and its bytes in memory.
+struct ScanInput {
+  std::string name;
+  std::shared_ptr<const DicomBuffer> buffer;  // null: read the file at `name`
+};
 
-std::vector<std::uint64_t> DicomSeries::shape() const {
-  std::vector<std::uint64_t> s{columns, rows, slices};
-  if (volumes > 1) s.push_back(volumes);
-  return s;
+DicomFile parse_input(const std::string& name, const std::shared_ptr<const DicomBuffer>& buffer,
+                      const DicomReadOptions& options) {
+  return buffer ? parse_dicom(buffer->bytes, name, options) : read_dicom(name, options);
 }
 
-DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
-                                  const DicomScanOptions& options) {
-  DicomScanResult result;
-  const std::vector<std::string> files = list_files(paths, options.recursive, result.skipped);
-
-  std::vector<std::vector<Image>> parsed(files.size());
-  std::vector<std::string> why(files.size());
+// scan_dicom_series and scan_dicom_buffers: `inputs` parsed in parallel, in that order, and
+// assembled into `result`, which may hold skipped entries already.
+DicomScanResult scan_inputs(const std::vector<ScanInput>& inputs, const DicomScanOptions& options,
+                            DicomScanResult result) {
+  std::vector<std::vector<Image>> parsed(inputs.size());
+  std::vector<std::string> why(inputs.size());
   // Only small values are kept (the geometry, the pixel module, identifiers): the parsed
   // metadata of thousands of files must not rival the volume in memory.
   DicomReadOptions read_options;
   read_options.max_value_size = 1024;
   const unsigned threads = resolve_threads(options.threads);
-  core::parallel_for(files.size(), threads, [&](std::size_t i) {
+  core::parallel_for(inputs.size(), threads, [&](std::size_t i) {
     try {
-      DicomFile f = read_dicom(files[i], read_options);
+      DicomFile f = parse_input(inputs[i].name, inputs[i].buffer, read_options);
       if (!f.pixel_data) {
         why[i] = "no pixel data";
         return;
       }
-      parsed[i] = images_of(std::move(f), options);
+      parsed[i] = images_of(std::move(f), options, inputs[i].buffer);
     } catch (const Error& e) {
       if (options.strict) throw;
       why[i] = e.what();
     }
   });
-  for (std::size_t i = 0; i < files.size(); ++i)
-    if (!why[i].empty()) result.skipped.emplace_back(files[i], why[i]);
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!why[i].empty()) result.skipped.emplace_back(inputs[i].name, why[i]);
 
   // Groups: SeriesInstanceUID, then the fields that split a series.
   using Key = std::tuple<std::string, std::vector<long long>, std::uint32_t, std::uint32_t,
@@ -680,13 +698,41 @@ DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
   core::parallel_for(result.series.size(), threads, [&](std::size_t i) {
     DicomSeries& s = result.series[i];
     if (s.images.empty()) return;
+    const DicomSlice& first = s.images.front();
     try {
-      s.first_file = std::make_shared<const DicomFile>(read_dicom(s.images.front().file->path));
+      s.first_file =
+          std::make_shared<const DicomFile>(parse_input(first.file->path, first.buffer, {}));
     } catch (const Error&) {
-      s.first_file = s.images.front().file;
+      s.first_file = first.file;
     }
   });
   return result;
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> DicomSeries::shape() const {
+  std::vector<std::uint64_t> s{columns, rows, slices};
+  if (volumes > 1) s.push_back(volumes);
+  return s;
+}
+
+DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
+                                  const DicomScanOptions& options) {
+  DicomScanResult result;
+  std::vector<ScanInput> inputs;
+  for (std::string& file : list_files(paths, options.recursive, result.skipped))
+    inputs.push_back({std::move(file), nullptr});
+  return scan_inputs(inputs, options, std::move(result));
+}
+
+DicomScanResult scan_dicom_buffers(const std::vector<DicomBuffer>& buffers,
+                                   const DicomScanOptions& options) {
+  std::vector<ScanInput> inputs;
+  inputs.reserve(buffers.size());
+  for (const DicomBuffer& b : buffers)
+    inputs.push_back({b.name, std::make_shared<const DicomBuffer>(b)});
+  return scan_inputs(inputs, options, {});
 }
 
 namespace dicom {
@@ -762,17 +808,18 @@ std::vector<std::string> decode_series_planes(
     };
     const DicomSlice& first = series.images[jobs[j].front()];
     const DicomPixelInfo& info = *first.pixel;
+    const std::span<const std::uint8_t> bytes = bytes_of(first.buffer);
     if (first.tile_grid == 0 && out_type == info.dtype) {
       // Straight into its place.
       std::uint8_t* dst = target(jobs[j].front());
-      job_warnings[j] =
-          decode_dicom_frames(*first.file, info, first.frame, 1, std::span(dst, plane_bytes), one);
+      job_warnings[j] = decode_dicom_frames(*first.file, info, first.frame, 1,
+                                            std::span(dst, plane_bytes), one, bytes);
       finished(jobs[j].front(), dst);
       return;
     }
     thread_local std::vector<std::uint8_t> frame;
     frame.resize(info.frame_bytes);
-    job_warnings[j] = decode_dicom_frames(*first.file, info, first.frame, 1, frame, one);
+    job_warnings[j] = decode_dicom_frames(*first.file, info, first.frame, 1, frame, one, bytes);
     if (first.tile_grid == 0) {
       std::uint8_t* dst = target(jobs[j].front());
       emit(first, frame.data(), plane, dst);

@@ -1,0 +1,204 @@
+"""DICOM files on object stores (S3, GCS, Azure, HTTP(S)) for ``vp.dicom.scan`` and
+``vp.load_dicom``: a prefix is listed as a folder is scanned (recursively, in key order), each
+object is fetched whole, concurrently, pinned to the ETag its listing gave, and the bytes obstore
+returns go to the same scan and assembly as local files (``_core.dicom_scan_buffers``), which
+parses and decodes them in place, without a copy.
+
+A URL that ends with "/" (or names a bucket only) names a prefix; any other names an object, or,
+when there is no object by that name, the prefix below it (as a path names a file or a folder).
+Zero-byte objects under a prefix are left out (they are the "folder" markers consoles write).
+Listing a prefix needs a store that lists (S3, GCS, Azure; an HTTP server only with WebDAV):
+on a plain HTTP server, name the objects. The stores come from ``_remote.store_for``, configured
+by ``storage_options`` as ``vp.load(url, storage_options=)`` configures them; one store serves
+every object under a listed prefix (and every object URL in one folder), so their requests share
+its connections.
+
+Memory: every object fetched is held until the scan has parsed it; after it, only the objects of
+the series found stay, held by those series (their pixel data are decoded from them on
+``get_data``) and released with them. At most ``FETCHES`` GETs are in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from typing import Any, NamedTuple, TypeVar
+
+from . import _remote
+from .errors import InvalidArgumentError, VoxpipeFileNotFoundError, VoxpipeIOError
+
+# GETs (and listings) in flight at once: enough to hide a request's latency (tens of ms on an
+# object store) behind the others' transfers, few enough to stay polite to the store. The
+# many-file loaders fetch as many.
+FETCHES = 8
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class Listed(NamedTuple):
+    """An object found under a prefix, not fetched yet: the version its listing saw."""
+    url: str
+    store: Any
+    path: str  # its name in `store`
+    etag: str | None
+
+
+def is_remote(paths: object) -> bool:
+    """Whether ``paths`` (a path, a URL, or a list of them) names objects on a store; a list that
+    mixes URLs and local paths raises InvalidArgumentError (one scan reads one kind)."""
+    if isinstance(paths, str):
+        return _remote.is_url(paths)
+    if isinstance(paths, (bytes, bytearray)) or not isinstance(paths, Iterable):
+        return False
+    urls = [_remote.is_url(p) for p in paths]
+    if any(urls) and not all(urls):
+        raise InvalidArgumentError("expected either URLs or local paths, but received a list "
+                                   "that mixes them: scan each kind on its own")
+    return bool(urls) and all(urls)
+
+
+def _store_at(folder_url: str, storage_options: Mapping[str, Any] | None,
+              stores: dict[str, Any]) -> Any:
+    """The store whose root is ``folder_url`` (no trailing "/"), made once per folder."""
+    store = stores.get(folder_url)
+    if store is None:
+        # store_for gives the store of a URL's folder: that of any name inside this one.
+        store = stores[folder_url] = _remote.store_for(folder_url + "/.", storage_options)[0]
+    return store
+
+
+def _read_error(url: str, exc: Exception, etag: str | None, what: str) -> Exception:
+    """The voxpipe error for an obstore error of a GET or a listing of ``url``, naming it and the
+    server's answer: a 404 is VoxpipeFileNotFoundError, a failed If-Match says the object
+    changed, anything else is VoxpipeIOError."""
+    name = type(exc).__name__
+    if etag and name == "PreconditionError":
+        return VoxpipeIOError(f"{url}: the object changed since it was listed (expected ETag "
+                              f"{etag}): {exc}", path=url)
+    # A listing of a missing bucket is a generic error carrying the server's 404.
+    if isinstance(exc, FileNotFoundError) or "404 Not Found" in str(exc):
+        return VoxpipeFileNotFoundError(f"{url}: cannot {what}: {exc}", path=url)
+    return VoxpipeIOError(f"{url}: cannot {what}: {name}: {exc}", path=url)
+
+
+def _get(url: str, store: Any, path: str, etag: str | None,
+         storage_options: Mapping[str, Any] | None) -> _remote.RemoteObject:
+    """The whole object ``path`` of ``store`` in one GET; with ``etag``, only that version."""
+    obstore = _remote.client()
+    try:
+        result = obstore.get(store, path, options={"if_match": etag} if etag else None)
+        meta = result.meta
+        data = result.bytes()
+    except Exception as exc:  # obstore's errors: not found, denied, timeout, 5xx after retries
+        raise _read_error(url, exc, etag, "read") from exc
+    size = int(meta["size"])
+    if len(data) != size:  # a body cut short that the client did not notice
+        raise VoxpipeIOError(f"{url}: expected {size} bytes, but the response holds {len(data)}",
+                             path=url)
+    return _remote.RemoteObject(url, data, size, meta.get("e_tag") or etag, meta.get("version"),
+                                dict(storage_options) if storage_options else None)
+
+
+def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] | None,
+          stores: dict[str, Any]) -> list[Listed]:
+    """The objects under ``prefix_url`` (its subfolders too when ``recursive``), in key order,
+    as a folder's files are scanned. Zero-byte objects are left out: they are the "folder"
+    markers consoles and tools write (listed without their trailing "/"), and no DICOM file is
+    empty. VoxpipeFileNotFoundError naming the URL when nothing is listed."""
+    obstore = _remote.client()
+    folder = prefix_url.rstrip("/")
+    store = _store_at(folder, storage_options, stores)
+    try:
+        if recursive:
+            metas = [m for chunk in obstore.list(store, chunk_size=1000) for m in chunk]
+        else:
+            metas = list(obstore.list_with_delimiter(store)["objects"])
+    except Exception as exc:
+        raise _read_error(prefix_url, exc, None, "list the objects under it") from exc
+    found = sorted((m for m in metas if int(m["size"]) > 0), key=lambda m: m["path"])
+    if not found:
+        raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",
+                                       path=prefix_url)
+    return [Listed(f"{folder}/{m['path']}", store, m["path"], m.get("e_tag")) for m in found]
+
+
+def _parallel(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """fn(item) for each item, at most FETCHES at once, in order. The first error propagates,
+    and what has not started is cancelled (as on Ctrl-C); what is in flight ends on its own,
+    within its request's timeout."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=min(FETCHES, len(items)),
+                              thread_name_prefix="voxpipe-dicom-fetch")
+    try:
+        futures: list[Future[_R]] = [pool.submit(fn, item) for item in items]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:  # the first error in the order given, for a stable message
+            if f in done and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def fetch_listed(listed: Sequence[Listed],
+                 storage_options: Mapping[str, Any] | None) -> list[_remote.RemoteObject]:
+    """The listed objects, fetched concurrently, each the version its listing saw: an object
+    replaced since raises VoxpipeIOError, never other bytes."""
+    return _parallel(lambda o: _get(o.url, o.store, o.path, o.etag, storage_options), listed)
+
+
+def _is_prefix(url: str) -> bool:
+    """A URL that ends with "/", or names a bucket only (s3://bucket), names a prefix."""
+    return url.endswith("/") or "/" not in url.partition("://")[2]
+
+
+def fetch_all(sources: Sequence[str], storage_options: Mapping[str, Any] | None,
+              recursive: bool = True) -> list[_remote.RemoteObject]:
+    """The objects ``sources`` name (object URLs, prefixes), fetched: each prefix's objects in
+    key order where the prefix stands, each object once however often it is named (the list
+    holds it as many times)."""
+    stores: dict[str, Any] = {}
+    for url in sources:  # the stores, made here: each once, before the requests start
+        if not url.partition("://")[2].strip("/"):
+            raise InvalidArgumentError(f"expected a URL of an object or a prefix "
+                                       f"(SCHEME://BUCKET/KEY), but received {url!r}", path=url)
+        _store_at(url.rstrip("/") if _is_prefix(url) else url.rpartition("/")[0],
+                  storage_options, stores)
+
+    def resolve(url: str) -> _remote.RemoteObject | list[Listed]:
+        if _is_prefix(url):
+            return _list(url, recursive, storage_options, stores)
+        folder, _, name = url.rpartition("/")
+        try:
+            return _get(url, stores[folder], name, None, storage_options)
+        except VoxpipeFileNotFoundError as missing:
+            try:  # no object by that name: the prefix below it, as a path names a folder
+                return _list(url + "/", recursive, storage_options, stores)
+            except VoxpipeFileNotFoundError:
+                raise VoxpipeFileNotFoundError(
+                    f"{url}: no such object, and no objects under it as a prefix: "
+                    f"{missing.__cause__}", path=url) from missing.__cause__
+
+    unique = list(dict.fromkeys(sources))
+    resolved = dict(zip(unique, _parallel(resolve, unique)))
+    listed = {o.url: o for r in resolved.values() if isinstance(r, list) for o in r}
+    fetched = {o.url: o for o in fetch_listed(list(listed.values()), storage_options)}
+    out: list[_remote.RemoteObject] = []
+    for url in sources:
+        r = resolved[url]
+        out.extend([fetched[o.url] for o in r] if isinstance(r, list) else [r])
+    return out
+
+
+def fetch_pinned(urls: Sequence[str], etags: Sequence[str | None],
+                 storage_options: Mapping[str, Any] | None) -> list[_remote.RemoteObject]:
+    """The objects at ``urls``, each the version of its ETag (a series reopened after pickling:
+    the versions it was read from, or VoxpipeIOError)."""
+    stores: dict[str, Any] = {}
+    listed = []
+    for url, etag in zip(urls, etags):
+        folder, _, name = url.rpartition("/")
+        listed.append(Listed(url, _store_at(folder, storage_options, stores), name, etag))
+    return fetch_listed(listed, storage_options)
