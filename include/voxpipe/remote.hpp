@@ -44,10 +44,10 @@ struct RemoteInputOptions {
   // The smallest request a read that misses the cache makes (a header with its extensions, a
   // run of small reads).
   std::uint64_t min_request = 64u << 10;
-  // Ranges closer than this are fetched as one (the cost of a request exceeds that of the bytes
+  // Ranges at most this far apart are fetched as one (the cost of a request exceeds that of the bytes
   // between them on object stores).
   std::uint64_t coalesce_gap = 1u << 20;
-  // Longer ranges are split into parts of this size fetched concurrently.
+  // Longer ranges are split into parts of this size fetched concurrently (above 0).
   std::uint64_t part_size = 8u << 20;
   // Bytes kept in the cache; prefetches beyond it fetch their first part only, the rest as read.
   std::uint64_t max_cached_bytes = 256u << 20;

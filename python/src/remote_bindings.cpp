@@ -70,6 +70,8 @@ RangeFetcher python_fetcher(nb::handle fetch, std::string name) {
         out.push_back(std::move(f));
       }
     } catch (nb::python_error& e) {
+      // Ctrl-C reaches Python as KeyboardInterrupt, not as a failed read.
+      if (e.matches(PyExc_KeyboardInterrupt)) throw;
       throw error_of(e, name);
     }
     return out;

@@ -18,6 +18,8 @@ RangeInput::RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch,
       fetch_(std::move(fetch)),
       options_(options) {
   if (!fetch_) throw Error(ErrorCode::invalid_argument, name_, "fetcher", "expected a fetcher");
+  if (options_.part_size == 0)
+    throw Error(ErrorCode::invalid_argument, name_, "part_size", "expected a part size above 0");
   if (!initial.bytes.empty()) {
     if (initial.bytes.size() > size_) initial.bytes = initial.bytes.first(size_);
     std::lock_guard lock(mutex_);

@@ -6,7 +6,7 @@
 // extents it finds and fetches what it misses in one fetcher call: each gap grows to at least
 // min_request bytes, and to twice the last miss (up to part_size) when it continues where that
 // miss ended, so that a front-to-back decode makes few, growing requests. prefetch() fetches
-// announced ranges, merged when closer than coalesce_gap and split into part_size parts that
+// announced ranges, merged when at most coalesce_gap apart and split into part_size parts that
 // the fetcher may fetch concurrently.
 //
 // Thread-safety: read_at and prefetch may be called from several threads at once. Two threads

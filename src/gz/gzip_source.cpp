@@ -88,13 +88,10 @@ void GzipSource::prefetch_compressed(std::uint64_t begin, std::uint64_t end) con
     for (; it != m.end() && it->uncompressed_offset < end; ++it)
       ranges.push_back({it->offset, it->size});
   } else if (index_) {
-    // From the last point at or before `begin` to the first at or after `end`, plus the input
+    // From the point inflate_range starts at to the first at or after `end`, plus the input
     // the decoder reads ahead in one piece and the trailer of a member that ends there.
     const std::vector<SeekPoint>& p = index_->points;
-    auto after = std::upper_bound(p.begin(), p.end(), begin, [](std::uint64_t v, const SeekPoint& x) {
-      return v < x.uncompressed;
-    });
-    const std::uint64_t from = after == p.begin() ? 0 : std::prev(after)->compressed_bit / 8;
+    const std::uint64_t from = p[start_point(*index_, begin, end, file_.path())].compressed_bit / 8;
     auto stop = std::lower_bound(p.begin(), p.end(), end, [](const SeekPoint& x, std::uint64_t v) {
       return x.uncompressed < v;
     });

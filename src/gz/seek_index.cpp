@@ -342,6 +342,25 @@ bool worth_checking(std::uint64_t lead, std::uint64_t range) {
 
 }  // namespace
 
+std::size_t start_point(const SeekIndex& index, std::uint64_t begin, std::uint64_t end,
+                        const std::string& path) {
+  const auto& pts = index.points;
+  const auto by_u = [](std::uint64_t u, const SeekPoint& p) { return u < p.uncompressed; };
+  // The last point at or before begin.
+  std::size_t first =
+      static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), begin, by_u) - pts.begin());
+  if (first == 0)
+    throw Error(ErrorCode::invalid_argument, path, "seek index",
+                "expected a point at uncompressed offset 0, but the index has none");
+  // Start at the member's first point rather than a point shortly before `begin`, when there
+  // is one close enough: the read can then be checked if it runs to the member's end.
+  for (std::size_t k = first - 1; k > 0 && !at_member_start(pts[k]); --k) {
+    if (!worth_checking(begin - pts[k - 1].uncompressed, end - begin)) break;
+    if (at_member_start(pts[k - 1])) first = k;
+  }
+  return first - 1;
+}
+
 void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink) {
   RangeChain chain;
@@ -364,20 +383,10 @@ void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, 
   chain.end = UINT64_MAX;  // until this range is through
   const auto& pts = index.points;
   const auto by_u = [](std::uint64_t u, const SeekPoint& p) { return u < p.uncompressed; };
-  // The last point at or before begin, and the first at or after end.
-  std::size_t first =
-      static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), begin, by_u) - pts.begin());
+  // The point decoding starts at, and the first point at or after end.
+  std::size_t first = start_point(index, begin, end, path) + 1;
   const std::size_t last =
       static_cast<std::size_t>(std::upper_bound(pts.begin(), pts.end(), end - 1, by_u) - pts.begin());
-  if (first == 0)
-    throw Error(ErrorCode::invalid_argument, path, "seek index",
-                "expected a point at uncompressed offset 0, but the index has none");
-  // Start at the member's first point rather than a point shortly before `begin`, when there
-  // is one close enough: the read can then be checked if it runs to the member's end.
-  for (std::size_t k = first - 1; k > 0 && !at_member_start(pts[k]); --k) {
-    if (!worth_checking(begin - pts[k - 1].uncompressed, end - begin)) break;
-    if (at_member_start(pts[k - 1])) first = k;
-  }
   // Points [first - 1, last) start the spans that cover the range.
   struct Task {
     std::size_t point;
@@ -396,8 +405,10 @@ void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, 
     for (std::size_t k = first; k <= last; ++k) {
       const std::uint64_t from = std::max(begin, pts[start].uncompressed);
       const std::uint64_t stop = k == last ? end : pts[k].uncompressed;
-      if (k == last || stop - from >= target) {
-        if (stop > from) tasks.push_back({start, from, stop});
+      // Points before `begin` (a start moved back to the member's first point) stay inside the
+      // first task, which decodes through them.
+      if (k == last || (stop > from && stop - from >= target)) {
+        tasks.push_back({start, from, stop});
         start = k;
       }
     }

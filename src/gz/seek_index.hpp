@@ -136,6 +136,12 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
 void inflate_range(const core::RandomAccessInput& file, const SeekIndex& index, std::uint64_t begin,
                    std::uint64_t end, unsigned threads, const Sink& sink);
 
+// The index in index.points of the point inflate_range(begin, end) decodes from: the last point
+// at or before `begin`, or the first point of its member when that is close enough to check the
+// member (above). Error(invalid_argument) naming `path` when no point is at offset 0.
+std::size_t start_point(const SeekIndex& index, std::uint64_t begin, std::uint64_t end,
+                        const std::string& path);
+
 // The member checks of consecutive inflate_range calls (a range read in pieces cut at seek
 // points, as the device path does): a call that starts at the point where the last one ended
 // continues its CRC32 chain, so the member is checked as if read in one call.
