@@ -33,6 +33,9 @@ class RandomAccessInput {
   virtual bool fetches() const noexcept { return false; }
   // Reads ahead `ranges` (sorted or not); a no-op for files and memory.
   virtual void prefetch(std::span<const ByteRange> /*ranges*/) const {}
+  // As prefetch, but returns at once: the ranges are fetched in the background while the caller
+  // reads what has arrived (a whole stream decoded as its parts come in).
+  virtual void read_ahead(std::span<const ByteRange> ranges) const { prefetch(ranges); }
 };
 
 // A read-only regular file. Errors throw voxpipe::Error(not_found / io) naming the path; a path
@@ -131,7 +134,15 @@ class InputByteSource final : public ByteSource {
   bool random_access() const noexcept override { return true; }
   const std::string& path() const noexcept override { return input_->path(); }
   bool wants_prefetch() const noexcept override { return input_->fetches(); }
-  void prefetch(std::span<const ByteRange> ranges) override { input_->prefetch(ranges); }
+  // Large selections are read ahead: their first bytes are converted while the rest arrive.
+  void prefetch(std::span<const ByteRange> ranges) override {
+    std::uint64_t total = 0;
+    for (const ByteRange& r : ranges) total += r.size;
+    if (total > (std::uint64_t{16} << 20))
+      input_->read_ahead(ranges);
+    else
+      input_->prefetch(ranges);
+  }
   std::uint64_t size() const noexcept { return input_->size(); }
 
  private:

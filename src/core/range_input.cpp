@@ -1,9 +1,11 @@
 #include "core/range_input.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <iterator>
+#include <thread>
 #include <utility>
 
 #include "voxpipe/error.hpp"
@@ -81,6 +83,7 @@ void RangeInput::insert_locked(std::uint64_t begin, const FetchedBytes& fetched)
   for (const ByteRange& g : gaps_locked(begin, end)) {
     auto e = std::make_shared<Extent>();
     e->begin = g.offset;
+    e->length = g.size;
     e->bytes = fetched.bytes.subspan(g.offset - begin, g.size);
     e->owner = fetched.owner;
     e->used = clock_;
@@ -93,11 +96,11 @@ void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
   while (cached_bytes_ > options_.max_cached_bytes) {
     auto oldest = extents_.end();
     for (auto it = extents_.begin(); it != extents_.end(); ++it)
-      if (it->second->used < keep_from_clock &&
+      if (!it->second->pending && it->second->used < keep_from_clock &&
           (oldest == extents_.end() || it->second->used < oldest->second->used))
         oldest = it;
     if (oldest == extents_.end()) return;
-    cached_bytes_ -= oldest->second->bytes.size();
+    cached_bytes_ -= oldest->second->length;
     extents_.erase(oldest);
   }
 }
@@ -109,15 +112,29 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   std::vector<ExtentPtr> found;
   std::vector<ByteRange> requests;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     const std::uint64_t now = ++clock_;
     auto it = extents_.upper_bound(offset);
     if (it != extents_.begin()) --it;
     for (; it != extents_.end() && it->first < end; ++it)
-      if (it->second->end() > offset) {
-        it->second->used = now;
-        found.push_back(it->second);
+      if (it->second->end() > offset) found.push_back(it->second);
+    // Parts read_ahead is still fetching: wait for them.
+    arrived_.wait(lock, [&] {
+      return std::none_of(found.begin(), found.end(), [](const ExtentPtr& e) { return e->pending; });
+    });
+    for (const ExtentPtr& e : found) {
+      if (e->error) {
+        // A part read_ahead failed to fetch: this read fails with its error, and the part is
+        // forgotten, so that a later read fetches the bytes itself.
+        auto at = extents_.find(e->begin);
+        if (at != extents_.end() && at->second == e) {
+          extents_.erase(at);
+          cached_bytes_ -= e->length;
+        }
+        std::rethrow_exception(e->error);
       }
+      e->used = now;
+    }
     for (const ByteRange& g : gaps_locked(offset, end)) {
       // A miss where the last one ended continues a front-to-back read: twice its size.
       std::uint64_t want = options_.min_request;
@@ -147,13 +164,13 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   return n;
 }
 
-void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
+std::vector<ByteRange> RangeInput::plan_parts(std::span<const ByteRange> ranges) const {
   std::vector<ByteRange> wanted;
   for (const ByteRange& r : ranges) {
     if (r.offset >= size_ || r.size == 0) continue;
     wanted.push_back({r.offset, std::min(r.size, size_ - r.offset)});
   }
-  if (wanted.empty()) return;
+  if (wanted.empty()) return {};
   std::sort(wanted.begin(), wanted.end(),
             [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
   std::vector<ByteRange> merged{wanted.front()};
@@ -166,18 +183,24 @@ void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
       merged.push_back(wanted[i]);
   }
   std::vector<ByteRange> parts;
+  std::uint64_t budget = options_.max_cached_bytes;  // caller holds mutex_
+  for (const ByteRange& m : merged) {
+    for (ByteRange g : gaps_locked(m.offset, m.offset + m.size)) {
+      if (budget == 0) break;
+      g.size = std::min(g.size, budget);
+      budget -= g.size;
+      for (std::uint64_t at = g.offset; at < g.offset + g.size; at += options_.part_size)
+        parts.push_back({at, std::min(options_.part_size, g.offset + g.size - at)});
+    }
+  }
+  return parts;
+}
+
+void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
+  std::vector<ByteRange> parts;
   {
     std::lock_guard lock(mutex_);
-    std::uint64_t budget = options_.max_cached_bytes;
-    for (const ByteRange& m : merged) {
-      for (ByteRange g : gaps_locked(m.offset, m.offset + m.size)) {
-        if (budget == 0) break;
-        g.size = std::min(g.size, budget);
-        budget -= g.size;
-        for (std::uint64_t at = g.offset; at < g.offset + g.size; at += options_.part_size)
-          parts.push_back({at, std::min(options_.part_size, g.offset + g.size - at)});
-      }
-    }
+    parts = plan_parts(ranges);
   }
   if (parts.empty()) return;
   const std::vector<FetchedBytes> got = fetch(parts);
@@ -188,6 +211,64 @@ void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
   // A read that continues past the prefetched bytes continues front to back.
   last_miss_end_ = parts.back().offset + parts.back().size;
   last_miss_size_ = std::min(options_.part_size, parts.back().size);
+}
+
+void RangeInput::read_ahead(std::span<const ByteRange> ranges) const {
+  std::shared_ptr<const RangeInput> self = weak_from_this().lock();
+  if (!self) {
+    prefetch(ranges);
+    return;
+  }
+  struct Job {
+    std::vector<std::shared_ptr<Extent>> parts;
+    std::atomic<std::size_t> next{0};
+  };
+  auto job = std::make_shared<Job>();
+  {
+    std::lock_guard lock(mutex_);
+    for (const ByteRange& p : plan_parts(ranges)) {
+      auto e = std::make_shared<Extent>();
+      e->begin = p.offset;
+      e->length = p.size;
+      e->pending = true;
+      e->used = UINT64_MAX;  // not evicted before it has been read once
+      extents_.emplace(p.offset, e);
+      cached_bytes_ += p.size;
+      job->parts.push_back(std::move(e));
+    }
+    if (!job->parts.empty()) {
+      last_miss_end_ = job->parts.back()->end();
+      last_miss_size_ = std::min(options_.part_size, job->parts.back()->length);
+    }
+  }
+  const std::size_t n = job->parts.size();
+  const std::size_t threads = std::min<std::size_t>(n, kReadAheadThreads);
+  for (std::size_t t = 0; t < threads; ++t)
+    std::thread([self, job] {
+      for (std::size_t i; (i = job->next.fetch_add(1)) < job->parts.size();) {
+        const std::shared_ptr<Extent>& e = job->parts[i];
+        const ByteRange part{e->begin, e->length};
+        std::vector<FetchedBytes> got;
+        std::exception_ptr error;
+        try {
+          got = self->fetch(std::span(&part, 1));
+        } catch (...) {
+          error = std::current_exception();
+        }
+        {
+          std::lock_guard lock(self->mutex_);
+          e->pending = false;
+          if (error) {
+            // The next read of the part rethrows the error and forgets the part (read_at).
+            e->error = error;
+          } else {
+            e->bytes = got[0].bytes;
+            e->owner = std::move(got[0].owner);
+          }
+        }
+        self->arrived_.notify_all();
+      }
+    }).detach();
 }
 
 }  // namespace voxpipe::core

@@ -9,11 +9,19 @@
 // announced ranges, merged when at most coalesce_gap apart and split into part_size parts that
 // the fetcher may fetch concurrently.
 //
-// Thread-safety: read_at and prefetch may be called from several threads at once. Two threads
-// missing the same bytes at the same moment may both fetch them; the cache keeps one copy.
+// read_ahead() plans the same parts but returns at once: up to kReadAheadThreads threads fetch
+// them one part per request, each part readable as soon as it has arrived (reads of a part still
+// in flight wait for it), so that a decoder consumes the first parts while the next are fetched.
+// Those threads share ownership of the input until their parts are in.
+//
+// Thread-safety: read_at, prefetch and read_ahead may be called from several threads at once.
+// Two threads missing the same bytes at the same moment may both fetch them; the cache keeps one
+// copy.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,8 +34,12 @@
 
 namespace voxpipe::core {
 
-class RangeInput final : public RandomAccessInput {
+class RangeInput final : public RandomAccessInput,
+                         public std::enable_shared_from_this<RangeInput> {
  public:
+  // Parts read_ahead fetches at once.
+  static constexpr unsigned kReadAheadThreads = 8;
+
   RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch, FetchedBytes initial,
              const RemoteInputOptions& options, std::string version = {});
 
@@ -36,6 +48,8 @@ class RangeInput final : public RandomAccessInput {
   const std::string& path() const noexcept override { return name_; }
   bool fetches() const noexcept override { return true; }
   void prefetch(std::span<const ByteRange> ranges) const override;
+  // Needs the input owned by a shared_ptr (as RemoteInput owns it); otherwise as prefetch.
+  void read_ahead(std::span<const ByteRange> ranges) const override;
 
   RemoteInputStats stats() const;
   // The version opened (an ETag), empty when unknown.
@@ -44,10 +58,15 @@ class RangeInput final : public RandomAccessInput {
  private:
   struct Extent {
     std::uint64_t begin = 0;
-    std::span<const std::byte> bytes;
+    std::uint64_t length = 0;
+    std::span<const std::byte> bytes;  // length bytes once arrived
     std::shared_ptr<const void> owner;
     std::uint64_t used = 0;  // clock of the last read or insertion
-    std::uint64_t end() const noexcept { return begin + bytes.size(); }
+    // A part read_ahead is fetching: not yet readable; `error` when its fetch failed (the next
+    // read of it rethrows the error and removes the part).
+    bool pending = false;
+    std::exception_ptr error;
+    std::uint64_t end() const noexcept { return begin + length; }
   };
   using ExtentPtr = std::shared_ptr<Extent>;
 
@@ -59,6 +78,9 @@ class RangeInput final : public RandomAccessInput {
   void evict_locked(std::uint64_t keep_from_clock) const;
   // The gaps of [begin, end) no extent covers. Caller holds mutex_.
   std::vector<ByteRange> gaps_locked(std::uint64_t begin, std::uint64_t end) const;
+  // The parts prefetch and read_ahead fetch for `ranges`: merged, less what is cached, within
+  // the cache's bound, split into part_size pieces.
+  std::vector<ByteRange> plan_parts(std::span<const ByteRange> ranges) const;
 
   const std::string name_;
   const std::string version_;
@@ -67,6 +89,7 @@ class RangeInput final : public RandomAccessInput {
   const RemoteInputOptions options_;
 
   mutable std::mutex mutex_;
+  mutable std::condition_variable arrived_;  // a pending extent arrived or failed
   mutable std::map<std::uint64_t, ExtentPtr> extents_;  // by begin; never overlapping
   mutable std::uint64_t cached_bytes_ = 0;
   mutable std::uint64_t clock_ = 0;

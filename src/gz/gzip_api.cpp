@@ -34,6 +34,7 @@ class ProgressInput final : public core::RandomAccessInput {
   const std::string& path() const noexcept override { return file_.path(); }
   bool fetches() const noexcept override { return file_.fetches(); }
   void prefetch(std::span<const ByteRange> ranges) const override { file_.prefetch(ranges); }
+  void read_ahead(std::span<const ByteRange> ranges) const override { file_.read_ahead(ranges); }
 
  private:
   const core::RandomAccessInput& file_;

@@ -102,7 +102,14 @@ void GzipSource::prefetch_compressed(std::uint64_t begin, std::uint64_t end) con
   } else {
     ranges.push_back({0, file_.size()});
   }
-  file_.prefetch(ranges);
+  // Large spans are read ahead (the decoder starts on the first parts while the next arrive);
+  // small ones are fetched before decoding starts.
+  std::uint64_t total = 0;
+  for (const ByteRange& r : ranges) total += r.size;
+  if (total > kReadAheadAbove)
+    file_.read_ahead(ranges);
+  else
+    file_.prefetch(ranges);
 }
 
 std::size_t GzipSource::read_at(std::uint64_t offset, std::span<std::byte> dst) {

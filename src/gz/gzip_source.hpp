@@ -62,6 +62,8 @@ class GzipSource final : public core::ByteSource {
   // Below this compressed size a file inflates on one thread in less time than the parallel
   // engine spends finding block starts and resolving windows.
   static constexpr std::uint64_t kMinParallelCompressed = 2u << 20;
+  // Compressed spans of an object larger than this are read ahead rather than fetched first.
+  static constexpr std::uint64_t kReadAheadAbove = 16u << 20;
   void inflate_parallel_range(std::uint64_t begin, std::uint64_t end, unsigned threads,
                               const core::ByteSink& sink);
   void read_indexed_range(std::uint64_t begin, std::uint64_t end, unsigned threads,

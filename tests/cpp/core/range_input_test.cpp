@@ -400,6 +400,53 @@ TEST(RangeInput, ConcurrentReadsReturnTheObjectsBytes) {
   EXPECT_EQ(f.calls().size(), 1u);
 }
 
+TEST(RangeInput, ReadAheadFetchesEachPartOnceWhileReadersWait) {
+  // A whole object read ahead in parts by background threads, read at once by several threads:
+  // every byte right, each part fetched once in a call of its own, nothing fetched twice.
+  RecordingFetcher f(object_bytes(1 << 20, 31));
+  auto in = std::make_shared<RangeInput>(f.name(), f.size(), f.fetcher(), voxpipe::FetchedBytes{},
+                                         options(4096, 1000, 65536, 4 << 20));
+  const std::vector<ByteRange> whole{{0, f.size()}};
+  in->read_ahead(whole);
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      for (std::uint64_t at = static_cast<std::uint64_t>(t) * 4096; at < f.size(); at += 16384)
+        expect_read(*in, f, at, 4096);
+    });
+  for (auto& r : readers) r.join();
+  std::vector<Range> got = f.ranges();
+  std::sort(got.begin(), got.end());
+  std::vector<Range> parts;
+  for (std::uint64_t at = 0; at < f.size(); at += 65536) parts.push_back({at, 65536});
+  EXPECT_EQ(got, parts);
+  for (const Call& c : f.calls()) EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(in->stats().bytes, f.size());
+}
+
+TEST(RangeInput, ReadAheadErrorReachesTheReaderWaitingForThePart) {
+  RecordingFetcher f(object_bytes(200000, 32), "s3://bucket/sub-03_bold.nii.gz");
+  auto in = std::make_shared<RangeInput>(f.name(), f.size(), f.fetcher(), voxpipe::FetchedBytes{},
+                                         options(4096, 1000, 1 << 20, 4 << 20));
+  f.inject(RecordingFetcher::Fault::error);  // the one part's request fails
+  const std::vector<ByteRange> whole{{0, f.size()}};
+  in->read_ahead(whole);
+  std::vector<std::byte> buf(10);
+  auto err = vptest::catch_error([&] { in->read_at(100, buf); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->path(), f.name());
+  // The failed part is forgotten: the next read fetches what it needs.
+  expect_read(*in, f, 100, 10);
+}
+
+TEST(RangeInput, ReadAheadWithoutSharedOwnershipFetchesAtOnce) {
+  RecordingFetcher f(object_bytes(100000, 33));
+  RangeInput in(f.name(), f.size(), f.fetcher(), {}, options(4096, 1000, 50000, 1 << 20));
+  const std::vector<ByteRange> whole{{0, f.size()}};
+  in.read_ahead(whole);
+  EXPECT_EQ(f.calls(), (std::vector<Call>{{{0, 50000}, {50000, 50000}}}));
+}
+
 TEST(RemoteInput, ForwardsToItsRangeInput) {
   RecordingFetcher f(object_bytes(300000, 20), "az://container/blob.nii");
   voxpipe::RemoteInput remote(f.name(), f.size(), f.fetcher(), f.initial(100),
