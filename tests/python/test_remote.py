@@ -10,6 +10,7 @@ import nibabel as nib
 import pytest
 
 import voxpipe as vp
+from s3_server import S3Server
 from voxpipe.errors import VoxpipeFileNotFoundError, VoxpipeIOError
 
 moto_server = pytest.importorskip("moto.server")
@@ -24,13 +25,8 @@ KEYS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "u
 def s3(tmp_path_factory):
     """A moto S3 server on a free localhost port, with a bucket of NIfTI files, and the
     local copies they came from."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
+    server = S3Server(BUCKET)
+    endpoint, client = server.endpoint, server.client
     d = tmp_path_factory.mktemp("remote")
     rng = np.random.default_rng(5)
     data = rng.integers(-2000, 2000, size=(24, 20, 16, 4), dtype=np.int16)

@@ -12,13 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import nibabel as nib
 import numpy as np
 import pytest
-from moto import server as moto_server
 
 import voxpipe as vp
+from s3_server import S3Server
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(os.environ.get("VOXPIPE_CLI") or REPO / ".venv" / "bin" / "voxpipe")
@@ -29,13 +28,8 @@ BUCKET = "voxpipe-cli"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """(environment for the CLI, boto3 client, local folder with the files uploaded)."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
+    server = S3Server(BUCKET)
+    endpoint, client = server.endpoint, server.client
     d = tmp_path_factory.mktemp("remote_cli")
     data = np.random.default_rng(8).integers(-500, 500, size=(20, 18, 12, 6), dtype=np.int16)
     nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 3.0, 1.0])), d / "bold.nii.gz")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
+from s3_server import S3Server
 from voxpipe import _remote_dicom
 from voxpipe.errors import (InvalidArgumentError, UnsupportedError, VoxpipeFileNotFoundError,
                             VoxpipeIOError)
@@ -65,13 +66,8 @@ def s3(tmp_path_factory):
     """A moto S3 server on a free localhost port, with the DICOM test series uploaded under
     "cases/NAME/" (a folder each) and a study of two series under "study/", and the local
     folder they came from."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
+    server = S3Server(BUCKET)
+    endpoint, client = server.endpoint, server.client
     root = tmp_path_factory.mktemp("remote_dicom")
     cases = root / "cases"
     (cases / "oblique").mkdir(parents=True)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
+from s3_server import S3Server
 from voxpipe.errors import VoxpipeFileNotFoundError
 
 moto_server = pytest.importorskip("moto.server")
@@ -56,13 +57,8 @@ def _files(d):
 def s3(tmp_path_factory):
     """A moto S3 server on a free localhost port with the files under data/, their URLs, the
     local copies and the storage options that reach it."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
+    server = S3Server(BUCKET)
+    endpoint, client = server.endpoint, server.client
     files = _files(tmp_path_factory.mktemp("remote_many"))
     urls = []
     for f in files:

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
+from s3_server import S3Server
 from voxpipe.errors import VoxpipeIOError
 
 import nifti_testlib as tl
@@ -543,15 +544,9 @@ BUCKET = "voxpipe-ranges"
 def s3(files):
     """(a moto S3 server on a free localhost port with a bucket of the module's files, its
     storage_options, a boto3 client)."""
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=BUCKET)
+    pytest.importorskip("moto.server")
+    server = S3Server(BUCKET)
+    endpoint, client = server.endpoint, server.client
     for name in ("bold.nii", "series.nii.gz", "series.nii.gz.gzidx"):
         client.upload_file(str(files.path(name)), BUCKET, f"data/{name}")
     options = {"access_key_id": "testing", "secret_access_key": "testing",
