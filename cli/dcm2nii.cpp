@@ -28,9 +28,30 @@
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 #include "voxpipe/threads.hpp"
 
 namespace voxpipe::cli {
+
+namespace {
+// The objects the URLs name (an object, or those under a prefix), fetched whole through the URL
+// handlers (voxpipe's Python package), as buffers to scan.
+std::vector<DicomBuffer> fetch_objects(const std::vector<std::string>& urls) {
+  const UrlHandlers& handlers = url_handlers();
+  if (!handlers.fetch_all)
+    throw Error(ErrorCode::unsupported, urls.front(), "",
+                "objects named by URLs are read through voxpipe's Python package "
+                "(pip install 'voxpipe[s3]'; from the shell: python -m voxpipe ...)");
+  std::vector<DicomBuffer> buffers;
+  for (const std::string& url : urls)
+    for (auto& [name, fetched] : handlers.fetch_all(url))
+      buffers.push_back({name,
+                         std::span(reinterpret_cast<const std::uint8_t*>(fetched.bytes.data()),
+                                   fetched.bytes.size()),
+                         std::move(fetched.owner)});
+  return buffers;
+}
+}  // namespace
 
 namespace {
 
@@ -503,9 +524,14 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
+  // Inputs are files and folders, or objects and prefixes named by URLs (not both).
+  const bool urls = is_object_url(inputs.front());
   for (const auto& p : inputs) {
+    if (is_object_url(p) != urls)
+      throw Error(ErrorCode::invalid_argument, p, "",
+                  "expected inputs that are all URLs or all paths, not both");
     std::error_code ec;
-    if (!fs::exists(p, ec)) throw Error(ErrorCode::not_found, p, "", "no such file or folder");
+    if (!urls && !fs::exists(p, ec)) throw Error(ErrorCode::not_found, p, "", "no such file or folder");
   }
   {
     std::error_code ec;
@@ -520,7 +546,8 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   threads = resolve_threads(threads);  // one count for the scan and every series' read and write
   DicomScanOptions scan_options;
   scan_options.threads = threads;
-  const DicomScanResult scan = scan_dicom_series(inputs, scan_options);
+  const DicomScanResult scan =
+      urls ? scan_dicom_buffers(fetch_objects(inputs), scan_options) : scan_dicom_series(inputs, scan_options);
   if (scan.series.empty()) {
     progress.finish();
     if (verbose)

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace voxpipe {
@@ -95,6 +96,11 @@ struct UrlHandlers {
   std::function<std::string(const std::string& url, const std::string& version)> index_cache_path;
   // Writes the local file `path` as the object at `url`.
   std::function<void(const std::string& path, const std::string& url)> put;
+  // The objects `url` names, fetched whole, with their URLs: one object, or every object under
+  // a prefix (a URL ending in "/", in key order, as a folder's files), each read pinned to the
+  // version listed.
+  std::function<std::vector<std::pair<std::string, FetchedBytes>>(const std::string& url)>
+      fetch_all;
 };
 // Process-wide; call before the threads that open URLs start (the Python package does so at
 // import).

@@ -162,13 +162,14 @@ void bind_remote(nb::module_& m) {
 
   m.def(
       "set_url_handlers",
-      [](nb::handle open, nb::handle index_cache_path, nb::handle put) {
+      [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all) {
         // Module-level functions that live as long as the process: referenced for good, so
         // that nothing is released after the interpreter has gone.
-        for (nb::handle h : {open, index_cache_path, put}) h.inc_ref();
+        for (nb::handle h : {open, index_cache_path, put, fetch_all}) h.inc_ref();
         PyObject* o = open.ptr();
         PyObject* c = index_cache_path.ptr();
         PyObject* p = put.ptr();
+        PyObject* a = fetch_all.ptr();
         UrlHandlers handlers;
         handlers.open = [o](const std::string& url) -> std::shared_ptr<const RemoteInput> {
           python::GilAcquire gil;
@@ -195,11 +196,26 @@ void bind_remote(nb::module_& m) {
             throw error_of(e, url);
           }
         };
+        handlers.fetch_all = [a](const std::string& url) {
+          python::GilAcquire gil;
+          std::vector<std::pair<std::string, FetchedBytes>> out;
+          try {
+            for (nb::handle item : nb::handle(a)(url)) {
+              FetchedBytes f;
+              f.owner = hold_buffer(item[1], f.bytes);
+              out.emplace_back(nb::cast<std::string>(item[0]), std::move(f));
+            }
+          } catch (nb::python_error& e) {
+            throw error_of(e, url);
+          }
+          return out;
+        };
         set_url_handlers(std::move(handlers));
       },
-      nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"),
+      nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"), nb::arg("fetch_all"),
       "Make calls that take paths (open, build_index, the CLI's commands) read URLs: "
-      "open(url) -> RemoteInput, index_cache_path(url, version) -> str, put(path, url).");
+      "open(url) -> RemoteInput, index_cache_path(url, version) -> str, put(path, url), "
+      "fetch_all(url) -> [(url, buffer), ...] (an object, or those under a prefix).");
 
 #ifdef VOXPIPE_PYTHON_CLI
   m.def(

@@ -458,9 +458,15 @@ def _put_file_for_core(path: str, url: str) -> None:
         put(url, f.read())
 
 
+def _fetch_all_for_core(url: str) -> list[tuple[str, Any]]:
+    """The objects a URL names (an object, or those under a prefix), fetched whole."""
+    from . import _remote_dicom  # imports this module
+    return [(o.url, o.data) for o in _remote_dicom.fetch_all([url], None)]
+
+
 # Calls that take paths (the core's open, build_index, the CLI's commands under
 # `python -m voxpipe`) read URLs through these.
-_core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core)
+_core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core, _fetch_all_for_core)
 
 
 def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -> None:

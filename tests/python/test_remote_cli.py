@@ -95,3 +95,30 @@ def test_without_python_a_url_says_how_to_read_it(s3, tmp_path):
     r = cli(env, "info", f"s3://{BUCKET}/sub-01/bold.nii.gz")
     assert r.returncode != 0
     assert "python -m voxpipe" in r.stderr
+
+
+def test_dcm2nii_converts_the_series_under_a_prefix(s3, tmp_path):
+    # The objects under the prefix, fetched and scanned from memory, give the file the local
+    # folder gives: the same bytes.
+    from test_cli_dcm2nii import write_series
+    env, client, _ = s3
+    write_series(tmp_path / "dicom", slices=6)
+    for f in sorted((tmp_path / "dicom").iterdir()):
+        client.upload_file(str(f), BUCKET, f"dicom/series/{f.name}")
+    remote = cli(env, "dcm2nii", f"s3://{BUCKET}/dicom/series/", tmp_path / "from_s3")
+    assert remote.returncode == 0, remote.stderr
+    local = cli(env, "dcm2nii", tmp_path / "dicom", tmp_path / "from_disk")
+    assert local.returncode == 0, local.stderr
+    written = sorted(p.name for p in (tmp_path / "from_s3").iterdir())
+    assert written == sorted(p.name for p in (tmp_path / "from_disk").iterdir()) and written
+    for name in (n for n in written if n.endswith(".nii.gz")):
+        a, b = nib.load(tmp_path / "from_s3" / name), nib.load(tmp_path / "from_disk" / name)
+        assert a.header.binaryblock == b.header.binaryblock
+        assert np.asanyarray(a.dataobj).tobytes() == np.asanyarray(b.dataobj).tobytes()
+    for name in (n for n in written if n.endswith(".json")):  # the BIDS sidecars
+        assert ((tmp_path / "from_s3" / name).read_text()
+                == (tmp_path / "from_disk" / name).read_text())
+    assert "6 files read" in remote.stdout
+    mixed = cli(env, "dcm2nii", f"s3://{BUCKET}/dicom/series/", tmp_path / "dicom",
+                tmp_path / "mixed")
+    assert mixed.returncode != 0 and "all URLs or all paths" in mixed.stderr
