@@ -233,10 +233,6 @@ class Series:
             if dt not in _FLOATS and dt != self.stored_dtype:
                 raise InvalidArgumentError(
                     f"dtype must be float32, float64 or None (stored {self.stored_dtype}), not {dt}")
-        if ordinal is not None and self._objects is not None:
-            # The device loader reads images from their files: those of objects are decoded
-            # here, from memory, and the volume copied.
-            return _device.array_to_device(self.get_data(dt, threads=threads), ordinal)
         if ordinal is not None:
             arr = _device._new(ordinal, self.shape, dt)
             _core.dicom_series_to_device(arr._memory, 0, self._s, dt.name,

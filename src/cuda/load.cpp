@@ -217,7 +217,9 @@ namespace {
 // nullopt where it is not element-wise on the file's bytes (then the CPU decodes the series).
 std::optional<ElementOp> dicom_image_op(const DicomSlice& im, DType out_type) {
   const DicomPixelInfo& info = *im.pixel;
-  if (im.tile_grid != 0 || info.codec != DicomCodec::native || !im.file->pixel_data ||
+  // Images scanned from memory (objects) are not in files the device path reads: decoded on
+  // the host and pushed, as compressed ones are.
+  if (im.buffer || im.tile_grid != 0 || info.codec != DicomCodec::native || !im.file->pixel_data ||
       im.file->pixel_data->encapsulated || im.file->transfer_syntax.deflated)
     return std::nullopt;
   DicomDecodeOptions options;
