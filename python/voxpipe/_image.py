@@ -223,16 +223,19 @@ class ArrayProxy(ArrayLike):
     def _new_reader(self):
         remote = isinstance(self._source, _remote.RemoteFile)
         if remote and self._index[0] == "auto" and self._img.gzip:
-            # An object: sized members need no index; otherwise the seek index of this version
-            # in the cache, or its sidecar object. One that does not match the object (stale,
-            # damaged) is dropped, as locally.
-            reader = _core.Reader(self._img, "none", "")
-            args = ("none", "") if reader.random_access else self._source.data_file.index_args()
+            # An object: the seek index of this version in the cache, or its sidecar object,
+            # looked up first (with one, even sized members are found without a request per
+            # member). One that does not match the object (stale, damaged) is dropped, as
+            # locally, and the read goes on without it.
+            args = self._source.data_file.index_args()
+            reader = None
             if args[0] == "path":
                 try:
                     reader = _core.Reader(self._img, *args)
                 except (InvalidArgumentError, FormatError, TruncatedError):
                     self._source.data_file.forget_index()
+            if reader is None:
+                reader = _core.Reader(self._img, "none", "")
         else:
             reader = _core.Reader(self._img, *self._index)
         reader.check_data_size()

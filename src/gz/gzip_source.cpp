@@ -29,8 +29,13 @@ GzipSource::GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
     throw Error(ErrorCode::format, path, "gzip magic",
                 "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
-  members_ = read_member_table(file_);
-  if (members_) return;
+  // An object read by ranges with an index skips the member table: finding the members costs
+  // a request per member there, the index none (it has a point at every member's start).
+  const bool index_first = file_.fetches() && !options.index_path.empty();
+  if (!index_first) {
+    members_ = read_member_table(file_);
+    if (members_) return;
+  }
   // Index files are found and checked by the path and key of a file: other inputs have none.
   const bool is_file = dynamic_cast<const core::InputFile*>(&file_) != nullptr;
   if (!options.index_path.empty()) {

@@ -29,7 +29,8 @@ struct GzipSourceOptions {
   // sidecar or cache entry if there is one. Index files belong to files (their key is the
   // file's size, mtime and tail): other inputs find none, and an `index_path` for one is
   // Error(invalid_argument), except for an object read by ranges (RandomAccessInput::fetches),
-  // whose index is checked against its size and tail (load_index for inputs).
+  // whose index is checked against its size and tail (load_index for inputs) and used even
+  // when its members announce their sizes (it finds them without a request per member).
   std::string index_path;
   bool find_index = true;
 };

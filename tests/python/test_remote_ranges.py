@@ -398,7 +398,7 @@ def gaps(first, end, spans):
     return out
 
 
-def test_a_sized_member_nii_gz_reads_a_volume_without_an_index(server, files):
+def test_a_sized_member_nii_gz_without_an_index_walks_its_members(server, files):
     key = "data/members.nii.gz"
     blob = files.bytes("members.nii.gz")
     members = vp_members(blob)
@@ -423,8 +423,28 @@ def test_a_sized_member_nii_gz_reads_a_volume_without_an_index(server, files):
     # A whole read then fetches the rest, nothing twice.
     assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
     assert covered([(0, HEAD)] + [span(r) for r in server.log(key)]) == [(0, len(blob))]
-    # No index is looked for: sized members need none.
-    assert [r.path for r in server.log() if r.path != key] == []
+    # The index is looked for first (one request: with one, no member walk; see below).
+    assert [(r.path, r.status) for r in server.log() if r.path != key] == [(key + ".gzidx", 404)]
+
+
+def test_a_sized_member_nii_gz_with_a_sidecar_reads_a_volume_without_the_member_walk(
+        server, files, tmp_path):
+    # The index has a point at every member's start and every volume's: one volume is the
+    # sidecar, the tail check and one data request, however many members the file has.
+    key = "data/members.nii.gz"
+    local = tmp_path / "members.nii.gz"
+    local.write_bytes(files.bytes("members.nii.gz"))
+    vp.gz.build_index(local)
+    server.put(key + ".gzidx", (tmp_path / "members.nii.gz.gzidx").read_bytes())
+    ref = nib.load(files.path("members.nii.gz"))
+    img = load(server, "members.nii.gz")
+    server.reset()
+    assert img.dataobj[..., 5].tobytes() == np.asarray(ref.dataobj[..., 5]).tobytes()
+    log = server.log()
+    assert [(r.path, r.status) for r in log] == [(key + ".gzidx", 200), (key, 206), (key, 206)]
+    blob = files.bytes("members.nii.gz")
+    assert span(log[1]) == (len(blob) - HEAD, len(blob))  # the tail check
+    assert img.dataobj._gzip_reader().random_access
 
 
 # ---- differential --------------------------------------------------------------------------
