@@ -357,12 +357,13 @@ class RemoteFile:
         if os.path.isfile(path):
             return ("path", path)
         try:
-            sidecar = fetch(self.url + ".gzidx", self.storage_options)
-        except VoxpipeFileNotFoundError:
-            return ("none", "")
-        except VoxpipeIOError:
-            return ("none", "")  # unreadable: read without it, as locally
-        _write_atomic(path, sidecar.data)
+            if self.filesystem is not None:  # the user's filesystem reaches the sidecar too
+                data = self.filesystem.cat_file(self.url + ".gzidx")
+            else:
+                data = fetch(self.url + ".gzidx", self.storage_options).data
+        except (OSError, VoxpipeError):
+            return ("none", "")  # missing or unreadable: read without it, as locally
+        _write_atomic(path, data)
         return ("path", path)
 
 

@@ -190,6 +190,11 @@ def test_fsspec_filesystem(s3):
         assert img.dataobj[..., 1].tobytes() == np.asanyarray(ref.dataobj[..., 1]).tobytes()
         again = pickle.loads(pickle.dumps(img.dataobj))
         assert np.asarray(again).tobytes() == np.asarray(img.dataobj).tobytes()
+    # A .nii.gz: its sidecar index is looked for through the filesystem too (none here).
+    gz = vp.load(f"{BUCKET}/data/sub-01_bold.nii.gz", filesystem=fs)
+    assert gz.get_fdata().tobytes() == nib.load(files["sub-01_bold.nii.gz"]).get_fdata().tobytes()
+    assert gz.dataobj[..., 2].tobytes() == np.asanyarray(
+        nib.load(files["sub-01_bold.nii.gz"]).dataobj[..., 2]).tobytes()
     with pytest.raises(VoxpipeFileNotFoundError, match="missing.nii"):
         vp.load(f"{BUCKET}/data/missing.nii", filesystem=fs)
     with pytest.raises(TypeError, match="filesystem"):
