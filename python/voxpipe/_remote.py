@@ -204,11 +204,8 @@ class _RangeFetcher:
     (offset, size), fetched concurrently, each request pinned to the ETag (If-Match). Holds no
     reference to the RemoteFile, which holds the core's input, which holds this."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None, store: Any,
-                 name: str, size: int, etag: str | None):
-        self.url, self.storage_options = url, storage_options
-        self._store, self._name = store, name
-        self.size, self.etag = size, etag
+    def __init__(self, url: str, store: Any, name: str, etag: str | None):
+        self.url, self._store, self._name, self.etag = url, store, name, etag
 
     def get(self, offset: int, size: int) -> Any:
         obstore = client()
@@ -217,10 +214,8 @@ class _RangeFetcher:
             options["if_match"] = self.etag
         try:
             data = obstore.get(self._store, self._name, options=options).bytes()
-        except Exception as exc:
-            # The core names the object: the message is the detail only.
-            err = _error(self.url, exc, self.etag)
-            raise type(err)(str(err).removeprefix(f"{self.url}: ")) from exc
+        except Exception as exc:  # the core's fetcher takes the URL off the message it names
+            raise _error(self.url, exc, self.etag) from exc
         return data
 
     def __call__(self, ranges: Sequence[tuple[int, int]]) -> list[Any]:
@@ -292,7 +287,7 @@ class RemoteFile:
             raise VoxpipeIOError(f"{url}: expected {expected} bytes from byte 0, but the response "
                                  f"held {len(head)}", path=url)
         self.head = head
-        fetcher = _RangeFetcher(url, self.storage_options, store, name, self.size, self.etag)
+        fetcher = _RangeFetcher(url, store, name, self.etag)
         self.input = _core.RemoteInput(url, self.size, fetcher, initial=head,
                                        version=self.etag or "")
 
