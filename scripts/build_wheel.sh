@@ -3,7 +3,8 @@
 #   1. `pip wheel` in $BUILD_DIR (default build/python, the CMake tree scripts/setup.sh builds the
 #      .venv's wheel in: when setup ran, nothing is compiled again);
 #   2. `auditwheel repair --plat $PLAT`: copies the native libraries voxpipe links (ISA-L,
-#      libdeflate, zlib, libjpeg-turbo, CharLS, OpenJPEG, libpng) into voxpipe.libs/ and points
+#      libdeflate, zlib, libjpeg-turbo, CharLS, OpenJPEG, libpng, libzstd, c-blosc and the lz4
+#      and snappy libraries c-blosc links) into voxpipe.libs/ and points
 #      _core and the `voxpipe` executable at them. auditwheel moves the executable from
 #      .data/scripts to voxpipe.scripts/ (platlib) and leaves a Python shim in scripts/ that execs
 #      it, as an RPATH relative to the scripts folder could not reach platlib;

@@ -9,10 +9,11 @@ demo=1
 # pigz, isal (igzip) and libdeflate-tools are gzip producers for the differential tests;
 # libtsan2 is gcc's ThreadSanitizer runtime (the tsan stage of scripts/test.sh); libjpeg-turbo,
 # CharLS and OpenJPEG decode the JPEG, JPEG-LS and JPEG 2000 frames of DICOM files; libpng writes
-# the PNGs of `voxpipe view`.
+# the PNGs of `voxpipe view`; libzstd and c-blosc (Blosc 1) decode NIfTI-Zarr chunks.
 packages=(build-essential libtsan2 libisal-dev libdeflate-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev
           python3-venv python3-dev pigz isal libdeflate-tools
-          pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libcharls-dev libopenjp2-7-dev libpng-dev)
+          pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libcharls-dev libopenjp2-7-dev libpng-dev
+          libzstd-dev libblosc-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -32,6 +32,7 @@ void bind_resample_series(nb::module_& m);  // resample_series_bindings.cpp
 void bind_device(nb::module_& m);  // device_bindings.cpp
 void bind_view(nb::module_& m);  // view_bindings.cpp
 void bind_remote(nb::module_& m);  // remote_bindings.cpp
+void bind_zarr(nb::module_& m);  // zarr_bindings.cpp
 
 // The bytes of `object`'s buffer (the buffer protocol; C-contiguous, read-only allowed), read in
 // place: the buffer is held, so the object can be neither resized nor released, until the last
@@ -297,4 +298,5 @@ NB_MODULE(_core, m) {
   bind_device(m);
   bind_view(m);
   bind_remote(m);
+  bind_zarr(m);
 }

@@ -59,6 +59,24 @@ void check_data_size(const NiftiImage& image, std::uint64_t file_size);
 // The conversion read_nifti_data applies for `spec` (byte swap, cast, scaling), for other
 // consumers of the same bytes (the device path, src/cuda/load.cpp) to apply the same one.
 core::Conversion make_conversion(const NiftiImage& image, const OutputSpec& spec);
+// The same for elements of type `source` stored in the non-native byte order when `swapped`,
+// scaled by `scaling`: what NIfTI voxels kept elsewhere (NIfTI-Zarr chunks, src/zarr) convert by.
+core::Conversion make_conversion(DType source, bool swapped, const Scaling& scaling,
+                                 const OutputSpec& spec);
+
+// The kernel for `conversion`, made by make_conversion for data of type `source` and `spec`.
+// Throws Error(invalid_argument) naming `path` and the field "dtype" when conversion_supported
+// refuses the pair (the message read_nifti_data gives).
+core::ConvertFn conversion_kernel(DType source, const OutputSpec& spec,
+                                  const core::Conversion& conversion, const std::string& path);
+
+// The selection read_nifti_data reads for `selection` over an array of `shape`: one AxisRange per
+// axis, every index of each axis when `selection` is empty. Throws Error(invalid_argument) naming
+// `path` and the field "selection" when the number of axes is not shape's, a count is negative, a
+// step is zero or a selected index lies outside its axis.
+std::vector<AxisRange> checked_selection(std::span<const AxisRange> selection,
+                                         std::span<const std::int64_t> shape,
+                                         const std::string& path);
 
 // read_nifti_data through a given source, on options.threads as resolved by the caller (0 is
 // taken as 1).

@@ -244,15 +244,31 @@ class Executor {
 }  // namespace
 
 core::Conversion nifti::make_conversion(const NiftiImage& image, const OutputSpec& spec) {
+  return make_conversion(image.dtype, image.swapped(), image.scaling, spec);
+}
+
+core::Conversion nifti::make_conversion(DType source, bool swapped, const Scaling& scaling,
+                                        const OutputSpec& spec) {
   core::Conversion c;
-  c.source = image.dtype;
+  c.source = source;
   c.dest = spec.type;
-  c.swap = spec.file_byte_order ? false : image.swapped();
-  c.scale = spec.apply_scaling && image.scaling.active();
-  c.slope = image.scaling.slope;
-  c.inter = image.scaling.inter;
-  c.raw = spec.type == image.dtype && !c.scale && !spec.real_part;
+  c.swap = spec.file_byte_order ? false : swapped;
+  c.scale = spec.apply_scaling && scaling.active();
+  c.slope = scaling.slope;
+  c.inter = scaling.inter;
+  c.raw = spec.type == source && !c.scale && !spec.real_part;
   return c;
+}
+
+core::ConvertFn nifti::conversion_kernel(DType source, const OutputSpec& spec,
+                                         const core::Conversion& conversion,
+                                         const std::string& path) {
+  core::ConvertFn fn = conversion_supported(source, spec) ? core::select_conversion(conversion) : nullptr;
+  if (!fn)
+    throw Error(ErrorCode::invalid_argument, path, "dtype",
+                std::string("cannot convert ") + std::string(dtype_name(source)) + " to " +
+                    std::string(dtype_name(spec.type)) + (conversion.scale ? " with scaling" : ""));
+  return fn;
 }
 
 bool conversion_supported(DType source, const OutputSpec& spec) {
@@ -398,40 +414,44 @@ void read_nifti_data(const NiftiImage& image, std::span<const AxisRange> selecti
   NiftiReader(image).read(selection, spec, dest, options);
 }
 
-void nifti::read_selection(core::ByteSource& source, const NiftiImage& image,
-                           std::span<const AxisRange> selection, const OutputSpec& spec,
-                           std::span<std::byte> dest, const ReadOptions& options) {
-  const std::size_t ndim = image.shape.size();
+std::vector<AxisRange> nifti::checked_selection(std::span<const AxisRange> selection,
+                                                std::span<const std::int64_t> shape,
+                                                const std::string& path) {
+  const std::size_t ndim = shape.size();
   std::vector<AxisRange> sel(selection.begin(), selection.end());
   if (sel.empty())
-    for (auto d : image.shape) sel.push_back({0, 1, d});
+    for (auto d : shape) sel.push_back({0, 1, d});
   if (sel.size() != ndim)
-    throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+    throw Error(ErrorCode::invalid_argument, path, "selection",
                 "expected " + std::to_string(ndim) + " axes, but received " +
                     std::to_string(sel.size()));
-  std::uint64_t n_out = 1;
   for (std::size_t k = 0; k < ndim; ++k) {
     const AxisRange& a = sel[k];
-    const std::int64_t dim = image.shape[k];
+    const std::int64_t dim = shape[k];
     if (a.count < 0 || a.step == 0)
-      throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+      throw Error(ErrorCode::invalid_argument, path, "selection",
                   "axis " + std::to_string(k) + ": count must be >= 0 and step non-zero");
     if (a.count > 0) {
       // Both ends inside [0, dim), computed without overflow.
       const __int128 last = static_cast<__int128>(a.start) + static_cast<__int128>(a.count - 1) * a.step;
       if (a.start < 0 || a.start >= dim || last < 0 || last >= dim)
-        throw Error(ErrorCode::invalid_argument, image.header_path, "selection",
+        throw Error(ErrorCode::invalid_argument, path, "selection",
                     "axis " + std::to_string(k) + ": indices outside 0.." +
                         std::to_string(dim - 1));
     }
-    n_out *= static_cast<std::uint64_t>(a.count);
   }
+  return sel;
+}
+
+void nifti::read_selection(core::ByteSource& source, const NiftiImage& image,
+                           std::span<const AxisRange> selection, const OutputSpec& spec,
+                           std::span<std::byte> dest, const ReadOptions& options) {
+  const std::size_t ndim = image.shape.size();
+  const std::vector<AxisRange> sel = nifti::checked_selection(selection, image.shape, image.header_path);
+  std::uint64_t n_out = 1;
+  for (const AxisRange& a : sel) n_out *= static_cast<std::uint64_t>(a.count);
   core::Conversion conv = nifti::make_conversion(image, spec);
-  core::ConvertFn fn = conversion_supported(image.dtype, spec) ? core::select_conversion(conv) : nullptr;
-  if (!fn)
-    throw Error(ErrorCode::invalid_argument, image.header_path, "dtype",
-                std::string("cannot convert ") + std::string(dtype_name(image.dtype)) + " to " +
-                    std::string(dtype_name(spec.type)) + (conv.scale ? " with scaling" : ""));
+  core::ConvertFn fn = nifti::conversion_kernel(image.dtype, spec, conv, image.header_path);
   const std::size_t in_size = dtype_size(image.dtype), out_size = dtype_size(spec.type);
   if (dest.size() != n_out * out_size)
     throw Error(ErrorCode::invalid_argument, image.header_path, "destination",
