@@ -146,9 +146,14 @@ const char* const kInfoUsage =
 
 const char* const kConvertUsage =
     "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
+    "       voxpipe convert IN OUT.nii.zarr [--chunks X,Y,Z[,T]] [--shards X,Y,Z[,T]] [--levels N]\n"
+    "                       [--codec zstd|blosc|gzip|none] [--zarr-format 3|2] [--dtype T] [--level N]\n"
     "\n"
     "Rewrites the NIfTI image IN as OUT (.nii, .nii.gz, or .hdr/.img by OUT's name), streaming\n"
-    "about 64 MiB at a time. The header, affine and extensions are kept.\n"
+    "about 64 MiB at a time. The header, affine and extensions are kept. IN may also be a\n"
+    "NIfTI-Zarr store (.nii.zarr), and OUT one: Zarr v3 + OME-NGFF 0.5, the header stored as is,\n"
+    "written a few volumes at a time (IN may then also be a DICOM series folder). Stores are read\n"
+    "and written through voxpipe's Python package (pip install 'voxpipe[zarr]').\n"
     "\n"
     "  --dtype T         float32 or float64 (complex64/complex128 for complex data): store the\n"
     "                    scaled values, with scl_slope 1 and scl_inter 0. Without it (or with\n"
@@ -161,6 +166,14 @@ const char* const kConvertUsage =
     "  --threads N       threads for reading and compressing; 0 (default): $VOXPIPE_NUM_THREADS,\n"
     "                    else $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
+    "\n"
+    "For a .nii.zarr OUT (docs/zarr.md):\n"
+    "  --chunks X,Y,Z[,T] chunk sizes in NIfTI axis order (default: one volume per chunk for\n"
+    "                    4D, slabs of whole slices of about 4 MiB for 3D)\n"
+    "  --shards X,Y,Z[,T] shard sizes (Zarr v3): several chunks per stored object\n"
+    "  --levels N        pyramid levels (default 1: none), each halving x, y and z\n"
+    "  --codec C         zstd (default, --level 3), blosc (zstd inside, byte shuffle), gzip, none\n"
+    "  --zarr-format V   3 (default; OME-NGFF 0.5) or 2 (OME-NGFF 0.4)\n"
     "\n"
     "OUT appears only once complete (written beside it, then renamed). A progress bar (bytes\n"
     "written, ETA) is drawn when stderr is a terminal. Exit status: 0, or the code of the error\n"
@@ -676,13 +689,30 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   int level = 1;
   GzipLayout layout = GzipLayout::members;
   unsigned threads = 0;
+  // Options of a NIfTI-Zarr OUT, passed on as given (the writer checks them), and whether the
+  // gzip ones were given.
+  std::vector<std::pair<std::string, std::string>> zarr_options;
+  bool level_given = false, layout_given = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kConvertUsage;
       return 0;
     }
+    if (a == "--chunks" || a == "--shards" || a == "--levels" || a == "--codec" ||
+        a == "--zarr-format") {
+      if (i + 1 >= args.size()) {
+        err << "voxpipe convert: " << a << " needs a value\n";
+        return kUsage;
+      }
+      std::string name = a.substr(2);
+      std::replace(name.begin(), name.end(), '-', '_');
+      zarr_options.emplace_back(name, args[++i]);
+      continue;
+    }
     if (a == "--dtype" || a == "--level" || a == "--layout" || a == "--threads") {
+      level_given = level_given || a == "--level";
+      layout_given = layout_given || a == "--layout";
       if (i + 1 >= args.size()) {
         err << "voxpipe convert: " << a << " needs a value\n";
         return kUsage;
@@ -730,6 +760,29 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   if (paths.size() != 2) {
     err << "voxpipe convert: expected IN and OUT\n" << kConvertUsage;
+    return kUsage;
+  }
+  if (is_zarr_path(paths[1])) {
+    if (layout_given) {
+      err << "voxpipe convert: --layout is for .gz outputs, not NIfTI-Zarr\n";
+      return kUsage;
+    }
+    check_overwrite(paths[1], overwrite);
+    const UrlHandlers& handlers = url_handlers();
+    if (!handlers.write_zarr)
+      throw Error(ErrorCode::unsupported, paths[1], "",
+                  "NIfTI-Zarr stores are written through voxpipe's Python package (pip install "
+                  "'voxpipe[zarr]'; from the shell: python -m voxpipe ...)");
+    if (dtype) zarr_options.emplace_back("dtype", std::string(dtype_name(*dtype)));
+    if (level_given) zarr_options.emplace_back("level", std::to_string(level));
+    zarr_options.emplace_back("threads", std::to_string(threads));
+    handlers.write_zarr(paths[0], paths[1], zarr_options);
+    out << "wrote " << paths[1] << "\n";
+    return 0;
+  }
+  if (!zarr_options.empty()) {
+    err << "voxpipe convert: --" << zarr_options.front().first
+        << " is for NIfTI-Zarr outputs (OUT.nii.zarr)\n";
     return kUsage;
   }
   check_nifti_overwrite(paths[1], overwrite);

@@ -11,13 +11,15 @@
 namespace {
 
 // Objects named by URLs are read through voxpipe's Python package (obstore signs the requests
-// and finds the credentials): a command given one runs as `python -m voxpipe ARGS...`, with
+// and finds the credentials), and Zarr stores through its `zarr` package: a command given one
+// runs as `python -m voxpipe ARGS...`, with
 // $VOXPIPE_PYTHON, else the python3 next to this program (a virtual environment's bin/, where
 // pip installs both). Returns only when there is no such Python; the command then says how to
 // read URLs.
 void run_in_python_for_urls(const std::vector<std::string>& args) {
   bool url = false;
-  for (const std::string& a : args) url = url || voxpipe::is_object_url(a);
+  for (const std::string& a : args)
+    url = url || voxpipe::is_object_url(a) || voxpipe::is_zarr_path(a);
   if (!url) return;
   std::string python;
   if (const char* p = std::getenv("VOXPIPE_PYTHON"); p && *p) {

@@ -101,6 +101,14 @@ struct UrlHandlers {
   // version listed.
   std::function<std::vector<std::pair<std::string, FetchedBytes>>(const std::string& url)>
       fetch_all;
+  // Writes the image at `input` (a NIfTI file or object, a NIfTI-Zarr store, a DICOM series
+  // folder or prefix) as the NIfTI-Zarr store `output`, with the CLI's options as name/value
+  // pairs ("chunks", "shards", "levels", "codec", "level", "zarr_format", "dtype", "threads").
+  // Zarr stores are read and written through the `zarr` package, so through these handlers too:
+  // open(path) of a store's path opens it as a .nii whose data are the store's voxels.
+  std::function<void(const std::string& input, const std::string& output,
+                     const std::vector<std::pair<std::string, std::string>>& options)>
+      write_zarr;
 };
 // Process-wide; call before the threads that open URLs start (the Python package does so at
 // import).
@@ -110,5 +118,10 @@ const UrlHandlers& url_handlers() noexcept;
 // Whether `path` names an object by URL: SCHEME:// with one of s3, s3a, gs, az, abfs, abfss,
 // adl, azure, http, https (file:// is a path, not an object).
 bool is_object_url(const std::string& path) noexcept;
+
+// Whether `path` (a path or URL) names a Zarr store by its name: it ends in ".zarr", with or
+// without a trailing "/" (NIfTI-Zarr's ".nii.zarr", ".ome.zarr"). Stores are read through the
+// handlers, as URLs are.
+bool is_zarr_path(const std::string& path) noexcept;
 
 }  // namespace voxpipe

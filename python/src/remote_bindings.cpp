@@ -12,6 +12,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,15 +44,30 @@ std::shared_ptr<PyObject> shared_object(nb::handle object) {
   });
 }
 
-// A Python exception raised for the object `name` as a voxpipe::Error: not_found for
-// FileNotFoundError, io otherwise; its message is the detail. Call with the GIL held.
+// A Python exception raised for the object `name` as a voxpipe::Error: a voxpipe error keeps
+// its code, field and offset (a store's FormatError is a format error); otherwise not_found for
+// FileNotFoundError, io for the rest. Its message is the detail. Call with the GIL held.
 Error error_of(nb::python_error& e, const std::string& name) {
-  const bool missing = e.matches(PyExc_FileNotFoundError);
-  std::string detail = nb::str(e.value()).c_str();
+  ErrorCode code = e.matches(PyExc_FileNotFoundError) ? ErrorCode::not_found : ErrorCode::io;
+  std::string field;
+  std::optional<std::uint64_t> offset;
+  nb::handle value = e.value();
+  nb::object base = nb::module_::import_("voxpipe.errors").attr("VoxpipeError");
+  if (PyObject_IsInstance(value.ptr(), base.ptr()) == 1) {
+    const std::string c = nb::cast<std::string>(nb::str(value.attr("code")));
+    for (ErrorCode k : {ErrorCode::not_found, ErrorCode::io, ErrorCode::format,
+                        ErrorCode::unsupported, ErrorCode::truncated, ErrorCode::corrupt,
+                        ErrorCode::limit, ErrorCode::invalid_argument})
+      if (c == error_code_name(k)) code = k;
+    field = nb::cast<std::string>(nb::str(value.attr("field")));
+    nb::object o = value.attr("offset");
+    if (!o.is_none()) offset = nb::cast<std::uint64_t>(o);
+  }
+  std::string detail = nb::str(value).c_str();
   if (detail.empty()) detail = nb::str(nb::handle(e.type()).attr("__name__")).c_str();
   // The Python layer's messages name the URL first; the Error names it again.
   if (detail.rfind(name + ": ", 0) == 0) detail.erase(0, name.size() + 2);
-  return Error(missing ? ErrorCode::not_found : ErrorCode::io, name, "", detail);
+  return Error(code, name, field, detail, offset);
 }
 
 // fetch([(offset, size), ...]) -> [buffer, ...]; its exceptions as error_of.
@@ -162,14 +178,16 @@ void bind_remote(nb::module_& m) {
 
   m.def(
       "set_url_handlers",
-      [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all) {
+      [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all,
+         nb::handle write_zarr) {
         // Module-level functions that live as long as the process: referenced for good, so
         // that nothing is released after the interpreter has gone.
-        for (nb::handle h : {open, index_cache_path, put, fetch_all}) h.inc_ref();
+        for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr}) h.inc_ref();
         PyObject* o = open.ptr();
         PyObject* c = index_cache_path.ptr();
         PyObject* p = put.ptr();
         PyObject* a = fetch_all.ptr();
+        PyObject* w = write_zarr.ptr();
         UrlHandlers handlers;
         handlers.open = [o](const std::string& url) -> std::shared_ptr<const RemoteInput> {
           python::GilAcquire gil;
@@ -210,12 +228,24 @@ void bind_remote(nb::module_& m) {
           }
           return out;
         };
+        handlers.write_zarr = [w](const std::string& input, const std::string& output,
+                                  const std::vector<std::pair<std::string, std::string>>& options) {
+          python::GilAcquire gil;
+          try {
+            nb::handle fn(w);
+            fn(input, output, options);
+          } catch (nb::python_error& e) {
+            throw error_of(e, output);
+          }
+        };
         set_url_handlers(std::move(handlers));
       },
       nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"), nb::arg("fetch_all"),
-      "Make calls that take paths (open, build_index, the CLI's commands) read URLs: "
-      "open(url) -> RemoteInput, index_cache_path(url, version) -> str, put(path, url), "
-      "fetch_all(url) -> [(url, buffer), ...] (an object, or those under a prefix).");
+      nb::arg("write_zarr"),
+      "Make calls that take paths (open, build_index, the CLI's commands) read URLs and Zarr "
+      "stores: open(url_or_store) -> RemoteInput, index_cache_path(url, version) -> str, "
+      "put(path, url), fetch_all(url) -> [(url, buffer), ...] (an object, or those under a "
+      "prefix), write_zarr(input, output, [(option, value), ...]).");
 
 #ifdef VOXPIPE_PYTHON_CLI
   m.def(

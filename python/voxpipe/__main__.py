@@ -1,7 +1,8 @@
 """``python -m voxpipe ARGS...``: the voxpipe command line run in this Python process, where
 objects named by URLs (s3://, gs://, az://, http(s)://) are read through obstore, configured by
-the environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, credential files, ...). The ``voxpipe``
-program runs this when given a URL."""
+the environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, credential files, ...), and NIfTI-Zarr stores
+(``*.zarr``) through the ``zarr`` package. The ``voxpipe`` program runs this when given a URL or a
+store."""
 
 import sys
 

@@ -23,7 +23,7 @@ from nibabel.batteryrunners import BatteryRunner
 from nibabel.fileholders import FileHolder, copy_file_map
 from nibabel.nifti1 import Nifti1Extension, extension_codes
 
-from . import _core, _device, _remote
+from . import _core, _device, _remote, _zarr, _zarr_write
 from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_name
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
@@ -627,12 +627,13 @@ def _nibabel_would_raise(reports) -> bool:
 
 
 def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source=None,
-                     checked=None):
+                     checked=None, proxy=None):
     """An instance of `klass` (voxpipe's or nibabel's class) over an opened core image, built as
     nibabel's from_file_map builds one: its header (the core's fixed block, extensions through
     nibabel's handlers; header fixes logged, or raised, as nibabel logs them), voxpipe's proxy,
     the affine as nibabel computes it. `checked`: _checked_header's result, where the caller
-    has it already."""
+    has it already; `proxy`: the data object, where it is not an ArrayProxy of `core` (a
+    NIfTI-Zarr store's)."""
     index_args = _index_args(index)
     hdr, reports = checked or _checked_header(klass, core, source)
     for report in reports:
@@ -640,8 +641,9 @@ def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index
     for code, content in core.extensions:
         handler = extension_codes.handler.get(code, Nifti1Extension)
         hdr.extensions.append(handler(code, content))
-    proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open,
-                       source=source)
+    if proxy is None:
+        proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open,
+                           source=source)
     if index_args[0] == "path" and core.gzip:
         _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
     img = klass(proxy, None, hdr, file_map=file_map)
@@ -773,8 +775,9 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
          mmap: bool | Literal["c", "r"] = True, keep_file_open: bool | None = None,
          threads: int = 0, index: StrPath | Literal[False] | None = None,
          storage_options: Mapping[str, Any] | None = None,
-         filesystem: Any = None) -> NiftiImage:
-    """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs), reading only the header.
+         filesystem: Any = None, level: int = 0) -> NiftiImage:
+    """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs) or a NIfTI-Zarr store
+    (.nii.zarr), reading only the header.
 
     ``filename``: a path (str or ``pathlib.Path``), the bytes of a .nii or .nii.gz (bytes,
     bytearray, memoryview), or a readable binary file object (read to its end now; gzip is
@@ -805,6 +808,11 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     ``filesystem``: an fsspec filesystem (``s3fs.S3FileSystem(...)``, ...) to read ``filename``
     through instead, by its ``info``, ``cat_file`` and ``cat_ranges``.
 
+    A name ending in ``.zarr`` (local or URL) is a NIfTI-Zarr store (docs/zarr.md, ``pip install
+    'voxpipe[zarr]'``): opening reads its metadata and header array; reads decode only the
+    chunks they touch, in parallel, with the scaling fused. ``level``: its pyramid level (0, the
+    finest; a coarser level's header has the level's dims, voxel sizes and affines).
+
     On the series ``python -m voxpipe.demo --dir .`` writes:
 
     >>> img = vp.load("demo_bold.nii.gz")       # reads the header only
@@ -816,6 +824,13 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     (64, 64, 40)
     """
     _check_open_args(mmap, keep_file_open)
+    if _zarr.is_nifti_zarr(filename):
+        if filesystem is not None or index not in (None, False):
+            raise TypeError("a NIfTI-Zarr store takes neither filesystem= nor index=")
+        return _zarr.load(filename, storage_options=storage_options, threads=threads,
+                          level=level)
+    if level:
+        raise TypeError("level= selects a pyramid level of a NIfTI-Zarr store (*.zarr)")
     core, file_map, source = _open_input(filename, storage_options, filesystem)
     klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
     return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source)
@@ -832,19 +847,32 @@ def _image_for(obj, affine, header):
 
 
 def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
-         header: Any = None, level: int = 1, version: Literal[1, 2] | None = None,
-         gzip_layout: Literal["members", "bgzf", "single"] = "members", threads: int = 0) -> None:
-    """Write an image (or an array with `affine`) to .nii, .nii.gz or a .hdr/.img pair.
+         header: Any = None, level: int | None = None, version: Literal[1, 2] | None = None,
+         gzip_layout: Literal["members", "bgzf", "single"] = "members", threads: int = 0,
+         chunks: int | tuple[int, ...] | None = None, shards: int | tuple[int, ...] | None = None,
+         levels: int = 1, codec: Literal["zstd", "blosc", "gzip", "none"] = "zstd",
+         zarr_format: Literal[2, 3] = 3) -> None:
+    """Write an image (or an array with `affine`) to .nii, .nii.gz, a .hdr/.img pair or a
+    NIfTI-Zarr store (.nii.zarr).
 
     ``img``: any nibabel image (voxpipe's or nibabel's; other formats are converted as
     ``nib.Nifti1Image.from_image`` converts them), or an array with ``affine`` (and ``header``).
-    ``.gz`` outputs are compressed at ``level`` (0-9) on ``threads`` threads (0: the default count).
+    ``.gz`` outputs are compressed at ``level`` (0-9, default 1) on ``threads`` threads (0: the
+    default count).
     ``gzip_layout="members"`` (the default) writes independent gzip members of 1 MiB that
     announce their sizes: every gzip reader (nibabel included) reads the file, and voxpipe reads
     it in parallel and at random. ``"bgzf"`` writes htslib's BGZF blocks; ``"single"`` writes
     one member, byte-identical to nibabel's output at the same level.
 
-    The file is written under a temporary name and renamed when complete. An image read by
+    A name ending in ``.zarr`` writes NIfTI-Zarr (docs/zarr.md): Zarr v3 with OME-NGFF 0.5
+    (``zarr_format=2``: v2 with 0.4), the header as stored bytes, the data unscaled. ``chunks``
+    and ``shards`` (v3) are sizes in NIfTI axis order (x, y, z, t, c; default: one volume per
+    chunk for 4D/5D, slabs of whole slices of about 4 MiB for 3D); ``codec`` ``"zstd"`` (level
+    ``level``, default 3), ``"blosc"`` (zstd inside, byte shuffle), ``"gzip"`` or ``"none"``;
+    ``levels``: pyramid levels (1: none), each halving x, y and z (2x2x2 means; labels:
+    nearest), computed one volume at a time.
+
+    The output is written under a temporary name and renamed when complete. An image read by
     ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
     other data are written in the header's dtype with scale factors computed as nibabel does.
 
@@ -854,10 +882,11 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     np.float64(23.0)
     """
     path = os.fspath(filename)
+    zarr_out = _zarr.is_nifti_zarr(path)
     img = _image_for(img, affine, header)
     is2 = isinstance(img, (nib.Nifti2Image, nib.Nifti2Pair))
     target = _NIBABEL_CLASSES[(2 if (version == 2 or (version is None and is2)) else 1,
-                               bool(_core.is_pair_path(path)))]
+                               bool(not zarr_out and _core.is_pair_path(path)))]
     # nibabel's conversion: a copy for the same header class, otherwise the fields both have in
     # native byte order (as nib.save converts single <-> pair).
     hdr = convert_header(img.header, target.header_class)
@@ -870,18 +899,26 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     out_dtype = hdr.get_data_dtype()
     proxy = img.dataobj
     # As nibabel's to_file_map, the data object is written (not a get_fdata cache).
-    if (isinstance(proxy, ArrayProxy)
-            and proxy.dtype.newbyteorder("=") == out_dtype.newbyteorder("=")):
-        data = proxy.get_unscaled().astype(out_dtype, copy=False)
+    keeps_stored = (isinstance(proxy, ArrayProxy)
+                    and proxy.dtype.newbyteorder("=") == out_dtype.newbyteorder("="))
+    if keeps_stored:
         hdr.set_slope_inter(proxy.slope, proxy.inter)
     else:
         data, slope, inter = _data_for_writing(np.asanyarray(proxy), out_dtype)
         hdr.set_slope_inter(slope, inter)
+    if zarr_out:
+        # Stored values read block by block from the proxy (bounded memory), or the array.
+        _zarr_write.write(path, hdr, proxy if keeps_stored else data, chunks=chunks,
+                          shards=shards, levels=levels, codec=codec, level=level,
+                          zarr_format=zarr_format, threads=threads)
+        return
+    if keeps_stored:
+        data = proxy.get_unscaled().astype(out_dtype, copy=False)
     hdr.set_data_offset(0)
     if not data.flags.f_contiguous:
         data = np.asfortranarray(data)
     _core.write(path, hdr.binaryblock, [(e.get_code(), e.content) for e in hdr.extensions],
-                _as_bytes_view(data), level, gzip_layout, threads)
+                _as_bytes_view(data), 1 if level is None else level, gzip_layout, threads)
 
 
 def _data_for_writing(data: np.ndarray, out_dtype: np.dtype):

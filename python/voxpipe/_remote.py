@@ -445,8 +445,17 @@ def _write_atomic(path: str, data: Any) -> None:
 
 
 def _open_for_core(url: str) -> Any:
-    """The core's URL handler: the object opened with the environment's configuration."""
+    """The core's URL handler: the object opened with the environment's configuration; a Zarr
+    store (local or not) as the .nii of its NIfTI-Zarr image."""
+    from . import _zarr  # imports this module
+    if _zarr.is_nifti_zarr(url):
+        return _zarr._open_for_core(url)
     return RemoteFile(url).input
+
+
+def _write_zarr_for_core(source: str, output: str, options: Sequence[tuple[str, str]]) -> None:
+    from . import _zarr_write
+    _zarr_write._write_for_core(source, output, options)
 
 
 def _put_file_for_core(path: str, url: str) -> None:
@@ -461,8 +470,9 @@ def _fetch_all_for_core(url: str) -> list[tuple[str, Any]]:
 
 
 # Calls that take paths (the core's open, build_index, the CLI's commands under
-# `python -m voxpipe`) read URLs through these.
-_core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core, _fetch_all_for_core)
+# `python -m voxpipe`) read URLs, and read and write Zarr stores, through these.
+_core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core, _fetch_all_for_core,
+                       _write_zarr_for_core)
 
 
 def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -> None:

@@ -309,4 +309,13 @@ bool is_object_url(const std::string& path) noexcept {
   return false;
 }
 
+bool is_zarr_path(const std::string& path) noexcept {
+  std::string name = path.substr(0, path.find('?'));
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  if (name.size() < 5) return false;
+  std::string tail = name.substr(name.size() - 5);
+  for (char& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return tail == ".zarr";
+}
+
 }  // namespace voxpipe

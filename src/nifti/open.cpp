@@ -67,9 +67,17 @@ void read_header_stream(NiftiImage& img, std::shared_ptr<const core::RandomAcces
     source = std::make_unique<gz::GzipByteSource>(std::move(input));
   else
     source = std::make_unique<core::InputByteSource>(std::move(input));
-  // 540 bytes cover both header sizes; 4 more hold NIfTI-2's extension flag.
+  // A NIfTI-1 header and its extension flag are 352 bytes, NIfTI-2's 544: the rest is read only
+  // for NIfTI-2 (sizeof_hdr 540 in either byte order), so that opening reads nothing past a
+  // header's extension flag (a NIfTI-Zarr store, opened as a .nii, decodes data to serve them).
   std::vector<std::uint8_t> head(544);
-  std::size_t got = source->read_at(0, std::as_writable_bytes(std::span(head)));
+  std::size_t got = source->read_at(0, std::as_writable_bytes(std::span(head).first(352)));
+  if (got == 352) {
+    const std::uint8_t* p = head.data();
+    const bool nifti2 = (p[0] == 0x1c && p[1] == 0x02 && p[2] == 0 && p[3] == 0) ||
+                        (p[0] == 0 && p[1] == 0 && p[2] == 0x02 && p[3] == 0x1c);
+    if (nifti2) got += source->read_at(352, std::as_writable_bytes(std::span(head).subspan(352)));
+  }
   head.resize(got);
   ParsedHeader parsed = parse_nifti_header(head, img.header_path);
   img.header = parsed.header;
@@ -214,16 +222,20 @@ FilePaths file_paths(const std::string& path) {
 }  // namespace nifti
 
 namespace {
-// open_nifti of a URL: the object (and a .hdr's .img object) through the URL handlers.
+// open_nifti of a URL or a Zarr store: the object (and a .hdr's .img object), or the store as a
+// .nii, through the URL handlers.
 NiftiImage open_nifti_url(const std::string& url, const OpenOptions& options) {
   const UrlHandlers& handlers = url_handlers();
   if (!handlers.open)
     throw Error(ErrorCode::unsupported, url, "",
-                "objects named by URLs are read through voxpipe's Python package "
-                "(pip install 'voxpipe[s3]'; from the shell: python -m voxpipe ...)");
+                is_zarr_path(url)
+                    ? "Zarr stores are read through voxpipe's Python package (pip install "
+                      "'voxpipe[zarr]'; from the shell: python -m voxpipe ...)"
+                    : "objects named by URLs are read through voxpipe's Python package "
+                      "(pip install 'voxpipe[s3]'; from the shell: python -m voxpipe ...)");
   const std::string name = lower(url.substr(0, url.find('?')));
-  const bool pair = ends_with(name, ".hdr") || ends_with(name, ".hdr.gz") ||
-                    ends_with(name, ".img") || ends_with(name, ".img.gz");
+  const bool pair = !is_zarr_path(url) && (ends_with(name, ".hdr") || ends_with(name, ".hdr.gz") ||
+                                           ends_with(name, ".img") || ends_with(name, ".img.gz"));
   if (!pair) return open_nifti_remote(handlers.open(url), nullptr, options);
   const std::string query = url.find('?') == std::string::npos ? "" : url.substr(url.find('?'));
   const nifti::FilePaths paths = nifti::file_paths(url.substr(0, url.find('?')));
@@ -233,7 +245,7 @@ NiftiImage open_nifti_url(const std::string& url, const OpenOptions& options) {
 }  // namespace
 
 NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
-  if (is_object_url(path)) return open_nifti_url(path, options);
+  if (is_object_url(path) || is_zarr_path(path)) return open_nifti_url(path, options);
   NiftiImage img;
   const nifti::FilePaths paths = nifti::file_paths(path);
   const bool pair = paths.pair;

@@ -1,0 +1,652 @@
+"""NIfTI-Zarr: an OME-Zarr multiscale image whose raw NIfTI header is the ``u1`` array ``nifti``.
+
+The format (neuroscales/nifti-zarr, 1.0 release candidate): data stored unscaled, axes
+``[t, c, z, y, x]`` in C order, so that a ``(1, Z, Y, X)`` chunk is exactly one NIfTI volume in
+NIfTI's own (Fortran) order; Zarr v3 with OME-NGFF 0.5, or Zarr v2 with 0.4; scl_slope/inter,
+the affines, units and intent live in the header. Where the header and the OME metadata
+disagree, the header wins.
+
+Reading: the metadata come from the ``zarr`` package (never parsed here); the chunks a read
+touches are decoded by the core (``_core.read_zarr_chunks``: zstd, blosc, gzip, zlib or none,
+in parallel, straight into the output with the byte order, cast and scaling of the NIfTI
+reader). Arrays whose codecs the core does not decode (sharding, transposes, filters, checksums)
+are decoded by zarr's own pipeline and converted by the core. The image's header is the stored
+block itself, opened by the core as the header of a .nii whose data are the store's voxels (a
+virtual byte source), so every check, fix and affine is the one a .nii gets, and the C++
+commands (``voxpipe info``, ``convert``, ``resample``, ``view``) read stores through it.
+
+Writing: _zarr_write.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _core, _remote
+from ._header import core_dtype_name
+from ._optional import require
+from .errors import FormatError, InvalidArgumentError, VoxpipeFileNotFoundError
+
+# The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
+_ZARR_AXES = ("t", "c", "z", "y", "x")
+_NIFTI_AXIS = {"x": 0, "y": 1, "z": 2, "t": 3, "c": 4}
+
+# Codecs the core decodes itself (class names of zarr's v3 codecs and numcodecs' v2 ones).
+_CORE_COMPRESSORS = {"ZstdCodec": "zstd", "BloscCodec": "blosc", "GzipCodec": "gzip",
+                     "Zstd": "zstd", "Blosc": "blosc", "GZip": "gzip", "Zlib": "zlib"}
+
+
+def _zarr():
+    return require("zarr", "zarr", "NIfTI-Zarr", "zarr")
+
+
+def is_nifti_zarr(path: Any) -> bool:
+    """Whether ``path`` (a path or URL) names a Zarr store by its name: ``*.zarr``, with or
+    without a trailing slash (``.nii.zarr`` by the specification's convention, ``.ome.zarr``
+    and plain ``.zarr`` too)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        return False
+    return path.split("?", 1)[0].rstrip("/").lower().endswith(".zarr")
+
+
+def _group_store(location: str, storage_options: Mapping[str, Any] | None, read_only: bool):
+    """A zarr store rooted at ``location``: a local folder, or a URL through voxpipe's obstore
+    client (configured as for vp.load)."""
+    zarr = _zarr()
+    if _remote.is_url(location):
+        store, _ = _remote.store_for(location.rstrip("/") + "/zarr.json", storage_options)
+        return zarr.storage.ObjectStore(store, read_only=read_only)
+    if storage_options:
+        raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
+    return zarr.storage.LocalStore(location, read_only=read_only)
+
+
+def _axes_of(group, array, ndim: int) -> list[str]:
+    """The names of the array's axes, slowest first: the OME multiscales axes, else the
+    array's dimension_names, else the specification's order cut to ``ndim``."""
+    ms = _multiscales(group)
+    if ms:
+        names = [str(a.get("name", "")) if isinstance(a, Mapping) else str(a)
+                 for a in ms[0].get("axes", [])]
+    else:
+        names = list(getattr(array.metadata, "dimension_names", None) or [])
+    if not names:
+        names = list(_ZARR_AXES[-ndim:]) if ndim <= 5 else []
+    return names
+
+
+def _multiscales(group) -> list[Any]:
+    attrs = group.attrs.asdict()
+    ome = attrs.get("ome")
+    ms = ome.get("multiscales") if isinstance(ome, Mapping) else attrs.get("multiscales")
+    return ms if isinstance(ms, list) else []
+
+
+def _level_path(group, level: int, name: str) -> str:
+    ms = _multiscales(group)
+    datasets = ms[0].get("datasets", []) if ms else []
+    paths = [str(d["path"]) for d in datasets if isinstance(d, Mapping) and "path" in d]
+    if not paths:
+        paths = [str(i) for i in range(64) if str(i) in group]
+    if not paths:
+        raise FormatError(f"{name}: not an OME-Zarr image: expected multiscales metadata or an "
+                          f"array '0', but the group has neither", path=name, field="multiscales")
+    if not -len(paths) <= level < len(paths):
+        raise InvalidArgumentError(f"{name}: expected a level in 0..{len(paths) - 1}, but "
+                                   f"received {level}", path=name, field="level")
+    return paths[level]
+
+
+def _level_scales(group, path: str) -> list[float] | None:
+    for d in (_multiscales(group) or [{}])[0].get("datasets", []):
+        if str(d.get("path")) == path:
+            for t in d.get("coordinateTransformations", []):
+                if t.get("type") == "scale":
+                    return [float(s) for s in t["scale"]]
+    return None
+
+
+class NiftiZarr:
+    """One level of an opened NIfTI-Zarr store: its zarr array, the stored header block, and
+    how the array's axes map to NIfTI's. What the proxy reads through, and what it pickles as
+    (location, options, level)."""
+
+    def __init__(self, location: str, storage_options: Mapping[str, Any] | None = None,
+                 level: int = 0):
+        zarr = _zarr()
+        self.location = location
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.level = level
+        name = location
+        try:
+            # No consolidated metadata: the group's own is read (and no .zmetadata probed).
+            group = zarr.open_group(store=_group_store(location, storage_options, True),
+                                    mode="r", use_consolidated=False)
+        except FileNotFoundError as exc:
+            if os.path.isdir(location):  # a folder, but no group metadata in it
+                raise FormatError(f"{name}: not a Zarr store: expected zarr.json or .zgroup in "
+                                  f"it", path=name, field="zarr.json") from exc
+            raise VoxpipeFileNotFoundError(f"{name}: no Zarr store there ({exc})",
+                                           path=name) from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FormatError(f"{name}: not a Zarr group: {exc}", path=name) from exc
+        self.group = group
+        path = _level_path(group, level, name)
+        self.array = group[path]
+        self.name = f"{location.rstrip('/')}/{path}"
+        if "nifti" not in group:
+            raise FormatError(f"{name}: not a NIfTI-Zarr: expected a 'nifti' header array, but "
+                              f"the group has none", path=name, field="nifti")
+        self.stored_header = np.asarray(group["nifti"][...], dtype=np.uint8).tobytes()
+        self.axes = _axes_of(group, self.array, self.array.ndim)
+        self._check_axes()
+        self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)
+        self.spec = _core_spec(self.array, self.stored_dtype, self.stored_big_endian, self.name)
+        self._chunk_root = self._local_chunk_root()
+        if level != 0:
+            self.stored_header = _level_header(self.stored_header, group, path,
+                                               _level_path(group, 0, name),
+                                               self.nifti_shape_of_array())
+
+    def _check_axes(self):
+        names = self.axes
+        if (len(names) != self.array.ndim or len(set(names)) != len(names)
+                or any(n not in _NIFTI_AXIS for n in names)):
+            raise FormatError(f"{self.name}: expected axes named from {list(_ZARR_AXES)} (one per "
+                              f"dimension, {self.array.ndim}), but received {names}",
+                              path=self.name, field="axes")
+
+    def nifti_shape_of_array(self) -> tuple[int, ...]:
+        """The array's shape in NIfTI's axis order (x, y, z[, t[, c]])."""
+        sizes = dict(zip(self.axes, self.array.shape))
+        n = max(_NIFTI_AXIS[a] for a in self.axes) + 1
+        return tuple(int(sizes.get(a, 1)) for a in ("x", "y", "z", "t", "c")[:max(n, 3)])
+
+    def check_against(self, shape: Sequence[int], dtype: np.dtype):
+        """The header's shape and dtype against the array's: a store whose header describes
+        other voxels than its array holds is refused, naming both."""
+        sizes = dict(zip(self.axes, self.array.shape))
+        for axis, name in enumerate(("x", "y", "z", "t", "c")):
+            want = int(shape[axis]) if axis < len(shape) else 1
+            have = int(sizes.get(name, 1))
+            if want != have:
+                raise FormatError(f"{self.name}: expected the array's {name} axis to have the "
+                                  f"header's {want} voxels, but it has {have}",
+                                  path=self.name, field="dim")
+        if len(shape) > 5 and any(int(d) != 1 for d in shape[5:]):
+            raise FormatError(f"{self.name}: NIfTI-Zarr holds up to 5 dimensions, but the "
+                              f"header has {len(shape)}", path=self.name, field="dim")
+        stored = self.stored_dtype
+        if stored.newbyteorder("=") != np.dtype(dtype).newbyteorder("="):
+            raise FormatError(f"{self.name}: expected the array's dtype to be the header's "
+                              f"{np.dtype(dtype).newbyteorder('=')}, but it is {stored}",
+                              path=self.name, field="datatype")
+
+    def _local_chunk_root(self) -> str | None:
+        store = self.array.store
+        root = getattr(store, "root", None)
+        if root is None or type(store).__name__ != "LocalStore":
+            return None
+        return os.path.join(os.fspath(root), *self.array.path.split("/"))
+
+    # -- reads -----------------------------------------------------------------------------------
+    def read(self, ranges: Sequence[tuple[int, int, int]], dtype: np.dtype, apply_scaling: bool,
+             file_order: bool, real_part: bool, slope: float, inter: float, out: np.ndarray,
+             threads: int):
+        """Decode the NIfTI-axis ranges (start, step, count) into ``out`` (F-ordered, of the
+        ranges' counts), as the NIfTI reader's OutputSpec says."""
+        sel, strides = self._zarr_selection(ranges, out)
+        flat = out.reshape(-1, order="F").view(np.uint8) if out.size else np.empty(0, np.uint8)
+        if any(c == 0 for _, _, c in sel):
+            return
+        name = core_dtype_name(dtype)
+        if self.spec is not None:
+            chunks = self._chunks_for(sel)
+            _core.read_zarr_chunks(self.spec, chunks, sel, name, apply_scaling, file_order,
+                                   real_part, slope, inter, flat, strides, threads)
+            return
+        # zarr decodes (codecs the core does not), the core converts: one uncompressed chunk
+        # holding exactly the selection, read back with the selection's own steps.
+        slices, local = [], []
+        for start, step, count in sel:
+            lo = start if step > 0 else start + step * (count - 1)
+            hi = lo + abs(step) * (count - 1) + 1
+            slices.append(slice(lo, hi))
+            local.append((0 if step > 0 else hi - lo - 1, step, count))
+        raw = np.ascontiguousarray(self.array[tuple(slices)])
+        spec = dict(self._raw_spec(), shape=list(raw.shape), chunk_shape=list(raw.shape),
+                    compressor="none", chunk_f_order=False)
+        raw = raw.astype(raw.dtype.newbyteorder(">" if spec["big_endian"] else "<"), copy=False)
+        _core.read_zarr_chunks(spec, [(tuple(0 for _ in raw.shape), "selection", None, raw)],
+                               local, name, apply_scaling, file_order, real_part, slope, inter,
+                               flat, strides, threads)
+
+    def _raw_spec(self):
+        return {"dtype": core_dtype_name(self.stored_dtype), "big_endian": self.stored_big_endian,
+                "fill_value": b"", "name": self.name}
+
+    def _zarr_selection(self, ranges, out):
+        """(per zarr axis (start, step, count), per zarr axis the element stride in ``out``)."""
+        counts = [c for _, _, c in ranges]
+        fstrides = [int(np.prod(counts[:i], dtype=np.int64)) for i in range(len(counts))]
+        sel, strides = [], []
+        for name in self.axes:
+            axis = _NIFTI_AXIS[name]
+            if axis < len(ranges):
+                sel.append(tuple(int(v) for v in ranges[axis]))
+                strides.append(fstrides[axis])
+            else:
+                sel.append((0, 1, 1))
+                strides.append(0)
+        return sel, strides
+
+    def _chunks_for(self, sel):
+        """(grid index, key, local path or None, bytes or None) of every chunk ``sel`` touches."""
+        cshape = self.spec["chunk_shape"]
+        per_axis = []
+        for (start, step, count), cs in zip(sel, cshape):
+            idx = start + step * np.arange(count, dtype=np.int64)
+            per_axis.append(np.unique(idx // cs).tolist())
+        grid = [()]
+        for ids in per_axis:
+            grid = [g + (i,) for g in grid for i in ids]
+        encode = self.array.metadata.encode_chunk_key
+        keys = [encode(g) for g in grid]
+        if self._chunk_root is not None:
+            out = []
+            for g, key in zip(grid, keys):
+                path = os.path.join(self._chunk_root, *key.split("/"))
+                out.append((g, key, path, None) if os.path.exists(path) else (g, key, None, None))
+            return out
+        return [(g, key, None, data) for g, key, data in zip(grid, keys, self._get_many(keys))]
+
+    def _get_many(self, keys):
+        """The encoded chunks under ``keys`` (None where absent), fetched concurrently through
+        the zarr store (obstore for URLs)."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+        import asyncio
+
+        store, prefix = self.array.store, self.array.path
+        proto = default_buffer_prototype()
+
+        async def get_all():
+            bufs = await asyncio.gather(*(store.get(f"{prefix}/{k}" if prefix else k, proto)
+                                          for k in keys))
+            return [None if b is None else b.as_numpy_array() for b in bufs]
+
+        return sync(get_all())
+
+
+def _stored_dtype(array) -> tuple[np.dtype, bool]:
+    """(the elements' dtype, whether they are stored big-endian): zarr v3 says the byte order in
+    its bytes codec, v2 in the dtype."""
+    meta = array.metadata
+    if getattr(meta, "zarr_format", 3) == 2:
+        dt = np.dtype(array.dtype)
+        big = dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian)
+        return dt.newbyteorder("="), big and dt.itemsize > 1
+    dt = np.dtype(meta.data_type.to_native_dtype()).newbyteorder("=")
+    big = False
+    for codec in meta.codecs:
+        endian = getattr(codec, "endian", None)
+        if type(codec).__name__ == "BytesCodec" and endian is not None:
+            big = getattr(endian, "value", endian) == "big"
+    return dt, big and dt.itemsize > 1
+
+
+def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, Any] | None:
+    """The core's description of the array where the core decodes its chunks (regular chunks;
+    zstd, blosc, gzip, zlib or none; no filters, sharding or transposes), else None."""
+    if dtype.fields is not None or dtype.kind not in "biufc":
+        return None
+    try:
+        dtype_name = core_dtype_name(dtype)
+    except ValueError:
+        return None
+    meta = array.metadata
+    order_f = False
+    if getattr(meta, "zarr_format", 3) == 2:
+        if meta.filters:
+            return None
+        comp = meta.compressor
+        compressor = "none" if comp is None else _CORE_COMPRESSORS.get(type(comp).__name__)
+        order_f = meta.order == "F"
+        chunk_shape = list(meta.chunks)
+    else:
+        codecs = list(meta.codecs)
+        if not codecs or type(codecs[0]).__name__ != "BytesCodec":
+            return None
+        rest = codecs[1:]
+        if not rest:
+            compressor = "none"
+        elif len(rest) == 1:
+            compressor = _CORE_COMPRESSORS.get(type(rest[0]).__name__)
+        else:
+            return None
+        grid = meta.chunk_grid
+        if type(grid).__name__ != "RegularChunkGrid":
+            return None
+        chunk_shape = list(grid.chunk_shape)
+    if compressor is None:
+        return None
+    fill = np.asarray(array.metadata.fill_value if getattr(meta, "zarr_format", 3) == 3
+                      else (meta.fill_value if meta.fill_value is not None else 0))
+    fill = fill.astype(dtype.newbyteorder(">" if big_endian else "<")).tobytes()
+    return {"shape": [int(d) for d in array.shape], "chunk_shape": [int(c) for c in chunk_shape],
+            "dtype": dtype_name, "big_endian": big_endian, "chunk_f_order": order_f,
+            "compressor": compressor, "fill_value": fill, "name": name}
+
+
+def _header_fields(block: bytes) -> tuple[int, str, int]:
+    """(NIfTI version, byte order '<'/'>', sizeof_hdr) of a stored header block."""
+    if len(block) < 4:
+        raise FormatError(f"expected a NIfTI header of 348 or 540 bytes, but the 'nifti' array "
+                          f"holds {len(block)}", field="sizeof_hdr", offset=0)
+    for order in "<>":
+        size = struct.unpack(order + "i", block[:4])[0]
+        if size in (348, 540) and len(block) >= size:
+            return (1 if size == 348 else 2), order, size
+    raise FormatError(f"expected a NIfTI header (sizeof_hdr 348 or 540, and as many bytes), but "
+                      f"the 'nifti' array holds {len(block)} bytes starting "
+                      f"{block[:4].hex()}", field="sizeof_hdr", offset=0)
+
+
+def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, ...]) -> bytes:
+    """The header of a coarser level: the level's dims, voxel sizes and affines (the finest
+    level's, composed with the change of OME scale and translation between the levels, as the
+    specification's reference reader does)."""
+    from nibabel.nifti1 import Nifti1Header
+    from nibabel.nifti2 import Nifti2Header
+
+    version, order, size = _header_fields(block)
+    klass = Nifti1Header if version == 1 else Nifti2Header
+    hdr = klass(block[:size], endianness=order, check=False)
+    qform, qcode = hdr.get_qform(coded=True)
+    sform, scode = hdr.get_sform(coded=True)
+
+    def phys(p):
+        scale = _level_scales(group, p)
+        trans = None
+        for d in (_multiscales(group) or [{}])[0].get("datasets", []):
+            if str(d.get("path")) == p:
+                for t in d.get("coordinateTransformations", []):
+                    if t.get("type") == "translation":
+                        trans = [float(v) for v in t["translation"]]
+        m = np.eye(4)
+        if scale:
+            m[[0, 1, 2], [0, 1, 2]] = list(reversed(scale[-3:]))
+        if trans:
+            m[:3, 3] = list(reversed(trans[-3:]))
+        return m
+
+    change = np.linalg.inv(phys(path0)) @ phys(path)
+    old_shape = hdr.get_data_shape()
+    hdr.set_data_shape(shape[:len(old_shape)] + tuple(old_shape[len(shape):]))
+    zooms = list(hdr.get_zooms())
+    for i in range(min(3, len(zooms))):
+        zooms[i] = zooms[i] * change[i, i]
+    hdr.set_zooms(zooms)
+    if qform is not None:
+        hdr.set_qform(qform @ change, int(qcode))
+    if sform is not None:
+        hdr.set_sform(sform @ change, int(scode))
+    return hdr.binaryblock + block[size:]
+
+
+# -- the virtual .nii the core opens ---------------------------------------------------------
+def _virtual_prefix(block: bytes) -> tuple[bytes, int]:
+    """(the bytes of a .nii before its data: the stored header block, its extension flag and
+    extensions, padded to vox_offset; the stored vox_offset where it had to be raised, else
+    -1). A stored header of a pair ('ni1') is opened as a single file's ('n+1')."""
+    version, order, size = _header_fields(block)
+    hdr = bytearray(block[:size])
+    rest = block[size:]
+    if len(rest) == 0:
+        ext = b"\x00\x00\x00\x00"
+    elif len(rest) >= 4:
+        ext = bytes(rest)
+    else:
+        raise FormatError(f"expected the header, or the header, 4 extension flag bytes and the "
+                          f"extensions, but the 'nifti' array holds {len(block)} bytes",
+                          field="extension", offset=size)
+    magic_at, off_at, off_fmt = (344, 108, "f") if version == 1 else (4, 168, "q")
+    if bytes(hdr[magic_at:magic_at + 3]) in (b"ni1", b"ni2"):
+        hdr[magic_at + 1:magic_at + 2] = b"+"
+    width = struct.calcsize(off_fmt)
+    stored_offset = struct.unpack(order + off_fmt, bytes(hdr[off_at:off_at + width]))[0]
+    need = size + len(ext)
+    raised = -1
+    if not (math.isfinite(stored_offset) and stored_offset >= need):
+        raised = stored_offset
+        new = (need + 15) // 16 * 16
+        hdr[off_at:off_at + width] = struct.pack(order + off_fmt, new)
+        offset = new
+    else:
+        offset = int(stored_offset)
+    prefix = bytes(hdr) + ext
+    return prefix + b"\x00" * (offset - len(prefix)), raised
+
+
+class _VirtualFetcher:
+    """The core's fetcher of the virtual .nii: header bytes from the prefix, data bytes decoded
+    from the store (stored values, in the header's byte order), range by range."""
+
+    def __init__(self, store: NiftiZarr, prefix: bytes, shape, dtype: np.dtype, threads: int):
+        self._store, self._prefix = store, prefix
+        self._shape, self._dtype, self._threads = tuple(shape), dtype, threads
+
+    def __call__(self, ranges):
+        return [self.get(offset, size) for offset, size in ranges]
+
+    def get(self, offset: int, size: int):
+        out = np.empty(size, np.uint8)
+        head = len(self._prefix)
+        if offset < head:
+            n = min(size, head - offset)
+            out[:n] = np.frombuffer(self._prefix, np.uint8, n, offset)
+        lo, hi = max(offset, head) - head, offset + size - head
+        if hi > lo:
+            item = self._dtype.itemsize
+            e0, e1 = lo // item, -(-hi // item)
+            data = np.empty(e1 - e0, self._dtype)
+            for box, start in _flat_boxes(e0, e1, self._shape):
+                count = int(np.prod([c for _, _, c in box], dtype=np.int64))
+                view = data[start - e0:start - e0 + count].reshape([c for _, _, c in box],
+                                                                   order="F")
+                read_stored_values(self._store, box, view, self._threads)
+            out[max(offset, head) - offset:] = data.view(np.uint8)[lo - e0 * item:hi - e0 * item]
+        return out
+
+
+def read_stored_values(store: NiftiZarr, ranges, out: np.ndarray, threads: int):
+    """The stored values of the NIfTI-axis ``ranges`` into ``out`` (its dtype's byte order)."""
+    stored_order = ">" if store.stored_big_endian else "<"
+    want = out.dtype.byteorder if out.dtype.byteorder in "<>" else ("<" if np.little_endian
+                                                                    else ">")
+    if out.dtype.itemsize == 1 or want == stored_order:
+        store.read(ranges, out.dtype, False, True, False, 1.0, 0.0, out, threads)
+        return
+    store.read(ranges, out.dtype, False, False, False, 1.0, 0.0, out, threads)
+    native = "<" if np.little_endian else ">"
+    if want != native:
+        out.view(out.dtype.newbyteorder("=")).byteswap(inplace=True)
+
+
+def _flat_boxes(e0: int, e1: int, shape: Sequence[int]):
+    """The flat F-order element range [e0, e1) of an array of ``shape`` as boxes, each a run of
+    consecutive elements: ([(start, 1, count) per axis], the box's first flat index)."""
+    n = len(shape)
+    strides = [int(np.prod(shape[:k], dtype=np.int64)) for k in range(n)]
+    while e0 < e1:
+        idx, rem = [], e0
+        for k in range(n):
+            idx.append(rem % shape[k])
+            rem //= shape[k]
+        k = 0
+        while k + 1 < n and e0 % strides[k + 1] == 0 and e0 + strides[k + 1] <= e1:
+            k += 1
+        count = min(shape[k] - idx[k], (e1 - e0) // strides[k])
+        box = [(0, 1, shape[a]) if a < k else (idx[a], 1, count if a == k else 1)
+               for a in range(n)]
+        yield box, e0
+        e0 += count * strides[k]
+
+
+def open_input(store: NiftiZarr, threads: int = 0):
+    """(a _core.RemoteInput of the .nii whose header is the store's stored block and whose data
+    are the store's voxels, decoded on demand; the stored vox_offset where the virtual file had
+    to raise it, else -1)."""
+    prefix, raised = _virtual_prefix(store.stored_header)
+    head = _core.RemoteInput(store.location, len(prefix),
+                             _VirtualFetcher(store, prefix, (), np.dtype("u1"), threads),
+                             initial=prefix)
+    core = _core.open_remote(head)  # the header's checks; its shape and dtype size the data
+    from ._header import _NAME_TO_DTYPE
+    dtype = _NAME_TO_DTYPE[core.dtype]
+    store.check_against(core.shape, dtype)
+    if dtype.fields is None:
+        dtype = dtype.newbyteorder(">" if core.big_endian else "<")
+    nbytes = int(np.prod(core.shape, dtype=np.int64)) * dtype.itemsize
+    volume = int(np.prod(core.shape[:3], dtype=np.int64)) * dtype.itemsize
+    # Whole volumes per request: a volume chunk is decoded once per read of it.
+    part = max(1 << 20, volume)
+    data = _core.RemoteInput(store.location, len(prefix) + nbytes,
+                             _VirtualFetcher(store, prefix, core.shape, dtype, threads),
+                             initial=prefix, min_request=part, part_size=max(part, 8 << 20))
+    return data, raised
+
+
+def open_core(store: NiftiZarr, threads: int = 0):
+    """(the core image of the store, opened as the .nii of open_input; the stored vox_offset
+    where it had to be raised, else -1)."""
+    data, raised = open_input(store, threads)
+    return _core.open_remote(data), raised
+
+
+def _open_for_core(location: str):
+    """The core's handler for a store's path: the store as a .nii (voxpipe info, convert,
+    resample, view)."""
+    return open_input(NiftiZarr(location))[0]
+
+
+# -- images --------------------------------------------------------------------------------
+def _image_module():
+    from . import _image  # _image imports this module lazily: no import cycle at load time
+    return _image
+
+
+def _proxy_class():
+    _image = _image_module()
+
+    class ZarrProxy(_image.ArrayProxy):
+        """nibabel's proxy contract (and voxpipe's ``read``/``read_into``) over one level of a
+        NIfTI-Zarr store: reads decode only the chunks they touch, in parallel, straight into
+        the output with the scaling fused, as for .nii.gz. Pickles as (location, options,
+        level), never as data."""
+
+        def __init__(self, core_image, store: NiftiZarr, threads: int = 0):
+            super().__init__(core_image, threads, "none", "", mmap=False, keep_file_open=False,
+                             source=store)
+            self._store = store
+
+        @property
+        def chunks(self) -> tuple[int, ...]:
+            """The storage chunk shape in NIfTI's axis order (x, y, z[, t[, c]]): reads aligned
+            to it decode each chunk once."""
+            cshape = dict(zip(self._store.axes, self._store.array.chunks))
+            return tuple(int(cshape.get(a, 1)) for a in ("x", "y", "z", "t", "c")[:self.ndim])
+
+        @property
+        def store(self) -> NiftiZarr:
+            return self._store
+
+        def __copy__(self):
+            new = type(self)(self._img, self._store, self._threads)
+            new._shape = self._shape
+            return new
+
+        def __reduce__(self):
+            s = self._store
+            return (_reopened_zarr_proxy, (s.location, s.storage_options, s.level,
+                                           self._threads, self._shape))
+
+        def __dask_tokenize__(self):
+            s = self._store
+            # The store's header and array metadata (a store rewritten in place with new
+            # metadata is another array); not the thread count, which changes no value.
+            return ("voxpipe.ZarrProxy", os.path.abspath(s.location)
+                    if not _remote.is_url(s.location) else s.location, s.level,
+                    repr(s.storage_options), s.stored_header,
+                    repr(s.array.metadata.to_dict()), self._shape)
+
+        def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,
+                         subtype=np.ndarray):
+            if out is None:
+                out = _image.empty_for(shape, dtype, subtype)
+            view = out.reshape([c for _, _, c in stored], order="F")
+            if file_order and not apply_scaling:
+                read_stored_values(self._store, stored, view, self._threads)
+            else:
+                self._store.read(stored, np.dtype(dtype), apply_scaling, file_order, real_part,
+                                 self._img.slope, self._img.inter, view, self._threads)
+            return out
+
+        def __repr__(self):
+            return (f"<ZarrProxy shape={self._shape} dtype={self._dtype} "
+                    f"store={self._store.name!r}>")
+
+    return ZarrProxy
+
+
+_proxy_lock = threading.Lock()
+_ZarrProxy = None
+
+
+def zarr_proxy_class():
+    """The proxy class (made once: it derives from _image.ArrayProxy)."""
+    global _ZarrProxy
+    with _proxy_lock:
+        if _ZarrProxy is None:
+            _ZarrProxy = _proxy_class()
+        return _ZarrProxy
+
+
+def _reopened_zarr_proxy(location, storage_options, level, threads, shape):
+    store = NiftiZarr(location, storage_options, level)
+    core, _ = open_core(store, threads)
+    proxy = zarr_proxy_class()(core, store, threads)
+    return proxy if tuple(shape) == proxy.shape else proxy.reshape(shape)
+
+
+def load(location: Any, *, storage_options: Mapping[str, Any] | None = None, threads: int = 0,
+         level: int = 0):
+    """A NIfTI-Zarr store as a nibabel image (Nifti1Image/Nifti2Image by its header) whose
+    ``dataobj`` reads the store's chunks on demand; opening reads the metadata and the header
+    array only. ``level``: the pyramid level (0, the finest, by default; its header's dims,
+    voxel sizes and affines are the level's)."""
+    import nibabel as nib
+    from nibabel.fileholders import FileHolder
+
+    _image = _image_module()
+    location = os.fspath(location)
+    store = NiftiZarr(location, storage_options, level)
+    core, raised = open_core(store, threads)
+    klass = nib.Nifti1Image if core.version == 1 else nib.Nifti2Image
+    prefix, _ = _virtual_prefix(store.stored_header)
+    proxy = zarr_proxy_class()(core, store, threads)
+    img = _image._image_from_core(klass, core, {"image": FileHolder(filename=location)}, False,
+                                  None, threads, False, prefix, proxy=proxy)
+    if raised != -1:  # the header as stored: the virtual file's offset is not the store's
+        img.header.set_data_offset(raised)
+        img._load_cache["header"].set_data_offset(raised)
+    return img

@@ -1,0 +1,366 @@
+"""NIfTI-Zarr: voxpipe's stores against the specification's reference implementation (niizarr,
+PyPI nifti-zarr), zarr itself, ome-zarr-models' validator and nibabel's values.
+
+Both ways: stores voxpipe writes open in ``niizarr.zarr2nii`` with the header block and the stored
+values of the source; stores ``niizarr.nii2zarr`` writes open in voxpipe with nibabel's values of
+the source, bit for bit, for whole reads and slices.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+import voxpipe as vp
+from voxpipe.errors import CorruptError, FormatError, TruncatedError, VoxpipeError
+
+zarr = pytest.importorskip("zarr")
+niizarr = pytest.importorskip("niizarr")
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("VOXPIPE_CLI") or REPO / ".venv" / "bin" / "voxpipe")
+
+
+def _image(shape, dtype, *, slope=None, inter=None, version=1, big_endian=False, seed=0,
+           units=("mm", "sec")):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        data = rng.normal(0, 100, size=shape).astype(dt)
+    elif dt.kind == "c":
+        data = (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dt)
+    else:
+        info = np.iinfo(dt)
+        data = rng.integers(max(info.min, -3000), min(info.max, 3000), size=shape,
+                            endpoint=True).astype(dt)
+    klass = nib.Nifti1Image if version == 1 else nib.Nifti2Image
+    affine = np.array([[-2.0, 0.1, 0, 90], [0, 2.0, 0.2, -126], [0, 0, 2.5, -72], [0, 0, 0, 1]])
+    img = klass(data, affine)
+    img.header.set_xyzt_units(*units)
+    if len(shape) > 3:
+        img.header["pixdim"][4] = 0.8
+    if slope is not None:
+        img.header.set_slope_inter(slope, inter)
+    if big_endian:
+        img = klass(data, affine, img.header.as_byteswapped(">"))
+    return img
+
+
+def _saved(tmp_path, img, name="src.nii.gz"):
+    path = tmp_path / name
+    nib.save(img, path)
+    return path
+
+
+CASES = [
+    pytest.param((9, 10, 7), "uint8", None, None, 1, False, id="u1-3d"),
+    pytest.param((9, 10, 7, 5), "int16", 0.5, 10.0, 1, False, id="i2-4d-scaled"),
+    pytest.param((9, 10, 7, 4), "int16", 2.0, -3.0, 1, True, id="i2-4d-scaled-bigendian"),
+    pytest.param((8, 6, 5, 3), "float32", None, None, 2, False, id="f4-4d-nifti2"),
+    pytest.param((6, 7, 5, 3, 2), "uint16", 0.25, 0.0, 1, False, id="u2-5d-scaled"),
+    pytest.param((7, 6, 5), "float64", None, None, 1, False, id="f8-3d"),
+    pytest.param((5, 6, 4, 2), "int32", 1.5, 2.0, 2, False, id="i4-4d-nifti2-scaled"),
+    pytest.param((5, 4, 3), "complex64", None, None, 1, False, id="c8-3d"),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,slope,inter,version,big", CASES)
+def test_voxpipe_store_opens_in_niizarr_with_the_source_header_and_values(
+        tmp_path, shape, dtype, slope, inter, version, big):
+    src = _saved(tmp_path, _image(shape, dtype, slope=slope, inter=inter, version=version,
+                                  big_endian=big))
+    ref = nib.load(src)
+    out = tmp_path / "out.nii.zarr"
+    vp.save(vp.load(src), out)
+    theirs = niizarr.zarr2nii(str(out))
+    # The stored values (niizarr returns them unscaled) and the header block, as stored.
+    assert np.array_equal(np.asarray(theirs.dataobj), np.asanyarray(ref.dataobj.get_unscaled()))
+    assert theirs.header.binaryblock == ref.header.binaryblock
+    # And voxpipe reads its own store back with nibabel's values, bit for bit.
+    mine = vp.load(out)
+    assert type(mine) is type(ref)
+    assert mine.header.binaryblock == ref.header.binaryblock
+    assert np.array_equal(mine.affine, ref.affine)
+    assert mine.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    assert np.asanyarray(mine.dataobj).tobytes() == np.asanyarray(ref.dataobj).tobytes()
+
+
+@pytest.mark.parametrize("shape,dtype,slope,inter,version,big", CASES)
+@pytest.mark.parametrize("zarr_version,compressor,chunk", [
+    pytest.param(3, "blosc", 4, id="v3-blosc-c4"),
+    pytest.param(2, "zlib", 3, id="v2-zstd-c3"),
+    pytest.param(3, "zlib", 64, id="v3-zstd-c64"),
+])
+def test_niizarr_store_opens_in_voxpipe_with_nibabels_values(
+        tmp_path, shape, dtype, slope, inter, version, big, zarr_version, compressor, chunk):
+    if np.dtype(dtype).kind == "c":
+        pytest.skip("niizarr 1.0.0rc8 passes every level, level 0 included, through scikit-image's "
+                    "pyramid, which drops the imaginary part: its complex stores are not the data")
+    src = _saved(tmp_path, _image(shape, dtype, slope=slope, inter=inter, version=version,
+                                  big_endian=big))
+    ref = nib.load(src)
+    out = tmp_path / "theirs.nii.zarr"
+    niizarr.nii2zarr(nib.load(src), str(out), chunk=chunk, nb_levels=1,
+                     compressor=compressor, zarr_version=zarr_version)
+    img = vp.load(out)
+    assert img.shape == ref.shape
+    assert img.header.binaryblock == ref.header.binaryblock
+    assert np.array_equal(img.affine, ref.affine)
+    assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    assert img.get_fdata(dtype=np.float32).tobytes() == ref.get_fdata(dtype=np.float32).tobytes()
+    # Slices: a volume, strided and reversed axes, a single voxel.
+    for slicer in [(..., -1), (slice(1, None, 2), slice(None, None, -1), 2),
+                   (0, 1, 2), (slice(None, None, -3),)]:
+        mine, theirs = img.dataobj[slicer], ref.dataobj[slicer]
+        assert np.asarray(mine).shape == np.asarray(theirs).shape
+        assert np.asarray(mine).tobytes() == np.asarray(theirs).tobytes()
+
+
+def test_written_stores_validate_as_ome_zarr(tmp_path):
+    ome_zarr_models = pytest.importorskip("ome_zarr_models")
+    src = _saved(tmp_path, _image((16, 14, 10, 3), "int16", slope=0.5, inter=1.0))
+    for fmt in (3, 2):
+        out = tmp_path / f"v{fmt}.nii.zarr"
+        vp.save(vp.load(src), out, levels=3, zarr_format=fmt)
+        group = ome_zarr_models.open_ome_zarr(zarr.open_group(str(out), mode="r"))
+        ms = group.attributes.ome.multiscales[0] if fmt == 3 else \
+            group.attributes.multiscales[0]
+        assert [d.path for d in ms.datasets] == ["0", "1", "2"]
+        assert [a.name for a in ms.axes] == ["t", "z", "y", "x"]
+        assert [a.unit for a in ms.axes] == ["second", "millimeter", "millimeter", "millimeter"]
+
+
+def test_pyramid_levels_are_means_with_the_reference_readers_affine(tmp_path):
+    img = _image((16, 12, 10, 2), "float32")
+    img.header.set_qform(img.affine, 1)
+    src = _saved(tmp_path, img)
+    out = tmp_path / "pyr.nii.zarr"
+    vp.save(vp.load(src), out, levels=2)
+    data = nib.load(src).get_fdata(dtype=np.float32)
+    coarse = vp.load(out, level=1)
+    assert coarse.shape == (8, 6, 5, 2)
+    # Each voxel: the mean of its 2x2x2 cell.
+    expected = data.reshape(8, 2, 6, 2, 5, 2, 2).mean(axis=(1, 3, 5), dtype=np.float64)
+    np.testing.assert_allclose(coarse.get_fdata(dtype=np.float32), expected.astype(np.float32),
+                               rtol=1e-7)
+    theirs = niizarr.zarr2nii(str(out), level=1)
+    np.testing.assert_allclose(coarse.affine, theirs.header.get_best_affine())
+    # The coarse voxels are twice as large and centred on their cells.
+    assert np.allclose(coarse.affine[:3, :3], img.affine[:3, :3] * 2)
+
+
+def test_sharded_store_is_read_by_zarrs_pipeline_with_equal_values(tmp_path):
+    src = _saved(tmp_path, _image((12, 10, 8, 6), "int16", slope=0.5, inter=1.0))
+    out = tmp_path / "sharded.nii.zarr"
+    vp.save(vp.load(src), out, chunks=(6, 5, 4, 1), shards=(12, 10, 8, 3))
+    meta = zarr.open_group(str(out), mode="r")["0"]
+    assert meta.shards == (3, 8, 10, 12)
+    ref = nib.load(src)
+    img = vp.load(out)
+    assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    assert np.asarray(img.dataobj[2:9, ::-1, 3, 4]).tobytes() == \
+        np.asarray(ref.dataobj[2:9, ::-1, 3, 4]).tobytes()
+
+
+def test_header_extensions_round_trip(tmp_path):
+    img = _image((6, 5, 4), "int16")
+    img.header.extensions.append(nib.nifti1.Nifti1Extension(6, b"voxpipe comment\x00"))
+    src = _saved(tmp_path, img)
+    out = tmp_path / "ext.nii.zarr"
+    vp.save(vp.load(src), out)
+    mine = vp.load(out)
+    ref = nib.load(src)
+    assert [(e.get_code(), e.get_content()) for e in mine.header.extensions] == \
+        [(e.get_code(), e.get_content()) for e in ref.header.extensions]
+    theirs = niizarr.zarr2nii(str(out))
+    assert theirs.header.binaryblock == nib.load(src).header.binaryblock
+
+
+def test_default_chunks_are_volumes_for_4d_and_slabs_for_3d(tmp_path):
+    four = _saved(tmp_path, _image((20, 18, 12, 5), "int16"), "four.nii.gz")
+    vp.save(vp.load(four), tmp_path / "four.nii.zarr")
+    assert zarr.open_group(str(tmp_path / "four.nii.zarr"), mode="r")["0"].chunks == \
+        (1, 12, 18, 20)
+    assert vp.load(tmp_path / "four.nii.zarr").dataobj.chunks == (20, 18, 12, 1)
+    three = _saved(tmp_path, _image((256, 256, 60), "float32"), "three.nii.gz")
+    vp.save(vp.load(three), tmp_path / "three.nii.zarr")
+    arr = zarr.open_group(str(tmp_path / "three.nii.zarr"), mode="r")["0"]
+    assert arr.chunks == (16, 256, 256)  # 16 slices of 256 KiB: about 4 MiB
+    assert vp.load(tmp_path / "three.nii.zarr").get_fdata().tobytes() == \
+        nib.load(three).get_fdata().tobytes()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "blosc", "gzip", "none"])
+def test_every_codec_round_trips(tmp_path, codec):
+    src = _saved(tmp_path, _image((10, 9, 8, 3), "int16", slope=0.5, inter=0.0))
+    out = tmp_path / f"{codec}.nii.zarr"
+    vp.save(vp.load(src), out, codec=codec)
+    assert vp.load(out).get_fdata().tobytes() == nib.load(src).get_fdata().tobytes()
+    assert np.array_equal(np.asarray(zarr.open_group(str(out), mode="r")["0"]),
+                          np.asanyarray(nib.load(src).dataobj.get_unscaled()).T)
+
+
+def test_a_damaged_chunk_is_an_error_naming_the_chunk(tmp_path):
+    src = _saved(tmp_path, _image((10, 9, 8, 3), "int16"))
+    out = tmp_path / "bad.nii.zarr"
+    vp.save(vp.load(src), out)
+    chunk = out / "0" / "c" / "1" / "0" / "0" / "0"
+    good = chunk.read_bytes()
+    img = vp.load(out)
+    # Cut short, then with a byte flipped: each an error naming the chunk, never data.
+    for damaged, error in [(good[:-3], TruncatedError), (good[:-1] + bytes([good[-1] ^ 0xFF]),
+                                                         CorruptError)]:
+        chunk.write_bytes(damaged)
+        assert np.asarray(img.dataobj[..., 0]).tobytes() == \
+            np.asarray(nib.load(src).dataobj[..., 0]).tobytes()  # the other chunks read
+        with pytest.raises(error) as err:
+            img.get_fdata()
+        assert "c/1/0/0/0" in str(err.value)
+
+
+def test_a_store_whose_header_disagrees_with_its_array_is_refused(tmp_path):
+    src = _saved(tmp_path, _image((10, 9, 8, 3), "int16"))
+    out = tmp_path / "mismatch.nii.zarr"
+    vp.save(vp.load(src), out)
+    other = _image((10, 9, 8, 4), "int16")
+    group = zarr.open_group(str(out), mode="r+")
+    group["nifti"][:] = np.frombuffer(other.header.binaryblock, np.uint8)
+    with pytest.raises(FormatError) as err:
+        vp.load(out)
+    assert err.value.field == "dim" and "t axis" in str(err.value)
+    shutil.rmtree(out / "nifti")
+    with pytest.raises(FormatError) as err:
+        vp.load(out)
+    assert "'nifti'" in str(err.value)
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    src = _saved(tmp_path, _image((30, 30, 20, 4), "int16"))
+    raw = src.read_bytes()
+    src.write_bytes(raw[:len(raw) // 2])  # cut: the read of the data fails mid-way
+    before = set(os.listdir(tmp_path))
+    with pytest.raises(VoxpipeError):
+        vp.save(vp.load(src), tmp_path / "cut.nii.zarr")
+    assert set(os.listdir(tmp_path)) == before
+
+
+def test_an_existing_store_is_replaced_only_when_complete(tmp_path):
+    a = _saved(tmp_path, _image((6, 5, 4), "int16", seed=1), "a.nii.gz")
+    b = _saved(tmp_path, _image((6, 5, 4), "int16", seed=2), "b.nii.gz")
+    out = tmp_path / "x.nii.zarr"
+    vp.save(vp.load(a), out)
+    vp.save(vp.load(b), out)
+    assert vp.load(out).get_fdata().tobytes() == nib.load(b).get_fdata().tobytes()
+    assert sorted(os.listdir(tmp_path)) == ["a.nii.gz", "b.nii.gz", "x.nii.zarr"]
+    plain = tmp_path / "notzarr.zarr"
+    plain.mkdir()
+    (plain / "keep.txt").write_text("user data")
+    with pytest.raises(FileExistsError):
+        vp.save(vp.load(a), plain)
+    assert (plain / "keep.txt").read_text() == "user data"
+
+
+def test_proxy_pickles_without_data_and_reads_the_same(tmp_path):
+    src = _saved(tmp_path, _image((20, 20, 10, 6), "int16", slope=0.5, inter=1.0))
+    out = tmp_path / "p.nii.zarr"
+    vp.save(vp.load(src), out)
+    img = vp.load(out)
+    blob = pickle.dumps(img.dataobj)
+    assert len(blob) < 1000
+    again = pickle.loads(blob)
+    assert np.asarray(again[..., 3]).tobytes() == np.asarray(img.dataobj[..., 3]).tobytes()
+    from dask.base import tokenize
+    assert tokenize(img.dataobj) == tokenize(vp.load(out).dataobj)
+
+
+def test_read_into_reuses_the_output(tmp_path):
+    src = _saved(tmp_path, _image((12, 10, 8, 4), "int16", slope=0.5, inter=1.0))
+    out = tmp_path / "r.nii.zarr"
+    vp.save(vp.load(src), out)
+    proxy = vp.load(out).dataobj
+    buf = np.empty((12, 10, 8), np.float32, order="F")
+    ref = nib.load(src).get_fdata(dtype=np.float32)
+    for t in range(4):
+        assert proxy.read((..., t), np.float32, out=buf) is buf
+        assert np.array_equal(buf, ref[..., t])
+
+
+def test_store_on_s3_reads_the_chunks_it_needs(tmp_path):
+    pytest.importorskip("obstore")
+    from s3_server import S3Server
+    server = S3Server("zarr-bucket")
+    try:
+        src = _saved(tmp_path, _image((16, 14, 10, 5), "int16", slope=0.5, inter=1.0))
+        out = tmp_path / "s3.nii.zarr"
+        vp.save(vp.load(src), out)
+        for root, _, files in os.walk(out):
+            for f in files:
+                key = os.path.relpath(os.path.join(root, f), tmp_path)
+                server.client.upload_file(os.path.join(root, f), "zarr-bucket", key)
+        img = vp.load("s3://zarr-bucket/s3.nii.zarr", storage_options=server.storage_options())
+        ref = nib.load(src)
+        assert img.header.binaryblock == ref.header.binaryblock
+        assert np.asarray(img.dataobj[..., 2]).tobytes() == np.asarray(ref.dataobj[..., 2]).tobytes()
+        assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    finally:
+        server.stop()
+
+
+def _cli(*args, env=None):
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, VOXPIPE_PYTHON=sys.executable,
+                                                **(env or {})))
+
+
+@pytest.mark.skipif(not CLI.is_file(), reason=f"{CLI} not built/installed")
+def test_cli_converts_both_ways_and_describes_stores(tmp_path):
+    src = _saved(tmp_path, _image((16, 14, 10, 5), "int16", slope=0.5, inter=1.0))
+    out = tmp_path / "cli.nii.zarr"
+    r = _cli("convert", src, out, "--levels", "2", "--codec", "blosc", "--chunks", "16,14,5")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"wrote {out}\n"
+    arr = zarr.open_group(str(out), mode="r")["0"]
+    assert arr.chunks == (1, 5, 14, 16) and "1" in zarr.open_group(str(out), mode="r")
+    # The report of the same image stored as a .nii (a store's voxels are read as a .nii's).
+    plain = tmp_path / "src.nii"
+    vp.save(vp.load(src), plain)
+    info_zarr, info_nii = _cli("info", out), _cli("info", plain)
+    assert info_zarr.returncode == 0, info_zarr.stderr
+    assert info_zarr.stdout.replace(str(out), "X") == info_nii.stdout.replace(str(plain), "X")
+    back = tmp_path / "back.nii.gz"
+    r = _cli("convert", out, back)
+    assert r.returncode == 0, r.stderr
+    assert nib.load(back).get_fdata().tobytes() == nib.load(src).get_fdata().tobytes()
+    assert nib.load(back).header.binaryblock[:300] == nib.load(src).header.binaryblock[:300]
+    refused = _cli("convert", src, out)
+    assert refused.returncode == 12, refused.stderr
+    bad = _cli("convert", src, tmp_path / "y.nii.zarr", "--codec", "lzma")
+    assert bad.returncode == 10 and "codec" in bad.stderr
+    assert not (tmp_path / "y.nii.zarr").exists()
+
+
+def test_dicom_series_converts_to_a_store_with_load_dicoms_values(tmp_path):
+    from test_cli_dcm2nii import write_series
+    write_series(tmp_path / "series", slices=6, volumes=2)
+    ref = vp.load_dicom(tmp_path / "series")
+    out = tmp_path / "dicom.nii.zarr"
+    vp.save(ref, out)
+    img = vp.load(out)
+    # The header a .nii of the series gets (its affine stored in float32), and the values.
+    nii = tmp_path / "dicom.nii"
+    vp.save(ref, nii)
+    assert img.header.binaryblock == vp.load(nii).header.binaryblock
+    assert np.array_equal(img.affine, vp.load(nii).affine)
+    assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    if CLI.is_file():
+        cli_out = tmp_path / "cli.nii.zarr"
+        r = _cli("convert", tmp_path / "series", cli_out)
+        assert r.returncode == 0, r.stderr
+        assert vp.load(cli_out).get_fdata().tobytes() == ref.get_fdata().tobytes()
