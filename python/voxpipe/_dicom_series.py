@@ -70,6 +70,12 @@ class Series:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_unpickled_series, self._state())
 
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        """What identifies the values the series reads, for dask's deterministic names: its
+        SeriesInstanceUID, split and images, each file's identity or each object's ETag."""
+        from ._dask import series_token
+        return series_token(self)
+
     def _scan_again(self, names: list[str], etags: list[str | None] | None,
                     options: Mapping[str, Any] | None, threads: int, uid: str, split: str,
                     files: list[tuple[str, int]]) -> Any:

@@ -174,6 +174,13 @@ class ArrayProxy(ArrayLike):
                             "pickle np.asanyarray(img.dataobj)")
         return (_reopened_proxy, (self._img.header_path, self._options()))
 
+    def __dask_tokenize__(self):
+        """What identifies the values this proxy reads, for dask's deterministic names: where
+        they are (a file's path, size, mtime and inode; an object's URL and ETag; an image from
+        memory, a hash of its bytes) and the shape. Cheap: no data is read."""
+        from ._dask import proxy_token
+        return proxy_token(self)
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self._shape

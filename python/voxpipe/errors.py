@@ -20,6 +20,13 @@ class VoxpipeError(Exception):
         self.field = field
         self.offset = offset
 
+    def __reduce__(self):
+        # Rebuilt from its own arguments: the default (through the built-in bases, ValueError and
+        # OSError for TruncatedError) fails to unpickle, so an error raised in a Dask worker or
+        # a multiprocessing child would reach the caller as another exception.
+        return (type(self), (str(self.args[0]) if self.args else "", self.path, self.field,
+                             self.offset), self.__dict__)
+
 
 class FormatError(VoxpipeError, ValueError):
     """Not a valid file of the expected format (bad magic, invalid header field)."""
