@@ -20,7 +20,7 @@ from ._image import ArrayProxy, Extension, from_bytes, from_stream, load, save
 from ._dicom_series import load_dicom
 from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, cuda_status,
                       cufile_status, to_device)
-from ._dask import ConvertResult, convert_many, to_dask
+from ._dask import ConvertResult, convert_many, resample_many, to_dask
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
@@ -46,5 +46,5 @@ __all__ = [
     "affine_transform", "map_coordinates", "resample",
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
     "cuda_status", "cufile_status",
-    "to_device", "view", "ConvertResult", "convert_many", "to_dask",
+    "to_device", "view", "ConvertResult", "convert_many", "resample_many", "to_dask",
 ]

@@ -1,5 +1,5 @@
-"""Dask arrays over voxpipe's lazy images (``vp.to_dask``), and many-input conversions on a Dask
-cluster (``vp.convert_many``). docs/dask.md is the user's guide.
+"""Dask arrays over voxpipe's lazy images (``vp.to_dask``), and many-input jobs on a Dask cluster
+(``vp.convert_many``, ``vp.resample_many``). docs/dask.md is the user's guide.
 
 Graphs: every chunk is one task that reads its block through voxpipe's proxy
 (``proxy.read(slicer, dtype, scaling=...)``), or a DICOM series' ``get_data``, into a new array.
@@ -27,7 +27,7 @@ budget: voxpipe's default (``VOXPIPE_NUM_THREADS``, then ``OMP_NUM_THREADS``, wh
 Dask already runs one task per core (the threaded scheduler sets neither variable).
 
 Dask is imported on first use, by ``to_dask``: ``import voxpipe`` does not need it, and
-``convert_many`` only calls the client it is given.
+``convert_many`` and ``resample_many`` only call the client they are given.
 """
 
 from __future__ import annotations
@@ -589,8 +589,9 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _convert_one(source: str, output: str, storage_options: Mapping[str, Any] | None,
-                 threads: int, save_options: Mapping[str, Any]) -> ConvertResult:
+def _convert_one(source: str, output: str, threads: int,
+                 storage_options: Mapping[str, Any] | None,
+                 save_options: Mapping[str, Any]) -> ConvertResult:
     """``vp.save(vp.load(source), output)``, both on `threads` threads."""
     options = storage_options if _remote.is_url(source) else None
     img = load(source, threads=threads, storage_options=options)
@@ -598,18 +599,83 @@ def _convert_one(source: str, output: str, storage_options: Mapping[str, Any] | 
     return ConvertResult(source, output)
 
 
-def _convert_task(source: str, output: str, storage_options: Mapping[str, Any] | None,
-                  threads: int | None, save_options: Mapping[str, Any],
-                  report: bool) -> ConvertResult:
-    """One conversion on a worker, with the worker's thread budget; its failure returned as
-    text when `report` (nothing but the result crosses back: no exception to pickle)."""
+def _resample_one(source: str, output: str, threads: int, reference: Any, transforms: Any,
+                  resample_options: Mapping[str, Any]) -> ConvertResult:
+    """``vp.resample(source, reference, transforms, out=output)`` on `threads` threads."""
+    from ._resample_series import resample
+
+    resample(source, reference, transforms, out=output, threads=threads or None,
+             **resample_options)
+    return ConvertResult(source, output)
+
+
+def _job_task(job: Any, source: str, output: str, threads: int | None, args: tuple[Any, ...],
+              report: bool) -> ConvertResult:
+    """One job on a worker, with the worker's thread budget; its failure returned as text
+    when `report` (nothing but the result crosses back: no exception to pickle)."""
     try:
-        return _convert_one(source, output, storage_options, _task_threads(threads),
-                            save_options)
+        return job(source, output, _task_threads(threads), *args)
     except Exception as exc:
         if not report:
             raise
         return ConvertResult(source, None, _error_text(exc))
+
+
+def _outputs_for(inputs: Iterable[StrPath], out_dir: StrPath,
+                 to: str) -> tuple[list[str], list[str]]:
+    """(absolute inputs, their outputs out_dir/NAME.TO), refusing an input that is its own
+    output or two inputs with one output, before anything runs."""
+    sources = [_absolute(os.fspath(p)) for p in inputs]
+    folder = os.path.abspath(os.fspath(out_dir))
+    outputs = [os.path.join(folder, output_name(s, to)) for s in sources]
+    writer: dict[str, str] = {}
+    for source, output in zip(sources, outputs):
+        if output == source:
+            raise ValueError(f"{source}: writing it to {out_dir} would overwrite it")
+        if output in writer:
+            raise ValueError(f"{writer[output]} and {source} would both be written to {output}: "
+                             "write them into different folders")
+        writer[output] = source
+    os.makedirs(folder, exist_ok=True)
+    return sources, outputs
+
+
+def _run_jobs(job: Any, sources: list[str], outputs: list[str], args: list[tuple[Any, ...]],
+              threads: int | None, client: distributed.Client | None,
+              errors: str) -> list[ConvertResult]:
+    """``job(source, output, threads, *args[i])`` for every input: here one after another
+    (each on `threads`, 0: every core), or one task per input on the client's cluster; each
+    failure reported as a ConvertResult (errors="report") or raised naming its input."""
+    if errors not in ("report", "raise"):
+        raise ValueError(f"errors must be 'report' or 'raise', not {errors!r}")
+    report = errors == "report"
+    if client is None:
+        results = []
+        for i, (source, output) in enumerate(zip(sources, outputs)):
+            try:
+                results.append(job(source, output, threads or 0, *args[i]))
+            except Exception as exc:
+                if not report:
+                    raise _note(exc, source, i)
+                results.append(ConvertResult(source, None, _error_text(exc)))
+        return results
+    futures = [client.submit(_job_task, job, source, output, threads, args[i], report,
+                             key=f"voxpipe-{job.__name__.strip('_')}-{uuid.uuid4().hex}",
+                             pure=False)
+               for i, (source, output) in enumerate(zip(sources, outputs))]
+    results = []
+    try:
+        for i, (source, future) in enumerate(zip(sources, futures)):
+            try:
+                results.append(future.result())
+            except Exception as exc:  # the task raised, or its worker died (KilledWorker)
+                if not report:
+                    raise _note(exc, source, i)
+                results.append(ConvertResult(source, None, _error_text(exc)))
+    finally:
+        if len(results) < len(futures):
+            client.cancel(futures[len(results):])
+    return results
 
 
 def convert_many(inputs: Iterable[StrPath], out_dir: StrPath, *,
@@ -643,45 +709,40 @@ def convert_many(inputs: Iterable[StrPath], out_dir: StrPath, *,
                                    f"{to!r}", field="to")
     if errors not in ("report", "raise"):
         raise ValueError(f"errors must be 'report' or 'raise', not {errors!r}")
-    sources = [_absolute(os.fspath(p)) for p in inputs]
-    folder = os.path.abspath(os.fspath(out_dir))
-    outputs = [os.path.join(folder, output_name(s, to)) for s in sources]
-    writer: dict[str, str] = {}
-    for source, output in zip(sources, outputs):
-        if output == source:
-            raise ValueError(f"{source}: converting it to {out_dir} would overwrite it")
-        if output in writer:
-            raise ValueError(f"{writer[output]} and {source} would both be written to {output}: "
-                             "convert them into different folders")
-        writer[output] = source
-    os.makedirs(folder, exist_ok=True)
+    sources, outputs = _outputs_for(inputs, out_dir, to)
     threads = save_options.pop("threads", None)
-    report = errors == "report"
-    if client is None:
-        results = []
-        for i, (source, output) in enumerate(zip(sources, outputs)):
-            try:
-                results.append(_convert_one(source, output, storage_options, threads or 0,
-                                            save_options))
-            except Exception as exc:
-                if not report:
-                    raise _note(exc, source, i)
-                results.append(ConvertResult(source, None, _error_text(exc)))
-        return results
-    futures = [client.submit(_convert_task, source, output, storage_options, threads,
-                             save_options, report, key=f"voxpipe-convert-{uuid.uuid4().hex}",
-                             pure=False)
-               for source, output in zip(sources, outputs)]
-    results = []
-    try:
-        for i, (source, future) in enumerate(zip(sources, futures)):
-            try:
-                results.append(future.result())
-            except Exception as exc:  # the task raised, or its worker died (KilledWorker)
-                if not report:
-                    raise _note(exc, source, i)
-                results.append(ConvertResult(source, None, _error_text(exc)))
-    finally:
-        if len(results) < len(futures):
-            client.cancel(futures[len(results):])
-    return results
+    args = [(storage_options, save_options)] * len(sources)
+    return _run_jobs(_convert_one, sources, outputs, args, threads, client, errors)
+
+
+def resample_many(movings: Sequence[StrPath], reference: Any, transforms: Sequence[Any],
+                  out_dir: StrPath, *, to: Literal["nii", "nii.gz"] = "nii.gz",
+                  client: distributed.Client | None = None,
+                  errors: Literal["report", "raise"] = "report",
+                  **resample_options: Any) -> list[ConvertResult]:
+    """``vp.resample(movings[i], reference, transforms[i], out=out_dir/NAME.TO)`` for every
+    moving image (a path; NAME its name without its image suffix): each output is the file a
+    single ``vp.resample`` writes, volume by volume in bounded memory.
+
+    ``reference``: one grid for all (a path, or an image that pickles: ``vp.load``'s do).
+    ``transforms``: one entry per moving image, each what ``vp.resample`` takes (a file name,
+    a (4, 4) or (N, 4, 4) array, a chain as a list...). ``client``, ``errors``, ``threads`` and
+    the results: as ``convert_many``. Other keywords go to ``vp.resample`` (``order``,
+    ``mode``, ``dtype``, ``memory_limit``...).
+    """
+    if to not in ("nii", "nii.gz"):
+        raise InvalidArgumentError(f"to: expected 'nii' or 'nii.gz', but received {to!r}",
+                                   field="to")
+    if errors not in ("report", "raise"):
+        raise ValueError(f"errors must be 'report' or 'raise', not {errors!r}")
+    movings = list(movings)
+    transforms = list(transforms)
+    if len(transforms) != len(movings):
+        raise ValueError(f"resample_many takes one transform per moving image: {len(movings)} "
+                         f"images, but {len(transforms)} transforms")
+    if isinstance(reference, (str, os.PathLike)):
+        reference = _absolute(os.fspath(reference))
+    sources, outputs = _outputs_for(movings, out_dir, to)
+    threads = resample_options.pop("threads", None)
+    args = [(reference, t, resample_options) for t in transforms]
+    return _run_jobs(_resample_one, sources, outputs, args, threads, client, errors)

@@ -344,25 +344,9 @@ def test_dicom_series_in_volume_and_slice_chunks(client, tmp_path):
         vp.to_dask(series, chunks=(COLS, ROWS, 2, 1))
 
 
-# -- NIfTI-Zarr (once vp.load and vp.save handle .nii.zarr) --------------------------------------
-def _nifti_zarr_works(folder) -> str:
-    """'' where vp.save writes and vp.load reads back a .nii.zarr store here, else why not."""
-    path = folder / "probe.nii.zarr"
-    data = series_data(7, (4, 4, 4, 2))
-    try:
-        vp.save(nib.Nifti1Image(data, np.eye(4)), path)
-        back = np.asanyarray(vp.load(path).dataobj)
-    except Exception as exc:  # noqa: BLE001 - the reason for the skip
-        return f"{type(exc).__name__}: {exc}"
-    if not path.is_dir() or not np.array_equal(back, data):
-        return "vp.save does not write a NIfTI-Zarr store that vp.load reads back"
-    return ""
-
-
+# -- NIfTI-Zarr --------------------------------------------------------------------------------
 def test_nifti_zarr_store_chunks_follow_the_store(client, files, tmp_path):
-    why = _nifti_zarr_works(tmp_path)
-    if why:
-        pytest.skip(f"NIfTI-Zarr is not read and written here yet ({why})")
+    pytest.importorskip("zarr")
     store = tmp_path / "sub-01_bold.nii.zarr"
     vp.save(vp.load(files["scaled"]), store, chunks=(32, 32, 16, 5))
     img = vp.load(store)
@@ -456,9 +440,7 @@ def test_convert_many_refuses_colliding_outputs(files, tmp_path):
 
 
 def test_convert_many_to_nifti_zarr(client, batch, tmp_path):
-    why = _nifti_zarr_works(tmp_path)
-    if why:
-        pytest.skip(f"vp.save does not write .nii.zarr here yet ({why})")
+    pytest.importorskip("zarr")
     inputs, damaged = batch
     results = vp.convert_many(inputs, tmp_path / "zarr", to="nii.zarr", client=client)
     assert [r.ok for r in results] == [r != damaged for r in inputs]
@@ -469,3 +451,29 @@ def test_convert_many_to_nifti_zarr(client, batch, tmp_path):
             got = vp.load(r.output)
             np.testing.assert_array_equal(got.get_fdata(), want.get_fdata())
             np.testing.assert_array_equal(got.affine, want.affine)
+
+
+def test_resample_many_on_the_cluster_equals_single_resamples(client, files, batch, tmp_path):
+    """Each output is the file vp.resample writes alone, byte for byte; the damaged series is
+    reported and the others resampled."""
+    inputs, damaged = batch
+    movings = [files["scaled"], damaged, files["plain"]]
+    reference = files["vols"][0]
+    shift = np.eye(4)
+    shift[:3, 3] = [1.5, -2.0, 0.5]
+    rotate = np.eye(4)
+    rotate[:2, :2] = [[np.cos(0.1), -np.sin(0.1)], [np.sin(0.1), np.cos(0.1)]]
+    transforms = [shift, shift, rotate]
+    results = vp.resample_many(movings, reference, transforms, tmp_path / "cluster",
+                               client=client, order=3)
+    assert [r.ok for r in results] == [True, False, True]
+    assert results[1].error.startswith("TruncatedError: ") and "sub-05_bold" in results[1].error
+    assert not (tmp_path / "cluster" / "sub-05_bold.nii.gz").exists()
+    for r, moving, t in zip(results, movings, transforms):
+        if r.ok:
+            alone = tmp_path / "alone" / Path(r.output).name
+            alone.parent.mkdir(exist_ok=True)
+            vp.resample(moving, reference, t, out=alone, order=3)
+            assert _digest(r.output) == _digest(alone)
+    with pytest.raises(ValueError, match="one transform per moving image"):
+        vp.resample_many(movings, reference, transforms[:2], tmp_path / "x")
