@@ -77,12 +77,18 @@ def client():
     # Not resolved: in a development tree the package's files may be links into the sources.
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(vp.__file__)))
     path = os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    # distributed's nannies set their workers' environment (OMP_NUM_THREADS=1, ...) in this
+    # process's os.environ, which the workers inherit: put it back once they are gone, so that
+    # the tests after these ones read with voxpipe's default thread count.
+    environ = dict(os.environ)
     cluster = distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
                                        dashboard_address=None, env={"PYTHONPATH": path})
     c = distributed.Client(cluster, set_as_default=False)
     yield c
     c.close()
     cluster.close()
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def on(client, collection):
