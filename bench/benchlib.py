@@ -44,13 +44,22 @@ def prime_memory(mib=3072):
 
 
 def versions(modules):
-    """{module: version} for the modules that import, "missing" for the others."""
+    """{module: version} for the modules that import, "missing" for the others: the module's
+    __version__, else its installed distribution's (tensorstore has no __version__)."""
+    from importlib import metadata
     out = {}
     for mod in modules:
         try:
-            out[mod] = getattr(__import__(mod), "__version__", "?")
+            version = getattr(__import__(mod), "__version__", None)
         except ImportError:
             out[mod] = "missing"
+            continue
+        if version is None:
+            try:
+                version = metadata.version(mod)
+            except metadata.PackageNotFoundError:
+                version = "?"
+        out[mod] = version
     return out
 
 
