@@ -127,10 +127,16 @@ class NiftiZarr:
         self.storage_options = dict(storage_options) if storage_options else None
         self.level = level
         name = location
+        store = _group_store(location, storage_options, True)
         try:
-            # No consolidated metadata: the group's own is read (and no .zmetadata probed).
-            group = zarr.open_group(store=_group_store(location, storage_options, True),
-                                    mode="r", use_consolidated=False)
+            # Zarr v3 first, then v2: asked for either, zarr probes both formats' files (and
+            # consolidated metadata) at once, 4 requests on object storage instead of 1.
+            try:
+                group = zarr.open_group(store=store, mode="r", zarr_format=3,
+                                        use_consolidated=False)
+            except FileNotFoundError:
+                group = zarr.open_group(store=store, mode="r", zarr_format=2,
+                                        use_consolidated=False)
         except FileNotFoundError as exc:
             if os.path.isdir(location):  # a folder, but no group metadata in it
                 raise FormatError(f"{name}: not a Zarr store: expected zarr.json or .zgroup in "
@@ -143,10 +149,12 @@ class NiftiZarr:
         path = _level_path(group, level, name)
         self.array = group[path]
         self.name = f"{location.rstrip('/')}/{path}"
-        if "nifti" not in group:
+        try:
+            nifti = group["nifti"]
+        except KeyError:
             raise FormatError(f"{name}: not a NIfTI-Zarr: expected a 'nifti' header array, but "
-                              f"the group has none", path=name, field="nifti")
-        self.stored_header = np.asarray(group["nifti"][...], dtype=np.uint8).tobytes()
+                              f"the group has none", path=name, field="nifti") from None
+        self.stored_header = np.asarray(nifti[...], dtype=np.uint8).tobytes()
         self.axes = _axes_of(group, self.array, self.array.ndim)
         self._check_axes()
         self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)

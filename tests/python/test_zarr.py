@@ -364,3 +364,28 @@ def test_dicom_series_converts_to_a_store_with_load_dicoms_values(tmp_path):
         r = _cli("convert", tmp_path / "series", cli_out)
         assert r.returncode == 0, r.stderr
         assert vp.load(cli_out).get_fdata().tobytes() == ref.get_fdata().tobytes()
+
+
+def test_one_volume_of_a_store_over_http_costs_five_requests(tmp_path):
+    """Opening reads the group's and the header array's metadata and the header (3 requests:
+    zarr v3 first, no probing of v2 or consolidated files), the level's metadata (1); a volume
+    is its one chunk (1), of exactly the chunk's bytes."""
+    pytest.importorskip("obstore")
+    from range_server import RangeServer
+    src = _saved(tmp_path, _image((16, 14, 10, 6), "int16", slope=0.5, inter=1.0))
+    out = tmp_path / "h.nii.zarr"
+    vp.save(vp.load(src), out)
+    objects = {}
+    for root, _, names in os.walk(out):
+        for f in names:
+            key = "d/" + os.path.relpath(os.path.join(root, f), tmp_path).replace(os.sep, "/")
+            objects[key] = Path(root, f).read_bytes()
+    with RangeServer(objects) as server:
+        img = vp.load(server.url("d/h.nii.zarr"), storage_options={"allow_http": True})
+        vol = img.dataobj[..., 4]
+        chunk = "d/h.nii.zarr/0/c/4/0/0/0"
+        assert sorted(r.path for r in server.log()) == sorted([
+            "d/h.nii.zarr/zarr.json", "d/h.nii.zarr/0/zarr.json",
+            "d/h.nii.zarr/nifti/zarr.json", "d/h.nii.zarr/nifti/c/0", chunk])
+        assert server.bytes_sent(chunk) == len(objects[chunk])
+    assert np.asarray(vol).tobytes() == np.asarray(nib.load(src).dataobj[..., 4]).tobytes()
