@@ -32,7 +32,8 @@ import numpy as np
 from . import _core, _remote
 from ._header import core_dtype_name
 from ._optional import require
-from .errors import FormatError, InvalidArgumentError, VoxpipeFileNotFoundError
+from .errors import (CorruptError, FormatError, InvalidArgumentError, TruncatedError,
+                     VoxpipeFileNotFoundError)
 
 # The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
 _ZARR_AXES = ("t", "c", "z", "y", "x")
@@ -159,6 +160,9 @@ class NiftiZarr:
         self._check_axes()
         self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)
         self.spec = _core_spec(self.array, self.stored_dtype, self.stored_big_endian, self.name)
+        sharded = (_shards_of(self.array.metadata) if self.spec is not None
+                   and getattr(self.array.metadata, "zarr_format", 3) == 3 else None)
+        self.shards = sharded[0] if sharded is not None else None
         self._chunk_root = self._local_chunk_root()
         if level != 0:
             self.stored_header = _level_header(self.stored_header, group, path,
@@ -268,6 +272,8 @@ class NiftiZarr:
         for ids in per_axis:
             grid = [g + (i,) for g in grid for i in ids]
         encode = self.array.metadata.encode_chunk_key
+        if self.shards is not None:
+            return self._inner_chunks(grid)
         keys = [encode(g) for g in grid]
         if self._chunk_root is not None:
             out = []
@@ -277,19 +283,104 @@ class NiftiZarr:
             return out
         return [(g, key, None, data) for g, key, data in zip(grid, keys, self._get_many(keys))]
 
-    def _get_many(self, keys):
-        """The encoded chunks under ``keys`` (None where absent), fetched concurrently through
-        the zarr store (obstore for URLs)."""
+    def _inner_chunks(self, grid):
+        """The inner chunks (grid indices over the inner chunk grid) of a sharded array: for
+        each shard touched, its index read (one ranged read) and checked, then the span of its
+        touched inner chunks (one more), fetched concurrently across shards."""
+        sh = self.shards
+        by_shard: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for g in grid:
+            by_shard.setdefault(tuple(i // p for i, p in zip(g, sh.per)), []).append(g)
+        shard_keys = {s: self.array.metadata.encode_chunk_key(s) for s in by_shard}
+        indexes = self._get_many(list(shard_keys.values()), index=sh)
+        spans = {}
+        entries = {}
+        for s, data in zip(by_shard, indexes):
+            key = shard_keys[s]
+            if data is None:  # no shard: every inner chunk is absent
+                entries[s] = None
+                continue
+            table = self._shard_index(key, data)
+            found = []
+            for g in by_shard[s]:
+                flat = int(np.ravel_multi_index(tuple(i % p for i, p in zip(g, sh.per)), sh.per))
+                offset, size = int(table[flat, 0]), int(table[flat, 1])
+                if offset == size == 0xFFFFFFFFFFFFFFFF:
+                    continue
+                found.append((offset, offset + size))
+            entries[s] = table
+            if found:
+                spans[s] = (min(a for a, _ in found), max(b for _, b in found))
+        span_keys = list(spans)
+        blobs = self._get_many([shard_keys[s] for s in span_keys],
+                               ranges=[spans[s] for s in span_keys])
+        data_of = dict(zip(span_keys, blobs))
+        out = []
+        for s, members in by_shard.items():
+            table, blob = entries[s], data_of.get(s)
+            for g in members:
+                key = f"{shard_keys[s]} (inner chunk {tuple(i % p for i, p in zip(g, sh.per))})"
+                if table is None:
+                    out.append((g, key, None, None))
+                    continue
+                flat = int(np.ravel_multi_index(tuple(i % p for i, p in zip(g, sh.per)), sh.per))
+                offset, size = int(table[flat, 0]), int(table[flat, 1])
+                if offset == size == 0xFFFFFFFFFFFFFFFF:
+                    out.append((g, key, None, None))
+                    continue
+                lo = offset - spans[s][0]
+                if blob is None or lo + size > len(blob):
+                    raise TruncatedError(f"{self.name}: {key}: expected {size} bytes at offset "
+                                         f"{offset} of the shard, but the shard ends before",
+                                         path=self.name, field="chunk")
+                out.append((g, key, None, blob[lo:lo + size]))
+        return out
+
+    def _shard_index(self, key: str, data) -> np.ndarray:
+        """A shard's index as (inner chunks, 2) uint64, its CRC32C checked."""
+        sh = self.shards
+        raw = memoryview(data).cast("B")
+        if len(raw) != sh.index_bytes:
+            raise TruncatedError(f"{self.name}: {key}: expected a shard index of "
+                                 f"{sh.index_bytes} bytes, but the shard holds {len(raw)}",
+                                 path=self.name, field="shard index")
+        body = raw[:16 * sh.count]
+        if sh.crc:
+            # zarr's own crc32c codec runs google-crc32c: the same checksum, the same library.
+            google_crc32c = require("google_crc32c", "zarr", "NIfTI-Zarr", "google-crc32c")
+            want = int.from_bytes(raw[16 * sh.count:], "little")
+            have = google_crc32c.value(bytes(body))
+            if want != have:
+                raise CorruptError(f"{self.name}: {key}: shard index CRC32C mismatch (stored "
+                                   f"{want:08x}, computed {have:08x})", path=self.name,
+                                   field="shard index")
+        return np.frombuffer(body, dtype="<u8").reshape(sh.count, 2)
+
+    def _get_many(self, keys, *, index=None, ranges=None):
+        """The encoded objects under ``keys`` (None where absent), fetched concurrently through
+        the zarr store (obstore for URLs): whole, or a shard's index (``index``: the layout), or
+        [start, end) of each (``ranges``)."""
+        import asyncio
+
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
-        import asyncio
 
         store, prefix = self.array.store, self.array.path
         proto = default_buffer_prototype()
 
+        def request(i):
+            if ranges is not None:
+                return RangeByteRequest(*ranges[i])
+            if index is not None:
+                n = index.index_bytes
+                return SuffixByteRequest(n) if index.at_end else RangeByteRequest(0, n)
+            return None
+
         async def get_all():
-            bufs = await asyncio.gather(*(store.get(f"{prefix}/{k}" if prefix else k, proto)
-                                          for k in keys))
+            bufs = await asyncio.gather(*(store.get(f"{prefix}/{k}" if prefix else k, proto,
+                                                    byte_range=request(i))
+                                          for i, k in enumerate(keys)))
             return [None if b is None else b.as_numpy_array() for b in bufs]
 
         return sync(get_all())
@@ -305,16 +396,53 @@ def _stored_dtype(array) -> tuple[np.dtype, bool]:
         return dt.newbyteorder("="), big and dt.itemsize > 1
     dt = np.dtype(meta.data_type.to_native_dtype()).newbyteorder("=")
     big = False
-    for codec in meta.codecs:
+    codecs = list(meta.codecs)
+    if len(codecs) == 1 and type(codecs[0]).__name__ == "ShardingCodec":
+        codecs = list(codecs[0].codecs)  # a shard's inner chunks say how elements are stored
+    for codec in codecs:
         endian = getattr(codec, "endian", None)
         if type(codec).__name__ == "BytesCodec" and endian is not None:
             big = getattr(endian, "value", endian) == "big"
     return dt, big and dt.itemsize > 1
 
 
+class _Shards:
+    """How a sharded array (Zarr v3 sharding_indexed) stores its inner chunks: the shard shape,
+    inner chunks per shard along each axis, and where the shard index is and how it is checked
+    (each inner chunk's (offset, size) as little-endian uint64, C order over the shard's inner
+    grid; (2^64-1, 2^64-1) for an absent one; a CRC32C after it where the index has one)."""
+
+    def __init__(self, shard_shape, inner_shape, at_end: bool, crc: bool):
+        self.shape = [int(d) for d in shard_shape]
+        self.per = [int(d) // int(c) for d, c in zip(shard_shape, inner_shape)]
+        self.count = int(np.prod(self.per, dtype=np.int64))
+        self.at_end, self.crc = at_end, crc
+        self.index_bytes = 16 * self.count + (4 if crc else 0)
+
+
+def _shards_of(meta) -> tuple[_Shards, list[Any]] | None:
+    """(the shard layout, the inner chunks' codecs) of a v3 array sharded in the layout the core
+    reads (a plain inner bytes codec and compressor; an index of bytes and optionally crc32c),
+    else None."""
+    codecs = list(getattr(meta, "codecs", ()))  # v2 metadata have none: never sharded
+    if len(codecs) != 1 or type(codecs[0]).__name__ != "ShardingCodec":
+        return None
+    sharding = codecs[0]
+    index = [type(c).__name__ for c in sharding.index_codecs]
+    endian = getattr(sharding.index_codecs[0], "endian", None) if index else None
+    if index not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]) or \
+            getattr(endian, "value", endian) not in (None, "little"):
+        return None
+    location = getattr(sharding.index_location, "value", sharding.index_location)
+    shards = _Shards(meta.chunk_grid.chunk_shape, sharding.chunk_shape, location == "end",
+                     len(index) == 2)
+    return shards, list(sharding.codecs)
+
+
 def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, Any] | None:
-    """The core's description of the array where the core decodes its chunks (regular chunks;
-    zstd, blosc, gzip, zlib or none; no filters, sharding or transposes), else None."""
+    """The core's description of the array where the core decodes its chunks (regular chunks,
+    or the inner chunks of regular shards; zstd, blosc, gzip, zlib or none; no filters or
+    transposes), else None."""
     if dtype.fields is not None or dtype.kind not in "biufc":
         return None
     try:
@@ -332,6 +460,9 @@ def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str,
         chunk_shape = list(meta.chunks)
     else:
         codecs = list(meta.codecs)
+        sharded = _shards_of(meta)
+        if sharded is not None:
+            codecs = sharded[1]
         if not codecs or type(codecs[0]).__name__ != "BytesCodec":
             return None
         rest = codecs[1:]
@@ -345,6 +476,8 @@ def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str,
         if type(grid).__name__ != "RegularChunkGrid":
             return None
         chunk_shape = list(grid.chunk_shape)
+        if sharded is not None:  # the core decodes the inner chunks
+            chunk_shape = list(meta.codecs[0].chunk_shape)
     if compressor is None:
         return None
     fill = np.asarray(array.metadata.fill_value if getattr(meta, "zarr_format", 3) == 3

@@ -156,7 +156,7 @@ def test_pyramid_levels_are_means_with_the_reference_readers_affine(tmp_path):
     assert np.allclose(coarse.affine[:3, :3], img.affine[:3, :3] * 2)
 
 
-def test_sharded_store_is_read_by_zarrs_pipeline_with_equal_values(tmp_path):
+def test_sharded_store_is_decoded_by_the_core_with_equal_values(tmp_path):
     src = _saved(tmp_path, _image((12, 10, 8, 6), "int16", slope=0.5, inter=1.0))
     out = tmp_path / "sharded.nii.zarr"
     vp.save(vp.load(src), out, chunks=(6, 5, 4, 1), shards=(12, 10, 8, 3))
@@ -164,9 +164,54 @@ def test_sharded_store_is_read_by_zarrs_pipeline_with_equal_values(tmp_path):
     assert meta.shards == (3, 8, 10, 12)
     ref = nib.load(src)
     img = vp.load(out)
+    assert img.dataobj.store.shards is not None  # inner chunks through the core, not zarr
     assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
     assert np.asarray(img.dataobj[2:9, ::-1, 3, 4]).tobytes() == \
         np.asarray(ref.dataobj[2:9, ::-1, 3, 4]).tobytes()
+
+
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_shards_with_absent_inner_chunks_and_either_index_location(tmp_path, location):
+    """zarr leaves inner chunks of fill values unwritten (absent from the index): they read as
+    the fill value; the index may come first or last in the shard."""
+    data = _image((10, 8, 6, 4), "int16").get_fdata().astype(np.int16)
+    data[:5] = 0  # whole inner chunks of zeros, which zarr does not store
+    src = tmp_path / "src.nii"
+    nib.save(nib.Nifti1Image(data, np.eye(4)), src)
+    out = tmp_path / "s.nii.zarr"
+    vp.save(vp.load(src), out)
+    group = zarr.open_group(str(out), mode="r+")
+    del group["0"]
+    sharding = zarr.codecs.ShardingCodec(chunk_shape=(1, 3, 4, 5), index_location=location,
+                                         codecs=[zarr.codecs.BytesCodec(),
+                                                 zarr.codecs.ZstdCodec(level=1)])
+    arr = group.create_array("0", shape=(4, 6, 8, 10), dtype="int16", serializer=sharding,
+                             compressors=None, chunks=(2, 6, 8, 10), fill_value=0,
+                             config={"write_empty_chunks": False})
+    arr[...] = np.ascontiguousarray(data.T)
+    img = vp.load(out)
+    assert img.dataobj.store.shards is not None
+    assert np.array_equal(img.get_fdata(), data)
+    assert np.array_equal(np.asarray(img.dataobj[..., 2]), data[..., 2])
+
+
+def test_a_damaged_shard_index_is_an_error_naming_the_shard(tmp_path):
+    src = _saved(tmp_path, _image((12, 10, 8, 6), "int16"))
+    out = tmp_path / "bad.nii.zarr"
+    vp.save(vp.load(src), out, chunks=(6, 5, 4, 1), shards=(12, 10, 8, 3))
+    shard = out / "0" / "c" / "1" / "0" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[-10] ^= 0xFF  # in the index, under its CRC32C
+    shard.write_bytes(bytes(raw))
+    img = vp.load(out)
+    assert np.asarray(img.dataobj[..., 0]).tobytes() == \
+        np.asarray(nib.load(src).dataobj[..., 0]).tobytes()  # shard 0 is intact
+    with pytest.raises(CorruptError) as err:
+        img.dataobj[..., 4]
+    assert "c/1/0/0/0" in str(err.value) and "CRC32C" in str(err.value)
+    shard.write_bytes(bytes(raw[:40]))  # shorter than its index
+    with pytest.raises(TruncatedError):
+        vp.load(out).dataobj[..., 4]
 
 
 def test_header_extensions_round_trip(tmp_path):
