@@ -216,7 +216,7 @@ class NiftiZarr:
              threads: int):
         """Decode the NIfTI-axis ranges (start, step, count) into ``out`` (F-ordered, of the
         ranges' counts), as the NIfTI reader's OutputSpec says."""
-        sel, strides = self._zarr_selection(ranges, out)
+        sel, strides = self._zarr_selection(ranges)
         flat = out.reshape(-1, order="F").view(np.uint8) if out.size else np.empty(0, np.uint8)
         if any(c == 0 for _, _, c in sel):
             return
@@ -246,7 +246,7 @@ class NiftiZarr:
         return {"dtype": core_dtype_name(self.stored_dtype), "big_endian": self.stored_big_endian,
                 "fill_value": b"", "name": self.name}
 
-    def _zarr_selection(self, ranges, out):
+    def _zarr_selection(self, ranges):
         """(per zarr axis (start, step, count), per zarr axis the element stride in ``out``)."""
         counts = [c for _, _, c in ranges]
         fstrides = [int(np.prod(counts[:i], dtype=np.int64)) for i in range(len(counts))]
@@ -717,9 +717,11 @@ def _proxy_class():
             return new
 
         def __reduce__(self):
+            # A local store by its absolute path: the receiver (a Dask worker) may run elsewhere.
             s = self._store
-            return (_reopened_zarr_proxy, (s.location, s.storage_options, s.level,
-                                           self._threads, self._shape))
+            where = s.location if _remote.is_url(s.location) else os.path.abspath(s.location)
+            return (_reopened_zarr_proxy, (where, s.storage_options, s.level, self._threads,
+                                           self._shape))
 
         def __dask_tokenize__(self):
             s = self._store
