@@ -62,6 +62,8 @@ import subprocess
 import sys
 import time
 
+# The report's number formats are bench_remote.py's (one look across the tables).
+from bench_remote import fmt_mb, fmt_s, fmt_t, fmt_x, ratio
 from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
                       wait_idle, warm, write_section)
 
@@ -779,28 +781,8 @@ def merge_runs(runs):
 # Report.
 # --------------------------------------------------------------------------------------------
 
-def fmt_s(s):
-    return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
-
-
-def fmt_t(x):
-    return "n/a" if not x else f"{fmt_s(x['median'])} ({fmt_s(x['min'])})"
-
-
-def fmt_mb(b):
-    return f"{b / 1e6:.3f}" if b < 1e6 else f"{b / 1e6:.1f}"
-
-
 def fmt_mib(b):
     return f"{b / MIB:.0f} MiB" if b >= 10 * MIB else f"{b / MIB:.2f} MiB"
-
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-
-def fmt_x(x):
-    return "n/a" if x is None else f"**{x:.2f}x**" if x < 100 else f"**{x:.0f}x**"
 
 
 def verdict(x, target):
