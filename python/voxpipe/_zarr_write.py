@@ -10,7 +10,7 @@ import itertools
 import math
 import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -209,7 +209,11 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.exists(path) and not _is_zarr_folder(path):
         raise FileExistsError(f"{path}: exists and is not a Zarr store; not replacing it")
-    tmp = tempfile.mkdtemp(prefix="." + os.path.basename(path.rstrip("/")) + ".tmp-", dir=parent)
+    # os.mkdir, not tempfile.mkdtemp: the folder is renamed into the store, which should get
+    # the permissions any new folder gets (the umask's), not mkdtemp's owner-only 0700.
+    tmp = os.path.join(parent, f".{os.path.basename(path.rstrip('/'))}.tmp-{os.getpid()}-"
+                               f"{uuid.uuid4().hex[:12]}")
+    os.mkdir(tmp)
     try:
         group = zarr.open_group(store=zarr.storage.LocalStore(tmp), mode="w",
                                 zarr_format=zarr_format)

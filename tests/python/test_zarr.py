@@ -434,3 +434,15 @@ def test_one_volume_of_a_store_over_http_costs_five_requests(tmp_path):
             "d/h.nii.zarr/nifti/zarr.json", "d/h.nii.zarr/nifti/c/0", chunk])
         assert server.bytes_sent(chunk) == len(objects[chunk])
     assert np.asarray(vol).tobytes() == np.asarray(nib.load(src).dataobj[..., 4]).tobytes()
+
+
+def test_a_written_store_has_the_permissions_of_a_new_folder(tmp_path):
+    src = _saved(tmp_path, _image((6, 5, 4), "int16"))
+    umask = os.umask(0o022)
+    try:
+        vp.save(vp.load(src), tmp_path / "perm.nii.zarr")
+        (tmp_path / "plain").mkdir()
+    finally:
+        os.umask(umask)
+    mode = (tmp_path / "perm.nii.zarr").stat().st_mode & 0o777
+    assert mode == (tmp_path / "plain").stat().st_mode & 0o777 == 0o755
