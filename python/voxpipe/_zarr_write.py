@@ -6,6 +6,7 @@ zarr itself runs, on our threads."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -426,4 +427,38 @@ def _write_for_core(source: str, output: str, options: Sequence[tuple[str, str]]
             hdr.set_data_dtype(dtype)
             hdr.set_slope_inter(1.0, 0.0)
             img = type(img)(data, img.affine, hdr)
-    _image.save(img, output, **kwargs)
+    with _signals_end_the_write():
+        _image.save(img, output, **kwargs)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_end_the_write():
+    """SIGINT, SIGTERM and SIGHUP during ``voxpipe convert``'s write: the command's own handlers
+    remove the files the core writes, but not the store's temporary folder, written here. While
+    the store is written, they raise instead (between Python statements), the write removes its
+    folder as for any error, and the process then ends by the same signal, as the command does.
+    A signal the caller ignores stays ignored."""
+    import signal
+
+    def handler(signum, frame):
+        raise _Signalled(signum)
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    except _Signalled as exc:
+        signal.signal(exc.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), exc.signum)
+        raise  # not reached: the default action ends the process
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)

@@ -193,3 +193,30 @@ def test_ctrl_c_during_save_raises_keyboard_interrupt(tmp_path, layout):
     assert out['temporaries'] == []
     assert out['outcome'] == 'KeyboardInterrupt', out
     assert out['raised'] - out['signalled'] < 1.0, out
+
+
+@needs_cli
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_convert_to_a_store_interrupted_leaves_nothing(source, tmp_path, sig):
+    """The store's temporary folder (written by the Python package, which the command runs for
+    a .nii.zarr OUT) goes too, and the process still ends by the signal."""
+    pytest.importorskip('zarr')
+    import voxpipe as vp
+    dst = tmp_path / 'out.nii.zarr'
+    vp.save(nib.Nifti1Image(np.zeros((2, 2, 2), np.int16), np.eye(4)), dst)  # a previous store
+    before = sorted(p.relative_to(dst) for p in dst.rglob('*'))
+    proc = subprocess.Popen(
+        [str(CLI), 'convert', source, dst, '--codec', 'gzip', '--level', '9', '--threads', '1',
+         '--overwrite'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=default_signals(), env=dict(os.environ, VOXPIPE_PYTHON=sys.executable))
+    deadline = time.monotonic() + TIMEOUT
+    while not any(f.is_file() for t in tmp_path.glob('.out.nii.zarr.tmp-*')
+                  for f in (t / '0' / 'c').rglob('*')):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f'no chunk was written before the end: {proc.stderr.read().decode()}')
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=TIMEOUT) == -sig, proc.stderr.read().decode()
+    assert list(tmp_path.glob('.out.nii.zarr.tmp-*')) == []
+    assert sorted(p.relative_to(dst) for p in dst.rglob('*')) == before
