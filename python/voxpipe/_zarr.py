@@ -293,41 +293,38 @@ class NiftiZarr:
             by_shard.setdefault(tuple(i // p for i, p in zip(g, sh.per)), []).append(g)
         shard_keys = {s: self.array.metadata.encode_chunk_key(s) for s in by_shard}
         indexes = self._get_many(list(shard_keys.values()), index=sh)
+        absent = 0xFFFFFFFFFFFFFFFF
+        # Each touched inner chunk's (offset, size) in its shard, None where it is absent (no
+        # shard, or the index's marker); each shard's span over the present ones.
+        where: dict[tuple[int, ...], tuple[int, int] | None] = {}
         spans = {}
-        entries = {}
         for s, data in zip(by_shard, indexes):
-            key = shard_keys[s]
-            if data is None:  # no shard: every inner chunk is absent
-                entries[s] = None
-                continue
-            table = self._shard_index(key, data)
-            found = []
+            table = None if data is None else self._shard_index(shard_keys[s], data)
             for g in by_shard[s]:
-                flat = int(np.ravel_multi_index(tuple(i % p for i, p in zip(g, sh.per)), sh.per))
-                offset, size = int(table[flat, 0]), int(table[flat, 1])
-                if offset == size == 0xFFFFFFFFFFFFFFFF:
-                    continue
-                found.append((offset, offset + size))
-            entries[s] = table
-            if found:
-                spans[s] = (min(a for a, _ in found), max(b for _, b in found))
+                entry = None
+                if table is not None:
+                    flat = int(np.ravel_multi_index(tuple(i % p for i, p in zip(g, sh.per)),
+                                                    sh.per))
+                    offset, size = int(table[flat, 0]), int(table[flat, 1])
+                    if not offset == size == absent:
+                        entry = (offset, size)
+                where[g] = entry
+            present = [where[g] for g in by_shard[s] if where[g] is not None]
+            if present:
+                spans[s] = (min(o for o, _ in present), max(o + n for o, n in present))
         span_keys = list(spans)
         blobs = self._get_many([shard_keys[s] for s in span_keys],
                                ranges=[spans[s] for s in span_keys])
         data_of = dict(zip(span_keys, blobs))
         out = []
         for s, members in by_shard.items():
-            table, blob = entries[s], data_of.get(s)
+            blob = data_of.get(s)
             for g in members:
                 key = f"{shard_keys[s]} (inner chunk {tuple(i % p for i, p in zip(g, sh.per))})"
-                if table is None:
+                if where[g] is None:
                     out.append((g, key, None, None))
                     continue
-                flat = int(np.ravel_multi_index(tuple(i % p for i, p in zip(g, sh.per)), sh.per))
-                offset, size = int(table[flat, 0]), int(table[flat, 1])
-                if offset == size == 0xFFFFFFFFFFFFFFFF:
-                    out.append((g, key, None, None))
-                    continue
+                offset, size = where[g]
                 lo = offset - spans[s][0]
                 if blob is None or lo + size > len(blob):
                     raise TruncatedError(f"{self.name}: {key}: expected {size} bytes at offset "
