@@ -22,6 +22,7 @@ from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, c
                       cufile_status, to_device)
 from ._dask import ConvertResult, convert_many, resample_many, to_dask
 from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
+from ._pool import clear_pool, pool_stats, set_pool_limit
 from ._resample import affine_transform, map_coordinates
 from ._resample_series import resample
 from ._view import view
@@ -47,4 +48,5 @@ __all__ = [
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
     "cuda_status", "cufile_status",
     "to_device", "view", "ConvertResult", "convert_many", "resample_many", "to_dask",
+    "clear_pool", "pool_stats", "set_pool_limit",
 ]

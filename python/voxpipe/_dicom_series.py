@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from nibabel import Nifti1Image
 
-from . import _core, _dicom_pixels, _remote_dicom
+from . import _core, _dicom_pixels, _pool, _remote_dicom
 from ._dicom_dataset import FileDataset
 from ._types import Array, Device, Float64Array, StrPath
 from .errors import FormatError, InvalidArgumentError
@@ -245,7 +245,7 @@ class Series:
                                          threads=self._threads if threads is None else threads)
             return arr
         if out is None:
-            out = np.empty(self.shape, dtype=dt, order="F")
+            out = _pool.empty(self.shape, dt, "F")
         elif out.shape != self.shape or out.dtype != dt or not out.flags.f_contiguous:
             raise InvalidArgumentError(
                 f"out must be a Fortran-ordered {dt} array of shape {self.shape}")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _remote_many
+from . import _core, _pool, _remote_many
 from ._image import load
 from ._types import Array, Device, NiftiImage, StrPath
 from .errors import SkippedFileWarning
@@ -473,7 +473,7 @@ def empty_batch(n: int, shape: Sequence[int], dtype: npt.DTypeLike = np.float32)
     """An uninitialised (n, *shape) array whose items ``out[i]`` are Fortran-ordered, as
     ``load_batch`` writes them (NIfTI data order, nibabel's)."""
     dims = tuple(int(s) for s in shape)
-    base = np.empty(dims + (int(n),), dtype=np.dtype(dtype), order="F")
+    base = _pool.empty(dims + (int(n),), np.dtype(dtype), "F")
     return np.moveaxis(base, -1, 0)
 
 
@@ -518,9 +518,12 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
 
 def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLike | None,
                 threads: int | None, io_threads: int | None, index: IndexChoice, device: Device,
-                storage_options: StorageOptions) -> tuple[Array | DeviceArray, list[NiftiImage]]:
+                storage_options: StorageOptions,
+                allocate: Callable[[int, tuple[int, ...], np.dtype[Any]], Array] = empty_batch,
+                ) -> tuple[Array | DeviceArray, list[NiftiImage]]:
     """load_batch's (batch, the images of its files): their headers serve the caller's metadata
-    without opening (or fetching) the files again."""
+    without opening (or fetching) the files again. ``allocate(n, shape, dtype)`` makes the batch
+    when ``out`` is None, in empty_batch's layout (VolumeDataset's workers: shared memory)."""
     from . import _device
 
     ordinal = _device.parse_device(device)
@@ -561,7 +564,7 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
             run=lambda load_item: _run_files(files, workers, load_item)), imgs
     want = (len(files),) + shape
     if out is None:
-        out = empty_batch(len(files), shape, out_dtype)
+        out = allocate(len(files), shape, out_dtype)
     else:
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a NumPy array, not {type(out).__name__}")

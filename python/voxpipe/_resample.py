@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _core, _pool
 from ._types import Array
 from .errors import InvalidArgumentError
 
@@ -76,9 +76,9 @@ def _allocate(shape: tuple[int, ...], dtype: npt.DTypeLike) -> Array:
         raise InvalidArgumentError(
             f"output_shape: {shape} of {dtype} needs {nbytes} bytes, more than any array can hold",
             field="output_shape")
-    # Empty, not zeros: every element is written, and the threads that write them are then the
-    # first to touch the pages (docs: fresh memory is expensive).
-    return np.empty(shape, dtype=dtype)
+    # Empty, not zeros: every element is written. Large outputs recycle released buffers
+    # (_pool.py: fresh memory is expensive).
+    return _pool.empty(shape, dtype, "C")
 
 
 def _output(output: Array | npt.DTypeLike | None, input: Array,

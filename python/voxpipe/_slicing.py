@@ -12,6 +12,8 @@ import operator
 
 import numpy as np
 
+from . import _pool
+
 
 def _is_fancy(sliceobj) -> bool:
     for slicer in sliceobj:
@@ -85,11 +87,10 @@ def read_shape(ranges):
 
 
 def empty_for(shape, dtype, subtype=np.ndarray):
-    """An uninitialised F-ordered array of `subtype` that owns its memory: NumPy allocates it
-    (huge pages for large arrays) and the reader's threads are the first to touch it."""
-    if subtype is np.ndarray:
-        return np.empty(shape, dtype=dtype, order="F")
-    return np.ndarray.__new__(subtype, shape, dtype=dtype, order="F")
+    """An uninitialised F-ordered array of `subtype` for a read's output: over a recycled buffer
+    of the pool when large (_pool.py; huge pages where the kernel offers them), otherwise from
+    NumPy."""
+    return _pool.empty(shape, dtype, "F", subtype)
 
 
 # What nibabel's ArrayProxy does with a slicer decides what kind of array comes back, so the

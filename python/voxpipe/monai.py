@@ -51,7 +51,7 @@ from monai.data.utils import affine_to_spacing, correct_nifti_header_if_necessar
 from monai.data.utils import is_supported_format
 from monai.utils import SpaceKeys, ensure_tuple
 
-from . import _core, _monai_meta
+from . import _core, _monai_meta, _pool
 from ._dicom_series import load_dicom
 from ._image import load
 
@@ -87,7 +87,7 @@ def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
     long as the whole read alone (one thread: 0.10 s). Forward reads of a .gz continue where the
     last one stopped."""
     shape = tuple(proxy.shape)
-    out = np.empty(shape, dtype)
+    out = _pool.empty(shape, dtype, "C")
     long_axes = [k for k, n in enumerate(shape) if n > 1]
     if out.size == 0 or len(long_axes) < 2:  # C and Fortran order are the same
         return proxy.read(dtype=dtype, out=out)
@@ -132,7 +132,7 @@ def _c_contiguous(data: np.ndarray, threads: int) -> np.ndarray:
     threads, it takes about 0.03 s on 2 cores."""
     if data.flags.c_contiguous or data.ndim < 2:
         return data
-    out = np.empty(data.shape, data.dtype)
+    out = _pool.empty(data.shape, data.dtype, "C")
     n = data.shape[-1]
     blocks = [slice(k, min(k + 4, n)) for k in range(0, n, 4)]
 

@@ -55,7 +55,7 @@ from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from . import _monai_meta, _remote
-from ._many import _decode, _load_batch
+from ._many import _decode, _load_batch, empty_batch
 from ._image import load
 
 __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
@@ -152,14 +152,16 @@ class VolumeDataset(Dataset):
         if self.transform is not None or len(indices) < 2:
             return [self[i] for i in indices]
         paths = [self.paths[i] for i in indices]
+        shared: list[torch.Tensor] = []
+        allocate = _shared_batch(shared) if get_worker_info() is not None else empty_batch
         try:
             batch, imgs = _load_batch(paths, None, self.dtype, self._threads(), None, self.index,
-                                      None, self.storage_options)
+                                      None, self.storage_options, allocate)
         except ValueError as exc:
             if "one shape" not in str(exc) and "one data dtype" not in str(exc):
                 raise
             return [self[i] for i in indices]  # mixed shapes: item by item, collated as a list
-        volumes = torch.from_numpy(batch)
+        volumes = shared[0] if shared else torch.from_numpy(batch)
         if self.channel_dim:
             volumes = volumes.unsqueeze(1)
         metas: list = [None] * len(indices)
@@ -170,6 +172,25 @@ class VolumeDataset(Dataset):
         if self.labels is not None:
             labels = default_collate([self.labels[i] for i in indices])
         return VolumeBatch(samples, volumes, labels, default_collate(metas) if self.meta else None)
+
+
+def _shared_batch(made: list):
+    """empty_batch for a DataLoader worker: the batch in shared memory, as PyTorch's own collate
+    makes it in workers, so that it reaches the main process as a handle, not copied into shared
+    memory on the way. The tensor over it is appended to `made`."""
+    def allocate(n: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dims = tuple(int(d) for d in shape)
+        volume = int(np.prod(dims, dtype=np.int64))
+        tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+        storage = torch.UntypedStorage._new_shared(max(1, n * volume) * dtype.itemsize)
+        flat = torch.empty(0, dtype=tdtype).set_(storage, 0, (n * volume,), (1,))
+        strides = [1]
+        for d in dims[:-1]:
+            strides.append(strides[-1] * d)
+        tensor = flat.as_strided((n,) + dims, (volume,) + tuple(strides))
+        made.append(tensor)
+        return tensor.numpy()
+    return allocate
 
 
 def collate(samples):

@@ -101,6 +101,31 @@ def test_dataloader_forked_workers_after_the_parent_used_the_pool(paths):
         np.testing.assert_array_equal(got[i], ref(p))
 
 
+def _collate_noting_shared_memory(samples):
+    volumes, labels = vpt.collate(samples)
+    return volumes, labels, torch.tensor(volumes.is_shared())
+
+
+def test_dataloader_workers_decode_into_shared_memory(paths):
+    """In a worker the batch is decoded into shared memory, as PyTorch's own collate allocates
+    it there: it is sent to the main process as a handle instead of being copied into shared
+    memory on the way."""
+    ds = vpt.VolumeDataset(paths, labels=list(range(len(paths))))
+    loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=_collate_noting_shared_memory,
+                        multiprocessing_context="fork", timeout=120)
+    seen = 0
+    for volumes, labels, shared in loader:
+        assert bool(shared)
+        for k, i in enumerate(labels.tolist()):
+            np.testing.assert_array_equal(volumes[k].numpy(), ref(paths[i]))
+            assert volumes[k].numpy().flags.f_contiguous
+            seen += 1
+    assert seen == len(paths)
+    # In the main process the batch is an ordinary array (no shared memory).
+    main = ds.__getitems__([0, 1])
+    assert not main.volumes.is_shared()
+
+
 def test_mixed_shapes_collate_to_a_list(paths, tmp_path):
     other = str(tmp_path / "other.nii")
     nib.save(nib.Nifti1Image(np.ones((4, 5, 6), np.int16), np.eye(4)), other)
