@@ -61,6 +61,16 @@ stage_unit() {
   configure_build build/test -DCMAKE_BUILD_TYPE=Release -DVOXPIPE_BUILD_TESTS=ON \
     -DVOXPIPE_BUILD_FUZZERS=OFF -DVOXPIPE_SANITIZE=OFF
   ctest --test-dir build/test -j "$JOBS" --output-on-failure
+  # The SIMD levels (src/core/simd.hpp): ctest ran at the best one the CPU has; the conversion
+  # and resampling tests, whose differential tests compare against the scalar path and scipy's
+  # values, run again with each lower level forced by VOXPIPE_SIMD (a level above the CPU's is
+  # lowered to it, so this runs anywhere). About a second each.
+  local level
+  for level in scalar avx2; do
+    echo "unit: conversion and resampling tests with VOXPIPE_SIMD=$level"
+    VOXPIPE_SIMD=$level build/test/tests/voxpipe_core_tests --gtest_filter='Convert*' --gtest_brief=1
+    VOXPIPE_SIMD=$level build/test/tests/voxpipe_resample_tests --gtest_brief=1
+  done
 }
 
 # -O1 -g1 for the sanitizer builds (asan, tsan, fuzz): compiling a test file under ASan+UBSan takes

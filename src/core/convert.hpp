@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "core/simd.hpp"
 #include "voxpipe/dtype.hpp"
 
 namespace voxpipe::core {
@@ -26,7 +27,12 @@ using ConvertFn = void (*)(const Conversion& c, const std::byte* src, std::ptrdi
                            std::byte* dst, std::ptrdiff_t dst_stride, std::size_t n);
 
 // Returns the kernel for `c`, or nullptr when the conversion is not supported (see
-// voxpipe::conversion_supported for the rules).
+// voxpipe::conversion_supported for the rules). The kernel is compiled for the instruction set
+// simd_level() names when it is called (core/simd.hpp: the best the CPU has unless VOXPIPE_SIMD
+// asks for less); every level gives the same bytes.
 ConvertFn select_conversion(const Conversion& c) noexcept;
+
+// The same for an explicit level (lowered to simd_detected()): the tests compare the levels.
+ConvertFn select_conversion(const Conversion& c, SimdLevel level) noexcept;
 
 }  // namespace voxpipe::core

@@ -13,6 +13,7 @@
 
 #include "core/checked.hpp"
 #include "core/convert.hpp"
+#include "core/simd.hpp"
 #include "core/thread_pool.hpp"
 #include "resample/boundary.hpp"
 #include "resample/dispatch.hpp"
@@ -439,13 +440,8 @@ __attribute__((target("avx2"))) void contiguous_avx2(double* p, std::int64_t cou
   filter_contiguous<kLastBlockAvx, Vec4>(p, count, len, pitch, buf, poles, npoles, mode);
 }
 
-bool use_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
-}
+// At the avx2 and avx512 levels (core/simd.hpp: never above what the CPU has).
+bool use_avx2() { return core::simd_level() >= core::SimdLevel::avx2; }
 #endif
 
 void filter_strided(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,

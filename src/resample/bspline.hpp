@@ -49,8 +49,9 @@ int spline_poles(int order, double poles[2]);
 void spline_filter_lines(double* line, std::int64_t len, std::int64_t stride, std::int64_t lanes,
                          int order, InterpMode mode);
 
-// The vector instructions the prefilter may use: the best the CPU has (AVX2 where it is there,
-// chosen at run time) or the baseline x86-64's. Every choice gives the same coefficients, bit for
+// The vector instructions the prefilter may use: the best of the level in use (core/simd.hpp:
+// AVX2 at the avx2 and avx512 levels, chosen at run time; VOXPIPE_SIMD=scalar gives the
+// baseline) or the baseline x86-64's. Every choice gives the same coefficients, bit for
 // bit (the tests compare them); `baseline` is there for those tests.
 enum class SplineSimd { best, baseline };
 

@@ -7,7 +7,6 @@
 // plan, and stores the values with scipy's output rounding.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include <type_traits>
 
 #include "core/checked.hpp"
+#include "core/simd.hpp"
 #include "core/thread_pool.hpp"
 #include "resample/boundary.hpp"
 #include "resample/bspline.hpp"
@@ -238,18 +238,11 @@ void run(const Plan& plan, const ArrayRef& output, unsigned threads, CoordFn&& c
 
 }  // namespace
 
-namespace {
-std::atomic<bool>& simd_switch() {
-  static std::atomic<bool> on = [] {
-    const char* env = std::getenv("VOXPIPE_SIMD");
-    return !(env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0));
-  }();
-  return on;
+// The core's one dispatch level (core/simd.hpp, VOXPIPE_SIMD): off = scalar, on = the best.
+bool simd_enabled() noexcept { return core::simd_level() != core::SimdLevel::scalar; }
+void set_simd_enabled(bool on) noexcept {
+  core::set_simd_level(on ? core::SimdLevel::avx512 : core::SimdLevel::scalar);
 }
-}  // namespace
-
-bool simd_enabled() noexcept { return simd_switch().load(std::memory_order_relaxed); }
-void set_simd_enabled(bool on) noexcept { simd_switch().store(on, std::memory_order_relaxed); }
 
 struct Interpolator::State {
   Coefficients own;

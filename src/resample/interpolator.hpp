@@ -56,8 +56,11 @@ void affine_transform(const ArrayRef& input, std::span<const double> matrix, boo
                       std::span<const double> offset, const ArrayRef& output,
                       const InterpOptions& options, Coefficients& storage);
 
-// Whether the kernels chosen from now on may use SIMD (AVX2 where the CPU has it). On by
-// default; VOXPIPE_SIMD=0 in the environment turns it off. Tests compare the two paths.
+// Whether the kernels chosen from now on may use SIMD: core::simd_level() above scalar (see
+// core/simd.hpp: the best level the CPU has unless VOXPIPE_SIMD asks for less; `scalar`, `0`
+// or `off` turn it off). The taps' vector path is AVX2's at the avx2 and avx512 levels.
+// set_simd_enabled(false) requests the scalar level, set_simd_enabled(true) the best one, for
+// the whole core (the conversion kernels too). Tests compare the paths.
 bool simd_enabled() noexcept;
 void set_simd_enabled(bool on) noexcept;
 

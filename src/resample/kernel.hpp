@@ -55,7 +55,7 @@ using EvalFn = void (*)(const Plan&, const double* coords, std::int64_t cs, std:
                         Taps* taps, double* out);
 
 // The kernel for plan.order, plan.dtype (a real dtype; nullptr for others), plan.nd, the CPU and
-// simd_enabled(), plan.fast: one function per order, each in its own file.
+// core::simd_level(), plan.fast: one function per order, each in its own file.
 EvalFn pick_order0(const Plan& plan);
 EvalFn pick_order1(const Plan& plan);
 EvalFn pick_order2(const Plan& plan);

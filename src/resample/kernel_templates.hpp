@@ -6,8 +6,9 @@
 // NI_GeometricTransform does (boundary.hpp, spline_weights.hpp), then sums the taps as scipy
 // does: tap by tap in C order, each value times the weights of axes 0, 1, ... in turn. So the
 // values are scipy's bit for bit. Points whose taps all lie inside the array (most of them) are
-// evaluated four at a time in AVX2 lanes where the CPU has AVX2 (eval_avx2), with the same
-// operations per lane; the others take the scalar path (eval_scalar).
+// evaluated four at a time in AVX2 lanes at the avx2 and avx512 levels (eval_avx2; core/simd.hpp
+// chooses the level: the CPU's best unless VOXPIPE_SIMD asks for less), with the same operations
+// per lane; the others take the scalar path (eval_scalar).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/simd.hpp"
 #include "resample/boundary.hpp"
 #include "resample/bspline.hpp"
 #include "resample/dispatch.hpp"
@@ -592,13 +594,9 @@ VOXPIPE_AVX2_FMA void eval_fast(const Plan& plan, const double* coords, std::int
   if (k < n) eval_scalar<T, ORDER>(plan, coords + k, cs, n - k, taps, out + k);
 }
 
-inline bool cpu_has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
-}
+// The AVX2 paths run at the avx2 and avx512 levels (core/simd.hpp: the level is never above
+// what the CPU has). No AVX-512 taps yet: they would gather 8 points per vector.
+inline bool use_avx2() { return core::simd_level() >= core::SimdLevel::avx2; }
 
 inline bool cpu_has_fma() {
   static const bool yes = [] {
@@ -615,12 +613,12 @@ EvalFn pick_kernel(const Plan& plan) {
 #if VOXPIPE_RESAMPLE_AVX2
   if constexpr (ORDER >= 3 && (std::is_same_v<T, double> || std::is_same_v<T, float>)) {
     const bool unit = plan.strides[nd - 1] == 1 || plan.strides[0] == 1;
-    if (plan.fast && unit && simd_enabled() && cpu_has_fma() && nd == 3) return eval_fast<T, ORDER, 3>;
-    if (plan.fast && unit && simd_enabled() && cpu_has_fma() && nd == 2) return eval_fast<T, ORDER, 2>;
+    if (plan.fast && unit && use_avx2() && cpu_has_fma() && nd == 3) return eval_fast<T, ORDER, 3>;
+    if (plan.fast && unit && use_avx2() && cpu_has_fma() && nd == 2) return eval_fast<T, ORDER, 2>;
   }
   if constexpr (ORDER > 0) {
-    if (simd_enabled() && cpu_has_avx2() && nd == 3) return eval_avx2<T, ORDER, 3>;
-    if (simd_enabled() && cpu_has_avx2() && nd == 2) return eval_avx2<T, ORDER, 2>;
+    if (use_avx2() && nd == 3) return eval_avx2<T, ORDER, 3>;
+    if (use_avx2() && nd == 2) return eval_avx2<T, ORDER, 2>;
   }
 #endif
   return eval_points<T, ORDER>;

@@ -1,10 +1,16 @@
 // The convert kernels: byte order, integer -> float exactness, nibabel's scaling order and
-// rounding, NumPy's complex scaling, strides in both directions, and the unsupported set.
+// rounding, NumPy's complex scaling, strides in both directions, and the unsupported set; then
+// every instruction set the CPU has (core/simd.hpp) against the scalar kernels, byte for byte.
+#include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
 #include <complex>
 #include <limits>
 
 #include "core/convert.hpp"
+#include "core/simd.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -12,6 +18,7 @@ namespace {
 using voxpipe::DType;
 using voxpipe::core::Conversion;
 using voxpipe::core::select_conversion;
+using voxpipe::core::SimdLevel;
 using vptest::Bytes;
 
 constexpr DType kAllTypes[] = {DType::u8,  DType::i8,  DType::u16,  DType::i16,   DType::u32,
@@ -333,6 +340,237 @@ TEST(Convert, UnsupportedConversionsHaveNoKernel) {
     EXPECT_NE(select_conversion({.source = t, .dest = DType::f32}), nullptr) << voxpipe::dtype_name(t);
     EXPECT_NE(select_conversion({.source = t, .dest = DType::f64}), nullptr) << voxpipe::dtype_name(t);
   }
+}
+
+// ---- Instruction sets -------------------------------------------------------------------------
+
+// Restores the requested level however the test ends.
+struct SimdRequest {
+  SimdLevel saved = voxpipe::core::simd_requested();
+  ~SimdRequest() { voxpipe::core::set_simd_level(saved); }
+};
+
+// The levels above scalar this CPU has (empty on a CPU without AVX2).
+std::vector<SimdLevel> vector_levels() {
+  std::vector<SimdLevel> v;
+  for (SimdLevel l : {SimdLevel::avx2, SimdLevel::avx512})
+    if (l <= voxpipe::core::simd_detected()) v.push_back(l);
+  return v;
+}
+
+// Values that tell roundings, signs and NaNs apart, as the bits of one component of `size`
+// bytes (integer components for integer dtypes, IEEE ones for float and complex dtypes).
+std::vector<std::uint64_t> special_components(DType t) {
+  auto f32 = [](float f) { return static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(f)); };
+  auto f64 = [](double d) { return std::bit_cast<std::uint64_t>(d); };
+  const bool is_float = t == DType::f32 || t == DType::f64 || t == DType::c64 || t == DType::c128;
+  const std::size_t comp = voxpipe::dtype_component_size(t);
+  if (is_float && comp == 4) {
+    const float m = std::numeric_limits<float>::max(), tiny = std::numeric_limits<float>::denorm_min();
+    return {f32(NAN), f32(-NAN), 0x7f800001u /* signalling */, 0x7fa12345u, 0xffc0beefu,
+            f32(INFINITY), f32(-INFINITY), f32(0.0f), f32(-0.0f), f32(tiny), f32(-tiny), f32(m),
+            f32(-m), f32(16777217.0f), f32(0.1f), f32(-2.5f), f32(1e-38f)};
+  }
+  if (is_float) {
+    const double m = std::numeric_limits<double>::max(), tiny = std::numeric_limits<double>::denorm_min();
+    return {f64(NAN), f64(-NAN), 0x7ff0000000000001ull /* signalling */, 0x7ff8123456789abcull,
+            0xfff4000000000001ull, f64(INFINITY), f64(-INFINITY), f64(0.0), f64(-0.0), f64(tiny),
+            f64(-tiny), f64(m), f64(-m), f64(1e39), f64(-1e39),
+            // Around float32's largest value and its halfway point to 2^128: overflow or not.
+            f64(3.4028235677973366e38), f64(3.4028234663852886e38), f64(3.4028235677973362e38),
+            f64(1e-50), f64(-1e-46), f64(1.401298464324817e-45), f64(0.7006492321624085e-45),
+            f64(16777217.0), f64(9007199254740993.0), f64(0.1)};
+  }
+  // Integers: both ends, around zero, and 64-bit values that round (ties to even included).
+  std::vector<std::uint64_t> v{0, 1, ~0ull, 2, 0x7f, 0x80, 0xff, 0x7fff, 0x8000, 0xffff,
+                               0x7fffffff, 0x80000000, 0xffffffff};
+  if (comp == 8)
+    for (std::uint64_t x : {(1ull << 53) + 1, (1ull << 53) + 3, (1ull << 63) - 1, 1ull << 63,
+                            (1ull << 63) + 1, (1ull << 63) + 1024, (1ull << 63) + 1025,
+                            0xfffffffffffffc00ull, 0xfffffffffffffbffull, 0x8000000000000400ull,
+                            0x0020000000000001ull, 0xffe0000000000001ull})
+      v.push_back(x);
+  return v;
+}
+
+// `count` elements of type t, `gap` elements apart (gap 1: contiguous): random bits with the
+// special values spread among them, then byte-swapped per component when `swap`.
+Bytes make_source(DType t, std::size_t count, std::size_t gap, bool swap, std::mt19937_64& rng) {
+  const std::size_t size = voxpipe::dtype_size(t), comp = voxpipe::dtype_component_size(t);
+  Bytes b(count * gap * size);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+  const auto specials = special_components(t);
+  std::size_t next = 0;
+  for (std::size_t e = 0; e < count; ++e) {
+    if (rng() % 3 == 0 || voxpipe::dtype_is_rgb(t)) continue;  // a third random bits
+    std::uint8_t* elem = b.data() + e * gap * size;
+    for (std::size_t p = 0; p < size / comp; ++p) {
+      const std::uint64_t v = specials[next++ % specials.size()];
+      std::memcpy(elem + p * comp, &v, comp);  // little-endian: the low bytes
+    }
+  }
+  if (swap)
+    for (std::size_t i = 0; i < b.size(); i += comp) std::reverse(b.begin() + i, b.begin() + i + comp);
+  return b;
+}
+
+// The destinations of a source type: raw copy, the float types, and complex for complex.
+std::vector<Conversion> conversions_of(DType t, bool swap) {
+  std::vector<Conversion> v;
+  v.push_back({.source = t, .swap = swap, .dest = t, .raw = true});
+  if (voxpipe::dtype_is_rgb(t)) return v;
+  std::vector<DType> dests{DType::f32, DType::f64};
+  if (t == DType::c64 || t == DType::c128) dests.insert(dests.end(), {DType::c64, DType::c128});
+  // Scaling: none, the factors that change nothing, each mode, a negative slope (-0.0 from 0),
+  // and one that overflows float32 (and float64 for the largest values).
+  struct Factors {
+    bool scale;
+    double slope, inter;
+  };
+  const Factors factors[] = {{false, 1, 0},
+                             {true, 1, 0},
+                             {true, static_cast<double>(0.1f), 0},
+                             {true, 1, static_cast<double>(-7.3f)},
+                             {true, static_cast<double>(0.1f), static_cast<double>(-7.3f)},
+                             {true, -2.5, 0},
+                             {true, 1e300, 1e-300}};
+  for (DType d : dests)
+    for (const Factors& f : factors)
+      v.push_back({.source = t, .swap = swap, .dest = d, .scale = f.scale, .slope = f.slope, .inter = f.inter});
+  return v;
+}
+
+// Whether `got` holds the bytes of `want`. Complex scaling adds two products that may both be
+// NaN (re*0 + im*s with re and im NaN), and which NaN an addition passes on depends on the order
+// of its operands, which the compiler may swap (IEEE leaves the choice open, and NumPy's own
+// complex product is no more specific): there, a NaN for a NaN is the same value. Every other
+// byte must match, NaN payloads and signs of the real kernels included (one NaN operand each).
+bool same_output(const Conversion& c, const Bytes& got, const Bytes& want) {
+  if (got == want) return true;
+  if (got.size() != want.size() || !(c.source == DType::c64 || c.source == DType::c128) || c.raw)
+    return false;
+  const std::size_t comp = voxpipe::dtype_component_size(c.dest);
+  for (std::size_t i = 0; i + comp <= got.size(); i += comp) {
+    if (std::memcmp(got.data() + i, want.data() + i, comp) == 0) continue;
+    double g, w;
+    if (comp == 4) {
+      float gf, wf;
+      std::memcpy(&gf, got.data() + i, 4);
+      std::memcpy(&wf, want.data() + i, 4);
+      g = gf;
+      w = wf;
+    } else {
+      std::memcpy(&g, got.data() + i, 8);
+      std::memcpy(&w, want.data() + i, 8);
+    }
+    if (!(std::isnan(g) && std::isnan(w))) return false;
+  }
+  return true;
+}
+
+std::string describe(const Conversion& c) {
+  return std::string(voxpipe::dtype_name(c.source)) + (c.swap ? " swapped" : "") + " -> " +
+         std::string(voxpipe::dtype_name(c.dest)) + (c.raw ? " raw" : "") +
+         (c.scale ? " slope " + std::to_string(c.slope) + " inter " + std::to_string(c.inter) : "");
+}
+
+// Every level's kernel against the scalar one, byte for byte (NaN payloads and -0.0 included,
+// and the bytes between and after the written elements), for every dtype, byte order,
+// destination and scaling, contiguous and strided both ways, over lengths around every vector
+// width (tails of 1 to 63 elements after the vector loops).
+TEST(ConvertSimd, EveryLevelWritesTheScalarBytes) {
+  const auto levels = vector_levels();
+  if (levels.empty()) GTEST_SKIP() << "this CPU has no AVX2: only the scalar kernels exist";
+  constexpr std::size_t kLengths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33,
+                                      63, 64, 65, 127, 128, 129, 255, 256, 257, 1000};
+  constexpr std::size_t kMax = 1000;
+  struct Layout {
+    std::size_t src_gap, dst_gap;
+    bool backwards;  // both walked from their last element (negative strides)
+    const char* name;
+  };
+  const Layout layouts[] = {{1, 1, false, "contiguous"},
+                            {3, 1, false, "strided source"},
+                            {1, 2, false, "strided destination"},
+                            {1, 1, true, "negative strides"}};
+  std::mt19937_64 rng(22);
+  std::size_t compared = 0, vector_kernels = 0;
+  for (DType t : kAllTypes)
+    for (bool swap : {false, true})
+      for (const Layout& lay : layouts) {
+        const Bytes src = make_source(t, kMax, lay.src_gap, swap, rng);
+        for (const Conversion& c : conversions_of(t, swap)) {
+          const auto scalar = select_conversion(c, SimdLevel::scalar);
+          ASSERT_NE(scalar, nullptr) << describe(c);
+          const std::size_t isz = voxpipe::dtype_size(c.source), osz = voxpipe::dtype_size(c.dest);
+          const auto ss = static_cast<std::ptrdiff_t>(lay.src_gap * isz) * (lay.backwards ? -1 : 1);
+          const auto ds = static_cast<std::ptrdiff_t>(lay.dst_gap * osz) * (lay.backwards ? -1 : 1);
+          for (SimdLevel level : levels) {
+            const auto fn = select_conversion(c, level);
+            ASSERT_NE(fn, nullptr) << describe(c);
+            vector_kernels += fn != scalar;
+            for (std::size_t n : kLengths) {
+              Bytes want(kMax * lay.dst_gap * osz + 16, 0xAB), got = want;
+              const std::ptrdiff_t first_in = lay.backwards ? static_cast<std::ptrdiff_t>((n ? n - 1 : 0) * lay.src_gap * isz) : 0;
+              const std::ptrdiff_t first_out = lay.backwards ? static_cast<std::ptrdiff_t>((n ? n - 1 : 0) * lay.dst_gap * osz) : 0;
+              const auto* in = reinterpret_cast<const std::byte*>(src.data()) + first_in;
+              scalar(c, in, ss, reinterpret_cast<std::byte*>(want.data()) + first_out, ds, n);
+              fn(c, in, ss, reinterpret_cast<std::byte*>(got.data()) + first_out, ds, n);
+              ASSERT_TRUE(same_output(c, got, want)) << describe(c) << ", " << lay.name << ", n " << n << ", level "
+                                   << voxpipe::core::simd_level_name(level);
+              ++compared;
+            }
+          }
+        }
+      }
+  // 14 types x 2 byte orders x 4 layouts x (1 raw + 2 x 7 real, or 4 x 7 complex, or raw alone
+  // for RGB) x levels x lengths.
+  const std::size_t per_level = 2 * 4 * (10 * 15 + 2 * 29 + 2 * 1) * std::size(kLengths);
+  EXPECT_EQ(compared, per_level * levels.size());
+  // The vector levels really have kernels of their own.
+  EXPECT_GT(vector_kernels, 0u);
+}
+
+// The kernels a level picks for the hot paths are not the scalar ones, and select_conversion
+// follows the requested level (VOXPIPE_SIMD or set_simd_level), never above the CPU's.
+TEST(ConvertSimd, SelectionFollowsTheRequestedLevelClampedToTheCpu) {
+  SimdRequest restore;
+  const Conversion c{.source = DType::i16, .swap = true, .dest = DType::f32, .scale = true, .slope = 2, .inter = 1};
+  const SimdLevel detected = voxpipe::core::simd_detected();
+  for (SimdLevel l : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}) {
+    voxpipe::core::set_simd_level(l);
+    const SimdLevel used = std::min(l, detected);
+    EXPECT_EQ(voxpipe::core::simd_level(), used);
+    EXPECT_EQ(select_conversion(c), select_conversion(c, used)) << voxpipe::core::simd_level_name(l);
+    EXPECT_EQ(select_conversion(c, l), select_conversion(c, used)) << voxpipe::core::simd_level_name(l);
+    if (used != SimdLevel::scalar) {
+      EXPECT_NE(select_conversion(c), select_conversion(c, SimdLevel::scalar));
+    }
+  }
+}
+
+TEST(ConvertSimd, EnvironmentSpellingsOfTheLevels) {
+  using voxpipe::core::parse_simd_level;
+  EXPECT_EQ(parse_simd_level(""), SimdLevel::avx512);
+  EXPECT_EQ(parse_simd_level("auto"), SimdLevel::avx512);
+  EXPECT_EQ(parse_simd_level("scalar"), SimdLevel::scalar);
+  EXPECT_EQ(parse_simd_level("0"), SimdLevel::scalar);
+  EXPECT_EQ(parse_simd_level("off"), SimdLevel::scalar);
+  EXPECT_EQ(parse_simd_level("OFF"), SimdLevel::scalar);
+  EXPECT_EQ(parse_simd_level("avx2"), SimdLevel::avx2);
+  EXPECT_EQ(parse_simd_level("AVX512"), SimdLevel::avx512);
+  EXPECT_EQ(parse_simd_level("sse4"), std::nullopt);
+  EXPECT_EQ(parse_simd_level("avx2 "), std::nullopt);
+  EXPECT_EQ(parse_simd_level("1"), std::nullopt);
+}
+
+// What VOXPIPE_SIMD asked for in this process is what the level starts from (scripts/test.sh
+// runs this binary under each spelling); run by hand without it, the request is the best.
+TEST(ConvertSimd, RequestComesFromTheEnvironment) {
+  const char* env = std::getenv("VOXPIPE_SIMD");
+  const auto parsed = voxpipe::core::parse_simd_level(env ? env : "");
+  SimdRequest restore;  // another test may have changed it: this one reads the start value
+  EXPECT_EQ(restore.saved, parsed.value_or(SimdLevel::avx512)) << (env ? env : "(unset)");
 }
 
 }  // namespace

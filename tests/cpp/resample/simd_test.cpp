@@ -1,5 +1,6 @@
-// The vectorised kernel against the scalar one, bit for bit: every order, mode, input type and
-// layout, in 2-D and 3-D, with points inside, near every edge, outside and NaN. The scalar path
+// The vectorised kernels (every level core/simd.hpp offers on this CPU) against the scalar one,
+// bit for bit: every order, mode, input type and layout, in 2-D and 3-D, with points inside,
+// near every edge, outside and NaN. The scalar path
 // is checked against scipy itself by tests/python/test_resample_interp.py and
 // test_resample_simd.py; here the two paths must agree exactly, also under the sanitizers.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/simd.hpp"
 #include "resample/interpolator.hpp"
 #include "voxpipe/resample.hpp"
 
@@ -19,19 +21,21 @@ namespace {
 
 using namespace voxpipe;
 
-// Restores the switch however the test ends.
+using core::SimdLevel;
+
+// Restores the requested level (VOXPIPE_SIMD's, for the tests after this one) however the test
+// ends.
 struct SimdSwitch {
-  bool saved = resample::simd_enabled();
-  ~SimdSwitch() { resample::set_simd_enabled(saved); }
+  SimdLevel saved = core::simd_requested();
+  ~SimdSwitch() { core::set_simd_level(saved); }
 };
 
-bool cpu_has_avx2() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
-#else
-  return false;
-#endif
+// The levels above scalar this CPU has.
+std::vector<SimdLevel> vector_levels() {
+  std::vector<SimdLevel> v;
+  for (SimdLevel l : {SimdLevel::avx2, SimdLevel::avx512})
+    if (l <= core::simd_detected()) v.push_back(l);
+  return v;
 }
 
 bool cpu_has_fma() {
@@ -163,16 +167,33 @@ int for_each_setting(unsigned seed, Fn&& fn) {
 }
 
 TEST(ResampleSimd, EqualsTheScalarPathBitForBit) {
-  if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2: only the scalar path exists";
+  const auto levels = vector_levels();
+  if (levels.empty()) GTEST_SKIP() << "this CPU has no AVX2: only the scalar path exists";
   SimdSwitch restore;
-  const int compared = for_each_setting(7, [](const Setting& s) {
-    resample::set_simd_enabled(true);
-    const auto vec = run(s.c, s.data, s.coords, s.npts, s.options);
-    resample::set_simd_enabled(false);
+  const int compared = for_each_setting(7, [&](const Setting& s) {
+    core::set_simd_level(SimdLevel::scalar);
+    ASSERT_FALSE(resample::simd_enabled());
     const auto scalar = run(s.c, s.data, s.coords, s.npts, s.options);
-    ASSERT_EQ(std::memcmp(vec.data(), scalar.data(), vec.size() * sizeof(double)), 0) << s.what;
+    for (SimdLevel level : levels) {
+      core::set_simd_level(level);
+      ASSERT_TRUE(resample::simd_enabled());
+      const auto vec = run(s.c, s.data, s.coords, s.npts, s.options);
+      ASSERT_EQ(std::memcmp(vec.data(), scalar.data(), vec.size() * sizeof(double)), 0)
+          << s.what << ", level " << core::simd_level_name(level);
+    }
   });
   EXPECT_EQ(compared, 10 * 5 * 7 * 2);
+}
+
+// The old on/off switch drives the core's level: off is scalar, on the best the CPU has.
+TEST(ResampleSimd, OnOffSwitchSetsTheCoreLevel) {
+  SimdSwitch restore;
+  resample::set_simd_enabled(false);
+  EXPECT_EQ(core::simd_level(), SimdLevel::scalar);
+  EXPECT_FALSE(resample::simd_enabled());
+  resample::set_simd_enabled(true);
+  EXPECT_EQ(core::simd_level(), core::simd_detected());
+  EXPECT_EQ(resample::simd_enabled(), core::simd_detected() != SimdLevel::scalar);
 }
 
 // InterpOptions::fast: the separable sums with multiply-adds stay within a few ulps of the exact
