@@ -586,8 +586,10 @@ def render(args, info, res, checks, facts, elapsed):
         w("- Memory priming: off (`--prime-mib 0`): rows that run after an idle pause may pay much more for page faults.")
     w("- **first** = the first call in a fresh process: the output is new memory, so its page faults are "
       "included (expensive on this kind of machine, see DESIGN.md). **warm** = a second call in the same process "
-      "after freeing the first result: libraries, thread pools and the file are warm, but a new output array is "
-      "still allocated (so still fresh pages) unless noted *reused buffer*.")
+      "after freeing the first result: libraries, thread pools and the file are warm. nibabel allocates a new "
+      "output (fresh pages); voxpipe's output comes from its recycled-output pool (docs/many.md), which gives the "
+      "first result's freed buffer back when it fits the pool's limit (512 MiB: the t1_3d output, not "
+      "bold_4d's 633 MiB). *reused buffer*: both read into the same caller's buffer again.")
     w("- Peak RSS = VmHWM of the child, reset with `/proc/self/clear_refs` right before the call, so it is the "
       "peak during the call (including the interpreter, ~RSS before the call). Overhead = peak - RSS before the "
       "call - output size: the extra memory the read needed. nibabel maps `.nii` files (mmap), so its peak also "
