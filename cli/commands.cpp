@@ -87,7 +87,7 @@ static const char* const kUsageText =
     "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
     "                           --layout members (default: parallel, random access), bgzf, or\n"
     "                           single (one member, as Python's gzip); see convert --help\n"
-    "  index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT] [--overwrite]\n"
+    "  index FILE [--spacing MIB] [--cache] [--fast] [--threads N] [-o OUT] [--overwrite]\n"
     "                           build the seek index of a .gz file (GZIDX, as indexed_gzip and\n"
     "                           rapidgzip): FILE.gz.gzidx, or the user cache with --cache; NIfTI\n"
     "                           files get a point at every volume; default spacing 4 MiB;\n"
@@ -180,7 +180,7 @@ const char* const kConvertUsage =
     "(docs/exit_codes.md).\n";
 
 const char* const kIndexUsage =
-    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast [--threads N]] [-o OUT] [--overwrite]\n"
+    "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast] [--threads N] [-o OUT] [--overwrite]\n"
     "\n"
     "Builds the seek index of the gzip file FILE in the GZIDX format that indexed_gzip and\n"
     "rapidgzip read, so that any byte range inflates from the nearest point instead of the start.\n"
@@ -194,7 +194,7 @@ const char* const kIndexUsage =
     "                    replaced without --overwrite (it is voxpipe's, not a file you named)\n"
     "  --fast            build from a parallel inflate: points every ~8 MiB of compressed\n"
     "                    data, no volume points\n"
-    "  --threads N       threads of that inflate; 0 (default): $VOXPIPE_NUM_THREADS, else\n"
+    "  --threads N       threads of the build; 0 (default): $VOXPIPE_NUM_THREADS, else\n"
     "                    $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  -o OUT            write the index to OUT\n"
     "  --overwrite, --force  replace an existing FILE.gzidx or OUT (otherwise refused, exit 12)\n"

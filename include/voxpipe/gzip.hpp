@@ -41,13 +41,15 @@ struct GzipIndexOptions {
   // directory ($VOXPIPE_CACHE_DIR, $XDG_CACHE_HOME/voxpipe or ~/.cache/voxpipe) when `to_cache`.
   std::string output;
   bool to_cache = false;
-  // true: inflate front to back (zlib, one thread) and place every point exactly (the last block
-  // boundary at or before each wanted offset, then one per `spacing`). false: the index falls
-  // out of a parallel inflate on `threads` threads at almost no cost over the inflate itself,
-  // with a point at each chunk start (about every 8 MiB compressed); `wanted` is then ignored.
+  // true: place every point exactly (the last block boundary at or before each wanted offset,
+  // then one per `spacing`): the file is split into spans at member starts or at a parallel
+  // inflate's chunk starts, the spans are inflated on `threads` threads, and the points are
+  // placed in stream order, giving the same index as one front-to-back pass (which files under
+  // 32 MiB compressed, and damaged ones, get). false: the index falls out of a parallel inflate
+  // on `threads` threads at almost no cost over the inflate itself, with a point at each chunk
+  // start (about every 8 MiB compressed); `wanted` is then ignored.
   bool exact = true;
-  // Threads of that parallel inflate (exact = false only); 0: the default (resolve_threads,
-  // voxpipe/threads.hpp).
+  // Threads of the build; 0: the default (resolve_threads, voxpipe/threads.hpp).
   unsigned threads = 0;
   // When set, told how far the build has read: `done` compressed bytes (the furthest byte read,
   // which a parallel inflate reaches ahead of its output) of `total` (the file size). Called

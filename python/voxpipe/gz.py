@@ -42,7 +42,9 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     user cache directory (``$VOXPIPE_CACHE_DIR``, ``$XDG_CACHE_HOME/voxpipe`` or
     ``~/.cache/voxpipe``) with ``cache=True``. ``vp.load`` finds either automatically.
 
-    ``exact=True`` inflates the file once on one thread and places every point exactly.
+    ``exact=True`` places every point exactly: spans of the file are inflated on ``threads``
+    threads (0: all cores) and the points placed in stream order, as one front-to-back pass
+    would place them.
     ``exact=False`` takes the index from a parallel inflate on ``threads`` threads (0: all
     cores), at almost no cost over the inflate itself: points fall where the parallel chunks
     start (about every 8 MiB of compressed data), not at volume starts.

@@ -54,7 +54,9 @@ gz::SeekIndex gz::build_index(const core::RandomAccessInput& input, const GzipIn
   if (options.exact) {
     std::vector<std::uint64_t> wanted = options.wanted;
     std::sort(wanted.begin(), wanted.end());
-    index = gz::build_seek_index(file, options.spacing, wanted);
+    gz::ExactBuildOptions exact;
+    exact.threads = resolve_threads(options.threads);
+    index = gz::build_seek_index(file, options.spacing, wanted, exact);
   } else {
     gz::ParallelInflateOptions parallel;
     parallel.threads = resolve_threads(options.threads);

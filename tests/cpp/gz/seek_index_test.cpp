@@ -1,6 +1,7 @@
 // Seek index: GZIDX encoding, building on the output of every gzip producer, decoding any range
-// from the nearest point (one and two threads) equal to zlib's output, rejection of damaged
-// index files, and staleness of stored indexes.
+// from the nearest point (one and two threads) equal to zlib's output, the parallel build equal
+// to the sequential one byte for byte, rejection of damaged index files, and staleness of stored
+// indexes.
 #include "gz/seek_index.hpp"
 
 #include <sys/stat.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "core/file.hpp"
+#include "gz/member_writer.hpp"
+#include "gz/members.hpp"
 #include "voxpipe/gzip.hpp"
 #include "test_support.hpp"
 
@@ -740,6 +743,229 @@ TEST(BuildGzipIndex, ProgressRisesToTheFileSize) {
     EXPECT_EQ(reported.points, plain.points) << exact;
     EXPECT_EQ(read_file(dir.file("reported.gzidx")), read_file(dir.file("plain.gzidx"))) << exact;
   }
+}
+
+// --- The parallel exact build -----------------------------------------------------------------
+
+// The files of each producer, small enough for the TSan stage: spans come from a parallel
+// inflate with 16 KiB chunks, so a few hundred KiB of compressed data make tens of spans.
+constexpr std::size_t kSmallChunk = 16 * 1024;
+
+// Under ThreadSanitizer (the tsan stage runs this file) every producer still runs, on fewer
+// rules and thread counts: the same threaded code, a tenth of the time.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+#else
+constexpr bool kTsan = false;
+#endif
+
+std::string write_voxpipe_members(const TempDir& dir, const Bytes& data,
+                                  voxpipe::GzipLayout layout) {
+  const std::string path = dir.file(layout == voxpipe::GzipLayout::bgzf ? "vp.bgz" : "vp.gz");
+  voxpipe::core::AtomicOutputFile out(path);
+  gz::MemberWriter w(out, 6, layout, 2);
+  w.write(as_bytes(data));
+  w.finish();
+  out.commit();
+  return path;
+}
+
+// The compressed bytes of `name`'s producer for `payload`; nullopt when the tool is missing.
+std::optional<Bytes> produce(const std::string& name, const Bytes& payload, const TempDir& dir) {
+  if (name == "zlib1") return gzip_compress(payload, 1);
+  if (name == "zlib6") return gzip_compress(payload, 6);
+  if (name == "gzip1") return compress_with("/usr/bin/gzip -c -1", payload, dir);
+  if (name == "gzip6") return compress_with("/usr/bin/gzip -c -6", payload, dir);
+  if (name == "pigz") return compress_with("/usr/bin/pigz -c -6 -p 2 -b 128", payload, dir);
+  if (name == "igzip1") return compress_with("/usr/bin/igzip -c -1", payload, dir);
+  if (name == "igzip3") return compress_with("/usr/bin/igzip -c -3", payload, dir);
+  if (name == "libdeflate9") return compress_with("/usr/bin/libdeflate-gzip -c -9", payload, dir);
+  if (name == "multimember") {
+    // Members of every size, an empty one, zero padding between two and after the last.
+    const std::size_t a = payload.size() / 2, b = a + payload.size() / 3;
+    const auto part = [&](std::size_t from, std::size_t to) {
+      return Bytes(payload.begin() + static_cast<std::ptrdiff_t>(from),
+                   payload.begin() + static_cast<std::ptrdiff_t>(to));
+    };
+    return concat({gzip_compress(part(0, a), 6), gzip_compress(Bytes{}, 6), Bytes(7, 0),
+                   gzip_compress(part(a, b), 1), gzip_compress(part(b, payload.size()), 9),
+                   Bytes(3, 0)});
+  }
+  if (name == "voxpipe" || name == "bgzf")
+    return read_file(write_voxpipe_members(
+        dir, payload, name == "bgzf" ? voxpipe::GzipLayout::bgzf : voxpipe::GzipLayout::members));
+  throw std::runtime_error("unknown producer " + name);
+}
+
+class ParallelBuildTest : public ::testing::TestWithParam<const char*> {};
+
+// Every point rule (spacing, wanted offsets, a point at every block), 2 and 4 threads, with
+// every span kept and with none kept (windows decoded again): the GZIDX bytes of the sequential
+// build, and the build really ran in parallel.
+TEST_P(ParallelBuildTest, SameBytesAsTheSequentialBuild) {
+  const std::string name = GetParam();
+  TempDir dir;
+  // 2.25 MiB for voxpipe's layout: three members (1 MiB each but the last), its spans (found
+  // from the members' headers, without a parallel inflate).
+  const Bytes payload = mixed_payload(name == "voxpipe" ? 2304 * 1024 : 768 * 1024, 41);
+  const std::optional<Bytes> gzdata = produce(name, payload, dir);
+  if (!gzdata) GTEST_SKIP() << name << " is not installed";
+  if (name != "multimember") {  // zlib's gunzip here takes no padding between members
+    ASSERT_EQ(gunzip(*gzdata), payload);
+  }
+  const std::string path = dir.file("x.gz");
+  write_file(path, *gzdata);
+  const InputFile file(path);
+  std::vector<std::uint64_t> wanted;
+  for (std::uint64_t w = 348; w < payload.size(); w += 90001) wanted.push_back(w);
+  struct Rule {
+    std::uint64_t spacing;
+    std::span<const std::uint64_t> wanted;
+  };
+  const Rule rules[] = {{64 * 1024, {}}, {0, wanted}, {100000, wanted}, {1, {}}};
+  for (std::size_t r = 0; r < std::size(rules); ++r) {
+    if (kTsan && r != 0 && r != 2) continue;
+    const gz::SeekIndex seq = gz::build_seek_index(file, rules[r].spacing, rules[r].wanted);
+    expect_invariants(seq, gzdata->size(), payload.size());
+    const Bytes want = gz::encode_gzidx(seq);
+    for (unsigned threads : {1u, 2u, 4u}) {
+      if (kTsan && threads != 2) continue;
+      for (std::uint64_t budget : {std::uint64_t{0}, std::uint64_t{1}}) {
+        if (budget == 1 && (threads != 2 || r == 3)) continue;  // a few are enough
+        gz::ExactBuildOptions::Stats stats;
+        gz::ExactBuildOptions options;
+        options.threads = threads;
+        options.chunk_size = kSmallChunk;
+        options.keep_budget = budget;
+        options.stats = &stats;
+        const gz::SeekIndex par =
+            gz::build_seek_index(file, rules[r].spacing, rules[r].wanted, options);
+        const std::string what = name + " rule " + std::to_string(r) + " threads " +
+                                 std::to_string(threads) + " budget " + std::to_string(budget);
+        EXPECT_EQ(stats.parallel, threads > 1) << what;
+        if (threads > 1) {
+          EXPECT_GE(stats.spans, 3u) << what;
+        }
+        // A budget of one byte keeps no span: every window (none at member starts) is decoded
+        // again.
+        if (budget == 1) {
+          const auto windows = static_cast<std::size_t>(
+              std::count_if(seq.points.begin(), seq.points.end(),
+                            [](const gz::SeekPoint& p) { return !p.window.empty(); }));
+          EXPECT_GE(stats.redecoded_windows, windows) << what;
+          EXPECT_LE(stats.redecoded_windows, windows + 1) << what;  // + one at the very end
+        } else {
+          EXPECT_EQ(stats.redecoded_windows, 0u) << what;
+        }
+        ASSERT_EQ(par.points.size(), seq.points.size()) << what;
+        EXPECT_TRUE(gz::encode_gzidx(par) == want) << what;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Producers, ParallelBuildTest,
+                         ::testing::Values("zlib1", "zlib6", "gzip1", "gzip6", "pigz", "igzip1",
+                                           "igzip3", "libdeflate9", "multimember", "voxpipe",
+                                           "bgzf"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+// Damaged files fail the parallel build with the sequential build's error: the same code, field,
+// offset and message, whatever the thread count.
+TEST(ParallelBuild, DamagedFilesGiveTheSequentialError) {
+  TempDir dir;
+  const Bytes a = mixed_payload(300 * 1024, 51), b = mixed_payload(200 * 1024, 52);
+  const Bytes ga = gzip_compress(a, 6), gb = gzip_compress(b, 6);
+  const Bytes good = concat({ga, gb});
+  std::vector<std::pair<std::string, Bytes>> cases;
+  for (std::size_t field : {8u, 4u}) {  // the first member's CRC32, its ISIZE
+    Bytes bad = good;
+    bad[ga.size() - field] ^= 1;
+    cases.emplace_back("first trailer " + std::to_string(field), bad);
+    bad = good;
+    bad[bad.size() - field] ^= 0x10;
+    cases.emplace_back("last trailer " + std::to_string(field), bad);
+  }
+  for (std::size_t cut : {good.size() / 3, ga.size() - 3, ga.size() + 5, good.size() - 1})
+    cases.emplace_back("cut at " + std::to_string(cut),
+                       Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(cut)));
+  for (std::size_t at : {ga.size() / 2, ga.size() + gb.size() / 2}) {
+    Bytes bad = good;
+    for (std::size_t i = 0; i < 64; ++i) bad[at + i] = static_cast<std::uint8_t>(0xff - i);
+    cases.emplace_back("garbage at " + std::to_string(at), bad);
+  }
+  cases.emplace_back("data after the end", concat({good, Bytes{'x', 'y'}}));
+  // Sized members: spans from the member table, checked by the parallel build's own chained
+  // CRC32s (no parallel inflate runs first).
+  for (const auto layout : {voxpipe::GzipLayout::members, voxpipe::GzipLayout::bgzf}) {
+    const Bytes sized = read_file(write_voxpipe_members(dir, concat({a, b, a, b, a}), layout));
+    const auto members = gz::read_member_table(InputFile(dir.file(
+        layout == voxpipe::GzipLayout::bgzf ? "vp.bgz" : "vp.gz")));
+    ASSERT_TRUE(members && members->size() >= 2);
+    const gz::Member& m = (*members)[1];
+    for (std::uint64_t field : {8u, 4u}) {
+      Bytes bad = sized;
+      bad[m.offset + m.size - field] ^= 0x04;
+      cases.emplace_back("sized member trailer " + std::to_string(field), bad);
+    }
+  }
+  cases.emplace_back("data between members", concat({ga, Bytes{0, 0, 'x'}, gb}));
+  cases.emplace_back("not gzip", a);
+  const std::string path = dir.file("bad.gz");
+  for (const auto& [what, bytes] : cases) {
+    write_file(path, bytes);
+    const InputFile file(path);
+    const auto seq = catch_error([&] { gz::build_seek_index(file, 32768); });
+    ASSERT_TRUE(seq.has_value()) << what;
+    EXPECT_TRUE(seq->code() == ErrorCode::corrupt || seq->code() == ErrorCode::truncated ||
+                seq->code() == ErrorCode::format)
+        << what << ": " << seq->what();
+    EXPECT_TRUE(seq->offset().has_value()) << what;
+    for (unsigned threads : {2u, 3u}) {
+      if (kTsan && threads != 2) continue;
+      gz::ExactBuildOptions options;
+      options.threads = threads;
+      options.chunk_size = kSmallChunk;
+      const auto par = catch_error([&] { gz::build_seek_index(file, 32768, {}, options); });
+      ASSERT_TRUE(par.has_value()) << what << " threads " << threads;
+      EXPECT_EQ(par->code(), seq->code()) << what;
+      EXPECT_EQ(par->field(), seq->field()) << what;
+      EXPECT_EQ(par->offset(), seq->offset()) << what;
+      EXPECT_STREQ(par->what(), seq->what()) << what;
+    }
+  }
+}
+
+// A file of fewer than four chunks (too few spans to gain) is built sequentially, and so is one
+// whose parallel inflate finds a single span (one huge block).
+TEST(ParallelBuild, OneSpanIsBuiltSequentially) {
+  TempDir dir;
+  const Bytes payload = text_bytes(100000, 3);
+  write_file(dir.file("s.gz"), gzip_compress(payload, 6));
+  const InputFile file(dir.file("s.gz"));
+  gz::ExactBuildOptions::Stats stats;
+  gz::ExactBuildOptions options;
+  options.threads = 4;
+  options.stats = &stats;
+  const gz::SeekIndex par = gz::build_seek_index(file, 8192, {}, options);
+  EXPECT_FALSE(stats.parallel);
+  EXPECT_TRUE(gz::encode_gzidx(par) == gz::encode_gzidx(gz::build_seek_index(file, 8192)));
+  // Stored blocks of 64 KiB at most, but one block of a run of zeros: igzip -0 writes one.
+  const auto one_block = compress_with("/usr/bin/igzip -c -0", payload, dir);
+  if (!one_block) return;
+  write_file(dir.file("b.gz"), *one_block);
+  const InputFile single(dir.file("b.gz"));
+  options.chunk_size = 4096;
+  const gz::SeekIndex b = gz::build_seek_index(single, 8192, {}, options);
+  EXPECT_TRUE(gz::encode_gzidx(b) == gz::encode_gzidx(gz::build_seek_index(single, 8192)));
 }
 
 }  // namespace
