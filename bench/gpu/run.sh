@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check of issue 7, in one go on a machine with an NVIDIA GPU (target: under 5 minutes on
-# a 16-core H200 machine): build with the CUDA kernels, run the device tests (C++ and Python,
-# device results against the CPU path bit for bit), then the GPU benchmark, which writes its
-# section of BENCHMARKS.md. Every step's output goes to the terminal; the first failure stops it.
+# a 16-core H200 machine, plus about 2 for the scaling benchmark): build with the CUDA kernels,
+# run the device tests (C++ and Python, device results against the CPU path bit for bit), then
+# the GPU benchmark, which writes its section of BENCHMARKS.md, and bench/scaling.py (1 to 16
+# threads; its own section). Every step's output goes to the terminal; the first failure stops
+# it, except a failure of scaling.py, which runs last and is only reported.
 #
 # On the project's GPU machines (bare, no network): first, here, bench/gpu/pack_deps.sh, then run
 # this there with .gpudeps carried (see docs/gpu.md, "Running the GPU check").
@@ -100,5 +102,16 @@ if [ "$bench" -eq 1 ]; then
   step "staging pipeline without the device (voxpipe_bench_push, all cores)"
   build/gpu/tests/voxpipe_bench_push bench/data/gpu/bold_nib.nii.gz --rounds 5
   build/gpu/tests/voxpipe_bench_push bench/data/dicom/jpegls --dtype float32 --rounds 5 || true
+  # Scaling at 1, 2, 4, 8, ... all cores (its own section of BENCHMARKS.md, one per core count).
+  # Last, and a failure of it is reported without failing the run: the GPU results above stand.
+  # Its inputs are made here by the other benchmarks' functions (make_data.py's T1 volume,
+  # bench_many's variations of it, bench_resample's series, bench_dicom's series); the plain
+  # .nii.gz is the nibabel-written series bench_gpu.py made above.
+  step "scaling past 2 cores (bench/scaling.py --quick) -> BENCHMARKS.md"
+  plain=bench/data/gpu/bold_nib.nii.gz
+  [ -f "$plain" ] || plain=
+  if ! "$PY" bench/scaling.py --quick ${plain:+--plain "$plain"}; then
+    echo "bench/scaling.py failed (see above); the GPU results are not affected"
+  fi
 fi
 step "done"
