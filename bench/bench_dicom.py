@@ -26,14 +26,20 @@ file once (warm page cache) and touching 1 GiB in a throwaway process (benchlib.
      with stop_before_pixels (then the file position) and with defer_size (then value_tell).
   3. compressed series: vp.load_dicom vs the pydicom loop of 1 with each decoding plugin.
   4. peak RSS of vp.load_dicom over the child's baseline (interpreter + imports) against the
-     size of the volume.
+     size of the volume, and the part of it that is file-backed (library code run for the first
+     time, not allocated).
+  5. the first call's extra time over the second, taken apart: vp.load_dicom (Explicit VR) with
+     its output pre-faulted (a pooled buffer of its size written and released first), then also
+     with the core's worker threads started and nibabel's first Nifti1Image made, and with the
+     recycled-output pool off; these rows interleaved, round by round.
 Times: "first" is the first call in the fresh process, "second" the same call again in it; the
 table shows medians of --repeat processes. Before writing anything the results are checked:
 voxpipe's volume must equal pydicom's stack transposed to (columns, rows, slices) exactly,
 dcm2niix's .nii must hold the same values on the same grid, and every pixel offset must equal
 pydicom's.
 
-Usage: .venv/bin/python bench/bench_dicom.py [--repeat N] [--wait-idle] [--output PATH]
+Usage: .venv/bin/python bench/bench_dicom.py [--repeat N] [--wait-idle [--max-wait S]]
+       [--output PATH]
 """
 import argparse
 import copy
@@ -60,6 +66,16 @@ DCM2NIIX = os.path.join(os.path.dirname(sys.executable), "dcm2niix")
 SHAPE = (256, 256, 176)  # columns, rows, slices
 SLOPE, INTERCEPT = "0.73", "-12.5"
 PRIME_MIB = 1024  # several times anything a case here allocates
+# Section 5: vp.load_dicom of the Explicit VR series with parts of the first call's one-time work
+# done before it (child's prepare_first_call), or the recycled-output pool off.
+FIRST_CALL_CASES = {
+    "plain": {},
+    "prefault": {"prefault": True},
+    "prefault_warm": {"prefault": True, "warm": True},
+    "pool_off": {"env": {"VOXPIPE_POOL_BYTES": "0"}},
+    "plain1": {"threads": 1},
+    "prefault_warm1": {"prefault": True, "warm": True, "threads": 1},
+}
 BEGIN = "<!-- dicom benchmark: begin -->"
 END = "<!-- dicom benchmark: end -->"
 
@@ -284,12 +300,47 @@ def pydicom_offsets_defer(folder):
     return out
 
 
+def rss_parts():
+    """(anonymous, file-backed) resident bytes: RssFile grows when code of a shared library
+    runs for the first time (its pages are mapped in from the page cache), RssAnon with what the
+    process allocates."""
+    return vm("RssAnon"), vm("RssFile")
+
+
+def prepare_first_call(spec, threads):
+    """What the case asks to have done before the first timed call, so that the first call's
+    extra cost can be taken apart (section 5): "prefault", an output buffer of the volume's size
+    taken from voxpipe's recycled-output pool, written to and released (the call's output then
+    reuses it, already faulted in); "warm", the core's worker threads started (two files that are
+    not DICOM, scanned in parallel and skipped) and nibabel's first Nifti1Image made (its qform
+    runs numpy.linalg, whose code is then mapped in)."""
+    import numpy as np
+    import voxpipe as vp
+    took = {}
+    if spec.get("warm"):
+        from nibabel import Nifti1Image
+        t0 = time.perf_counter()
+        vp._core.dicom_scan([os.path.join(HERE, "benchlib.py"), os.path.join(HERE, "README.md")],
+                            threads=threads or 0, recursive=False)
+        t1 = time.perf_counter()
+        Nifti1Image(np.zeros((2, 2, 2), np.float32), np.eye(4))
+        took = {"warm_threads": t1 - t0, "warm_nibabel": time.perf_counter() - t1}
+    if spec.get("prefault"):
+        from voxpipe import _pool
+        buf = _pool.empty(SHAPE, np.float32, "F")
+        buf.fill(0)
+        del buf
+    return took
+
+
 def child(spec):
     case, folder = spec["case"], spec["folder"]
     threads = spec.get("threads")
+    os.environ.update(spec.get("env", {}))
     if case == "voxpipe":
         import numpy as np
         import voxpipe as vp
+        took = prepare_first_call(spec, threads)
         call = lambda: vp.load_dicom(folder, dtype=np.float32, threads=threads)  # noqa: E731
     elif case == "voxpipe_read":
         import voxpipe as vp
@@ -322,12 +373,22 @@ def child(spec):
         raise ValueError(case)
 
     base = vm("VmRSS")
+    anon0, file0 = rss_parts()
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    modules = len(sys.modules)
     reset_peak_rss()
     t0 = time.perf_counter()
     result = call()
     first = time.perf_counter() - t0
+    modules = len(sys.modules) - modules
     peak = vm("VmHWM") - base
-    info = {"first": first, "peak_mib": peak / MIB, "base_mib": base / MIB}
+    anon1, file1 = rss_parts()
+    info = {"first": first, "peak_mib": peak / MIB, "base_mib": base / MIB,
+            "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0,
+            "anon_mib": (anon1 - anon0) / MIB, "file_mib": (file1 - file0) / MIB,
+            "modules": modules}
+    if case == "voxpipe":
+        info.update(took)
     if case == "dcm2niix":
         # dcm2niix's own peak RSS (not over a baseline: it is a separate program).
         info["peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -336,11 +397,13 @@ def child(spec):
             info["offsets"] = result
         del result
         base2 = vm("VmRSS")
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         reset_peak_rss()
         t0 = time.perf_counter()
         result = call()
         info["second"] = time.perf_counter() - t0
         info["peak2_mib"] = (vm("VmHWM") - base2) / MIB
+        info["faults2"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     print(json.dumps(info))
     sys.stdout.flush()
     os._exit(0)  # interpreter shutdown is not measured
@@ -350,23 +413,44 @@ def child(spec):
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def measure(spec, repeat):
-    files = series_files(spec["folder"])
-    runs = []
-    for _ in range(repeat):
-        warm(*files)
-        prime_memory(PRIME_MIB)
-        r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                           capture_output=True, text=True, cwd=REPO)
-        if r.returncode != 0:
-            raise RuntimeError(f"{spec}: {r.stderr[-3000:]}")
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+def run_child(spec):
+    """One fresh child process for `spec`, page cache warm and memory primed just before it."""
+    warm(*series_files(spec["folder"]))
+    prime_memory(PRIME_MIB)
+    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                       capture_output=True, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise RuntimeError(f"{spec}: {r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def summarize(runs):
+    """Medians over the processes of one case."""
     med = {k: statistics.median(r[k] for r in runs)
-           for k in ("first", "second", "peak_mib", "peak2_mib", "base_mib") if k in runs[0]}
+           for k in ("first", "second", "peak_mib", "peak2_mib", "base_mib", "faults", "faults2",
+                     "anon_mib", "file_mib", "modules", "warm_threads", "warm_nibabel")
+           if k in runs[0]}
     med["runs"] = [round(r["first"], 4) for r in runs]
+    if "second" in runs[0]:  # each process's own first - second, then the median
+        med["gaps"] = sorted(r["first"] - r["second"] for r in runs)
+        med["gap"] = statistics.median(med["gaps"])
     if "offsets" in runs[0]:
         med["offsets"] = runs[0]["offsets"]
     return med
+
+
+def measure(spec, repeat):
+    return summarize([run_child(spec) for _ in range(repeat)])
+
+
+def measure_interleaved(specs, repeat):
+    """Like measure for each of `specs` (a dict), the cases taking turns, one process each per
+    round, so that a change in the machine's load falls on all of them alike."""
+    runs = {key: [] for key in specs}
+    for _ in range(repeat):
+        for key, spec in specs.items():
+            runs[key].append(run_child(spec))
+    return {key: summarize(r) for key, r in runs.items()}
 
 
 def pydicom_plugins(name):
@@ -445,14 +529,16 @@ def main():
     ap.add_argument("--child")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait (up to 10 min) for the load average to drop below 0.5")
+                    help="first wait (up to --max-wait s) for the load average to drop below 0.5")
+    ap.add_argument("--max-wait", type=float, default=600,
+                    help="longest wait of --wait-idle, in seconds (default 600)")
     ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
     args = ap.parse_args()
     if args.child:
         child(json.loads(args.child))
         return
     make_inputs()
-    waited = wait_idle() if args.wait_idle else (os.getloadavg()[0], 0.0)
+    waited = wait_idle(max_wait=args.max_wait) if args.wait_idle else (os.getloadavg()[0], 0.0)
     cpu0 = cpu_snapshot()
     rep = args.repeat
     cores = os.cpu_count()
@@ -470,6 +556,11 @@ def main():
         res[("locate", case)] = measure({"case": case, "folder": FOLDERS["explicit"]}, rep)
     res[("locate", "voxpipe_scan1")] = measure({"case": "voxpipe_scan", "threads": 1,
                                                 "folder": FOLDERS["explicit"]}, rep)
+    # 5. The first call's extra cost taken apart: the same call with parts of it done before,
+    # the cases interleaved.
+    first = measure_interleaved({key: {"case": "voxpipe", "folder": FOLDERS["explicit"], **extra}
+                                 for key, extra in FIRST_CALL_CASES.items()}, rep)
+    res.update({("first", key): r for key, r in first.items()})
     cpu1 = cpu_snapshot()
     checks = check(res)
     text = report(res, checks, rep, cores, waited, (cpu0, cpu1))
@@ -574,28 +665,112 @@ def report(res, checks, rep, cores, waited, cpu):
               f"Volume {vol_mib:.1f} MiB float32; one stored frame {frame_mib * 1024:.0f} KiB. "
               "Overhead = peak RSS growth over the baseline (interpreter + numpy + voxpipe "
               "imported) - volume. The second call (same process, first result freed) shows what "
-              "the first call's lazy imports and one-time allocations add.", "",
+              "the first call's one-time work adds (section 5 takes it apart): its output reuses "
+              "the first call's buffer from the recycled-output pool, already resident, so its "
+              "overhead is its whole growth (when its growth holds a new volume, as with the pool "
+              "off, the volume is subtracted).", "",
               "| series | threads | baseline | peak - baseline | overhead | overhead in frames per "
-              "thread | second call: peak - baseline | second call: overhead |",
-              "|---|---|---|---|---|---|---|---|"]
+              "thread | second call: peak - baseline | second call: overhead | first call: of the "
+              "growth, file-backed (code run for the first time) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     allowance = 4  # "a few frames per thread"
     for name in FOLDERS:
         for key, t in (("vp", cores), ("vp1", 1)):
             r = res[(name, key)]
             over = r["peak_mib"] - vol_mib
+            # A second call whose output came from the pool grows by its overhead alone.
+            over2 = r["peak2_mib"] - (vol_mib if r["peak2_mib"] > vol_mib / 2 else 0)
             lines.append(f"| {name} | {t} | {r['base_mib']:.0f} MiB | {r['peak_mib']:.1f} MiB | "
                          f"{over:.1f} MiB | {over / frame_mib / t:.1f} | {r['peak2_mib']:.1f} MiB | "
-                         f"{r['peak2_mib'] - vol_mib:.1f} MiB |")
+                         f"{over2:.1f} MiB | {r['file_mib']:.1f} MiB |")
             if key == "vp":
                 goals.append((f"4. {name}: peak RSS <= volume + {allowance} frames per thread "
                               f"({vol_mib:.0f} + {allowance * cores * frame_mib:.1f} MiB)",
-                              f"{r['peak_mib']:.1f} MiB", over <= allowance * cores * frame_mib))
+                              f"{r['peak_mib']:.1f} MiB ({r['file_mib']:.1f} MiB of it "
+                              "file-backed: code run for the first time, section 5)",
+                              over <= allowance * cores * frame_mib))
+    lines += [""] + first_call_section(res, cores, vol_mib, ms)
     lines += ["", "### Goals", "", "| goal | measured | status |", "|---|---|---|"]
     lines += [f"| {g} | {m} | {'**met**' if ok else '**not met**'} |" for g, m, ok in goals]
     lines += ["", "### Agreement", "", "| check | result |", "|---|---|"]
     lines += [f"| {c} | {r} |" for c, r in checks]
     lines += ["", END, ""]
     return "\n".join(lines)
+
+
+def first_call_section(res, cores, vol_mib, ms):
+    """Section 5: the first call's extra time and memory, taken apart by the FIRST_CALL_CASES
+    rows (each the median of its fresh processes)."""
+    rows = [("nothing", cores, res[("first", "plain")]),
+            ("output pre-faulted", cores, res[("first", "prefault")]),
+            ("output pre-faulted; worker threads and nibabel warm", cores,
+             res[("first", "prefault_warm")]),
+            ("nothing; recycled-output pool off (VOXPIPE_POOL_BYTES=0)", cores,
+             res[("first", "pool_off")]),
+            ("nothing", 1, res[("first", "plain1")]),
+            ("output pre-faulted; worker threads and nibabel warm", 1,
+             res[("first", "prefault_warm1")])]
+    lines = ["### 5. First call vs second call: where the first call's extra time and memory go "
+             "(Explicit VR Little Endian)", "",
+             "vp.load_dicom as in 1 (the rows measured again here, interleaved: one process of "
+             "each row per round), with part of the first call's one-time work done before the "
+             "first call (and before the baseline): *output pre-faulted*: a buffer of the "
+             "volume's size taken from voxpipe's recycled-output pool, written and released, so "
+             "that the call's output reuses it (what every later call gets); *worker threads and "
+             "nibabel warm*: the core's worker threads started (two non-DICOM files scanned in "
+             "parallel) and one small Nifti1Image made (nibabel computes its qform with "
+             "numpy.linalg, whose code is then mapped in). *first - second*: the median of each "
+             "process's own difference. Minor faults: page faults during the call (one per 2 MiB "
+             "transparent huge page of the output). RSS growth: from the baseline to the end of "
+             "the first call (volume still referenced), anonymous (allocated) and file-backed "
+             "(pages of shared libraries run for the first time).", "",
+             "| done before the first call | threads | first | second | first - second | minor "
+             "faults, first / second call | RSS growth, first call: anonymous | file-backed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, t, r in rows:
+        lines.append(f"| {label} | {t} | {ms(r['first'])} | {ms(r['second'])} | {ms(r['gap'])} | "
+                     f"{r['faults']:.0f} / {r['faults2']:.0f} | {r['anon_mib']:.2f} MiB | "
+                     f"{r['file_mib']:.2f} MiB |")
+    plain, pre, warm_, off = (rows[i][2] for i in range(4))
+    warm1 = rows[5][2]
+    imported = max(r["modules"] for _, _, r in rows)
+    # The parts, each from the per-process first - second differences (less noisy than
+    # first calls of different processes): they add up to the first row's.
+    touch, once, left = plain["gap"] - pre["gap"], pre["gap"] - warm_["gap"], warm_["gap"]
+    spread = f"{ms(plain['gaps'][0])} to {ms(plain['gaps'][-1])}"
+    lines += ["",
+              f"The first call's {ms(plain['gap'])} over the second ({cores} threads; {spread} "
+              "in its processes: parts smaller than that spread are noise, and other work on the "
+              "machine widens it), in parts (differences of the rows' *first - second*):", "",
+              f"- **First touch of the {vol_mib:.0f} MiB output: {ms(touch)}** (row *nothing* "
+              f"minus row *output pre-faulted*; the first call's anonymous growth is "
+              f"{plain['anon_mib']:.1f} MiB with a new output, {pre['anon_mib']:.1f} MiB with it "
+              f"pre-faulted). Inherent to a new output: the kernel zeroes each page on its first "
+              f"write. Later calls reuse the released buffer from the pool; with the pool off "
+              f"every call pays it, and the first call is only {ms(off['gap'])} slower than the "
+              "second (row *recycled-output pool off*).",
+              f"- **Worker threads and nibabel's first qform: {ms(once)}** (row *output "
+              f"pre-faulted* minus the row below it). Once per process: starting the core's "
+              f"thread pool (its workers live for the process; done alone beforehand it took "
+              f"{ms(warm_['warm_threads'])}) and "
+              f"numpy.linalg's first run, which nibabel's Nifti1Image uses for the qform of every "
+              f"image ({ms(warm_['warm_nibabel'])} for the first Nifti1Image alone).",
+              f"- **Left: {ms(left)}** ({ms(warm1['gap'])} on one thread): voxpipe's DICOM code "
+              f"running for the first time ({warm_['file_mib']:.2f} MiB of its and libstdc++'s "
+              f"pages mapped in) and the worker thread's malloc arena growing to hold its share of "
+              f"the parsed metadata ({warm_['anon_mib']:.2f} MiB anonymous on {cores} threads, "
+              f"{warm1['anon_mib']:.2f} MiB on one, where the main heap has room left by the "
+              "imports).",
+              f"- **Memory**: of the first call's {plain['peak_mib'] - vol_mib:.1f} MiB of peak "
+              f"RSS over the volume (section 4), {plain['file_mib']:.1f} MiB are file-backed: "
+              f"shared library code run for the first time (numpy's BLAS/LAPACK through nibabel's qform, "
+              f"voxpipe's DICOM code), counted in RSS but not allocated, and shared with every "
+              f"process that maps the same files; the anonymous growth is the volume plus "
+              f"{plain['anon_mib'] - vol_mib:.2f} MiB (the worker's arena and its frame buffer). "
+              f"Modules imported during the first call: {imported:.0f} (the DICOM dictionary is a "
+              "compile-time table: nothing is built on first use).",
+              ]
+    return lines
 
 
 if __name__ == "__main__":
