@@ -38,6 +38,25 @@ struct Compressors {
 
 // One member: header, raw deflate of `data`, trailer. BGZF blocks whose deflate would not fit
 // in 64 KiB are stored instead (level 0 never grows 0xff00 bytes past the limit).
+//
+// Every level compresses with libdeflate, ISA-L's faster deflate included in the choice: per
+// 1 MiB member of bench/make_data.py's series (bold 96x96x60x300 int16, T1 256x256x176), size
+// against the whole file through Python's gzip at level 1 (what nib.save writes; bold
+// 177.76 MB, T1 12.29 MB), and one thread's speed (CPU time on the 2-core EPYC VM, busy):
+//   engine                          bold      T1       MB/s
+//   ISA-L 1 (level_buf default)     +3.1%    +4.6%     330
+//   ISA-L 1 (16 K-token buffer)     +2.8%    +3.9%     315
+//   ISA-L 2 (16 K-token buffer)     +0.7%    +1.1%     290
+//   ISA-L 3 (16 K-token buffer)     +0.4%    +0.9%     265   (8 K tokens: +0.6% / +0.2%)
+//   zlib 1                          +0.1%    +0.0%      70
+//   libdeflate 1                    -0.8%    -0.6%     173
+//   libdeflate 2                    -2.2%    -2.8%      97
+// (igzip -1/-3 on the whole file: +3.1%/+0.6% bold, +4.5%/+1.7% T1.) ISA-L's best level makes
+// both files larger than nibabel's, and every full member larger than zlib 1's, so it can serve
+// neither the default level (whose file must be no larger than nibabel's) nor a higher one;
+// mixing ISA-L and libdeflate members would need about two thirds libdeflate to stay below on
+// T1, for ~12% less CPU. (Overlapping the caller's copy-in and write-out with the compression
+// was tried too: at 0.86-0.87 of 2 cores busy either way, it saved nothing measurable.)
 void compress_member(std::span<const std::byte> data, int level, GzipLayout layout,
                      std::vector<std::uint8_t>& out) {
   thread_local Compressors compressors;
