@@ -439,7 +439,7 @@ void decode_span(const core::RandomAccessInput& file, Span& span) {
   std::vector<std::uint8_t> scratch;
   std::uint8_t none[1];  // where zlib may point when a kept span has no room (never written)
   if (span.keep) {
-    std::memcpy(span.kept.get(), sp.window.data(), lead);
+    if (lead > 0) std::memcpy(span.kept.get(), sp.window.data(), lead);  // none at a member start
   } else {
     scratch.resize(kOutputChunk);
   }
