@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "core/mat3.hpp"
 #include "core/thread_pool.hpp"
 #include "progress.hpp"
 #include "voxpipe/dicom.hpp"
@@ -198,37 +199,8 @@ std::optional<std::string> expand_name(const std::string& format, const DicomSer
 
 // ---- the NIfTI header
 
-using Mat3 = std::array<std::array<double, 3>, 3>;
-
-double det3(const Mat3& m) {
-  return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
-         m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
-         m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
-}
-
-// The orthogonal matrix nearest `r` (the polar factor nibabel takes from the SVD), by Newton's
-// iteration R <- (R + R^-T) / 2, which converges quadratically from a matrix of full rank.
-Mat3 nearest_rotation(Mat3 r) {
-  for (int it = 0; it < 100; ++it) {
-    const double d = det3(r);
-    if (d == 0) break;
-    Mat3 inv_t;  // (R^-1)^T = cofactor(R) / det
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 3; ++j) {
-        const int i1 = (i + 1) % 3, i2 = (i + 2) % 3, j1 = (j + 1) % 3, j2 = (j + 2) % 3;
-        inv_t[i][j] = (r[i1][j1] * r[i2][j2] - r[i1][j2] * r[i2][j1]) / d;
-      }
-    double change = 0;
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 3; ++j) {
-        const double v = (r[i][j] + inv_t[i][j]) / 2;
-        change = std::max(change, std::abs(v - r[i][j]));
-        r[i][j] = v;
-      }
-    if (change < 1e-15) break;
-  }
-  return r;
-}
+using core::det3;
+using core::Mat3;
 
 // Sets the qform (quaternion, offsets, qfac in pixdim[0], zooms in pixdim[1..3]) from an
 // affine, as nibabel's Nifti1Header.set_qform(affine, code): zooms are the column norms, qfac
@@ -248,7 +220,7 @@ bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code) {
     qfac = -1;
     for (int i = 0; i < 3; ++i) r[i][2] = -r[i][2];
   }
-  const Mat3 p = nearest_rotation(r);
+  const Mat3 p = core::polar_factor(r);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 3; ++j)
       if (std::abs(p[i][j] - r[i][j]) > 1e-8 + 1e-5 * std::abs(r[i][j])) return false;
