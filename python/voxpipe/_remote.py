@@ -159,7 +159,7 @@ def fetch(url: str, storage_options: Mapping[str, Any] | None = None, *,
         meta = result.meta
         data = result.bytes()
     except Exception as exc:  # obstore's errors: denied, unauthenticated, timeout, 5xx after retries
-        raise _error(url, exc, etag) from exc
+        raise store_error(url, exc, etag) from exc
     size = int(meta["size"])
     if len(data) != size:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {size} bytes, but the response holds {len(data)}",
@@ -195,8 +195,8 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _changed(url: str, etag: str | None) -> str:
-    return f"{url}: the object changed since it was opened (expected ETag {etag})"
+def _changed(url: str, etag: str | None, since: str = "opened") -> str:
+    return f"{url}: the object changed since it was {since} (expected ETag {etag})"
 
 
 class _RangeFetcher:
@@ -215,7 +215,7 @@ class _RangeFetcher:
         try:
             data = obstore.get(self._store, self._name, options=options).bytes()
         except Exception as exc:  # the core's fetcher takes the URL off the message it names
-            raise _error(self.url, exc, self.etag) from exc
+            raise store_error(self.url, exc, self.etag) from exc
         return data
 
     def __call__(self, ranges: Sequence[tuple[int, int]]) -> list[Any]:
@@ -276,7 +276,7 @@ class RemoteFile:
             meta = result.meta
             head = result.bytes()
         except Exception as exc:
-            raise _error(url, exc, etag) from exc
+            raise store_error(url, exc, etag) from exc
         self.size = int(meta["size"])
         self.etag = meta.get("e_tag")
         self.version = meta.get("version")
@@ -397,18 +397,24 @@ def _reason(exc: Exception) -> str:
     return str(exc).split("\n\nDebug source:", 1)[0].strip()
 
 
-def _error(url: str, exc: Exception, etag: str | None) -> VoxpipeError:
-    """A voxpipe error for an obstore failure, naming the URL and the server's answer."""
+def store_error(url: str, exc: Exception, etag: str | None, what: str = "read",
+                since: str = "opened") -> VoxpipeError:
+    """The voxpipe error for an obstore failure to ``what`` (read, list the objects under it)
+    ``url``, naming it and the server's answer: a 404 is VoxpipeFileNotFoundError; a failed
+    If-Match (with ``etag``) says the object changed since it was ``since``; anything else is
+    VoxpipeIOError."""
     if isinstance(exc, VoxpipeError):
         return exc
-    if isinstance(exc, FileNotFoundError):
-        return VoxpipeFileNotFoundError(f"{url}: cannot read: {_reason(exc)}", path=url)
+    # A listing of a missing bucket is a generic error carrying the server's 404.
+    if isinstance(exc, FileNotFoundError) or "404 Not Found" in str(exc):
+        return VoxpipeFileNotFoundError(f"{url}: cannot {what}: {_reason(exc)}", path=url)
     # A 412 is obstore's PreconditionError, or, met while it resumes a cut-off body, inside a
     # GenericError.
     if etag and (type(exc).__name__ == "PreconditionError"
                  or "412 Precondition Failed" in str(exc)):
-        return VoxpipeIOError(f"{_changed(url, etag)}: {_reason(exc)}", path=url)
-    return VoxpipeIOError(f"{url}: cannot read: {type(exc).__name__}: {_reason(exc)}", path=url)
+        return VoxpipeIOError(f"{_changed(url, etag, since)}: {_reason(exc)}", path=url)
+    return VoxpipeIOError(f"{url}: cannot {what}: {type(exc).__name__}: {_reason(exc)}",
+                          path=url)
 
 
 def cache_dir() -> str:

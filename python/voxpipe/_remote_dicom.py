@@ -68,20 +68,6 @@ def _store_at(folder_url: str, storage_options: Mapping[str, Any] | None,
     return store
 
 
-def _read_error(url: str, exc: Exception, etag: str | None, what: str) -> Exception:
-    """The voxpipe error for an obstore error of a GET or a listing of ``url``, naming it and the
-    server's answer: a 404 is VoxpipeFileNotFoundError, a failed If-Match says the object
-    changed, anything else is VoxpipeIOError."""
-    name = type(exc).__name__
-    if etag and name == "PreconditionError":
-        return VoxpipeIOError(f"{url}: the object changed since it was listed (expected ETag "
-                              f"{etag}): {exc}", path=url)
-    # A listing of a missing bucket is a generic error carrying the server's 404.
-    if isinstance(exc, FileNotFoundError) or "404 Not Found" in str(exc):
-        return VoxpipeFileNotFoundError(f"{url}: cannot {what}: {exc}", path=url)
-    return VoxpipeIOError(f"{url}: cannot {what}: {name}: {exc}", path=url)
-
-
 def _get(url: str, store: Any, path: str, etag: str | None,
          storage_options: Mapping[str, Any] | None) -> _remote.RemoteObject:
     """The whole object ``path`` of ``store`` in one GET; with ``etag``, only that version."""
@@ -91,7 +77,7 @@ def _get(url: str, store: Any, path: str, etag: str | None,
         meta = result.meta
         data = result.bytes()
     except Exception as exc:  # obstore's errors: not found, denied, timeout, 5xx after retries
-        raise _read_error(url, exc, etag, "read") from exc
+        raise _remote.store_error(url, exc, etag, "read", since="listed") from exc
     size = int(meta["size"])
     if len(data) != size:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {size} bytes, but the response holds {len(data)}",
@@ -115,7 +101,7 @@ def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] |
         else:
             metas = list(obstore.list_with_delimiter(store)["objects"])
     except Exception as exc:
-        raise _read_error(prefix_url, exc, None, "list the objects under it") from exc
+        raise _remote.store_error(prefix_url, exc, None, "list the objects under it") from exc
     found = sorted((m for m in metas if int(m["size"]) > 0), key=lambda m: m["path"])
     if not found:
         raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",
