@@ -457,10 +457,20 @@ std::pair<const char*, const char*> xyzt_unit_names(std::int32_t code) {
   return {space, time};
 }
 
+// How the data of the image at `path` are compressed: gzip or none for a file; for a NIfTI-Zarr
+// store, which open_nifti reads as an uncompressed .nii, its chunks' codec as its metadata say.
+std::string data_compression(const std::string& path, const NiftiImage& img) {
+  if (is_zarr_path(path)) {
+    if (const UrlHandlers& handlers = url_handlers(); handlers.zarr_compression)
+      return handlers.zarr_compression(path);
+  }
+  return img.data_compression == Compression::gzip ? "gzip" : "none";
+}
+
 void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::ostream& out) {
   const NiftiHeader& h = img.header;
   const std::string storage = img.header_path == img.data_path ? "single file" : "pair";
-  const std::string compression = img.data_compression == Compression::gzip ? "gzip" : "none";
+  const std::string compression = data_compression(path, img);
   const auto [space_unit, time_unit] = xyzt_unit_names(h.xyzt_units);
   std::vector<double> affine(img.affine.begin(), img.affine.end());
   if (json) {

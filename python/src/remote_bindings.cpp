@@ -179,15 +179,17 @@ void bind_remote(nb::module_& m) {
   m.def(
       "set_url_handlers",
       [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all,
-         nb::handle write_zarr) {
+         nb::handle write_zarr, nb::handle zarr_compression) {
         // Module-level functions that live as long as the process: referenced for good, so
         // that nothing is released after the interpreter has gone.
-        for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr}) h.inc_ref();
+        for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr, zarr_compression})
+          h.inc_ref();
         PyObject* o = open.ptr();
         PyObject* c = index_cache_path.ptr();
         PyObject* p = put.ptr();
         PyObject* a = fetch_all.ptr();
         PyObject* w = write_zarr.ptr();
+        PyObject* z = zarr_compression.ptr();
         UrlHandlers handlers;
         handlers.open = [o](const std::string& url) -> std::shared_ptr<const RemoteInput> {
           python::GilAcquire gil;
@@ -238,14 +240,23 @@ void bind_remote(nb::module_& m) {
             throw error_of(e, output);
           }
         };
+        handlers.zarr_compression = [z](const std::string& path) {
+          python::GilAcquire gil;
+          try {
+            return nb::cast<std::string>(nb::handle(z)(path));
+          } catch (nb::python_error& e) {
+            throw error_of(e, path);
+          }
+        };
         set_url_handlers(std::move(handlers));
       },
       nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"), nb::arg("fetch_all"),
-      nb::arg("write_zarr"),
+      nb::arg("write_zarr"), nb::arg("zarr_compression"),
       "Make calls that take paths (open, build_index, the CLI's commands) read URLs and Zarr "
       "stores: open(url_or_store) -> RemoteInput, index_cache_path(url, version) -> str, "
       "put(path, url), fetch_all(url) -> [(url, buffer), ...] (an object, or those under a "
-      "prefix), write_zarr(input, output, [(option, value), ...]).");
+      "prefix), write_zarr(input, output, [(option, value), ...]), zarr_compression(store) -> "
+      "str (how its chunks are compressed).");
 
 #ifdef VOXPIPE_PYTHON_CLI
   m.def(

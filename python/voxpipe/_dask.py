@@ -144,8 +144,10 @@ def _read_series_block(source: _Source, read_dtype: np.dtype[Any] | None,
 
 # -- tokens --------------------------------------------------------------------------------------
 def _file_identity(path: str) -> tuple[Any, ...]:
+    """`path`, absolute (as an opener recorded it), normalised, with its size, mtime and
+    inode."""
     st = os.stat(path)
-    return (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    return (os.path.normpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def proxy_token(proxy: ArrayProxy) -> tuple[Any, ...]:
@@ -161,7 +163,7 @@ def proxy_token(proxy: ArrayProxy) -> tuple[Any, ...]:
     elif isinstance(src, _remote.RemoteObject):
         where = ("url", src.url, src.etag, src.size)
     elif img.data_in_file:
-        files = dict.fromkeys((img.header_path, img.data_path))
+        files = dict.fromkeys(proxy._files())
         where = ("file",) + tuple(_file_identity(f) for f in files)
     else:  # opened from memory: the bytes themselves
         from dask.base import tokenize
@@ -451,11 +453,9 @@ def _series_array(da: Any, series: Series, want: np.dtype[Any] | None, scaling: 
         raise InvalidArgumentError(
             f"chunks: a DICOM series is read in whole {'volumes' if len(shape) > 3 else 'slices'}"
             f": expected chunks that cut axis {axis} only, but received {plan}", field="chunks")
+    # Absolute names (workers may run in another folder): as the series pickles.
     names, etags, options, series_threads, uid, split, files = series._state()
     files = [tuple(f) for f in files]
-    if etags is None:  # workers may run in another folder
-        names = [os.path.abspath(n) for n in names]
-        files = [(os.path.abspath(p), k) for p, k in files]
     etag_of = dict(zip(names, etags)) if etags is not None else None
     per_unit = int(np.prod(shape[2:axis], dtype=np.int64)) if len(shape) > 3 else 1
     bounds = _offsets(plan)[axis]

@@ -20,6 +20,7 @@ from nibabel import Nifti1Image
 
 from . import _core, _dicom_pixels, _pool, _remote_dicom
 from ._dicom_dataset import FileDataset
+from ._image import working_directory
 from ._types import Array, Device, Float64Array, StrPath
 from .errors import FormatError, InvalidArgumentError
 
@@ -46,6 +47,9 @@ class Series:
         # core series holds the same bytes, which its images are decoded from).
         self._objects = objects
         self._storage_options = storage_options
+        # The working directory the files were scanned from: what their names, as the user
+        # gave them, are relative to.
+        self._opened_in = working_directory()
         # An unpickled series: its state, until first used (and its core series is None).
         self._pickled: tuple[Any, ...] = ()
 
@@ -58,10 +62,14 @@ class Series:
 
     def _state(self) -> tuple[Any, ...]:
         """(names, ETags or None, storage_options, threads, SeriesInstanceUID, split, files):
-        what the series pickles as."""
+        what the series pickles as. Local files by absolute names, made so against the folder
+        they were scanned from: the receiver may run in another folder, and this process may
+        have changed its own since."""
         if self._pickled:
             return self._pickled
         files = [tuple(f) for f in self._s.files]
+        if self._objects is None:
+            files = [(os.path.join(self._opened_in, name), k) for name, k in files]
         names = list(dict.fromkeys(name for name, _ in files))
         etags = None if self._objects is None else [self._objects[n].etag for n in names]
         return (names, etags, self._storage_options, self._threads, self._s.series_instance_uid,

@@ -55,6 +55,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def working_directory() -> str:
+    """This process's working directory, as an opener records it: the folder the relative names
+    it opened are relative to, joined to them wherever a name leaves the process (a pickle's
+    receiver may run in another folder, and this process may change its own before it pickles).
+    "" where it no longer exists: only absolute names open then, and a join leaves them as
+    they are."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return ""
+
+
 def _as_bytes_view(arr: np.ndarray) -> np.ndarray:
     """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
     flat = arr.reshape(-1, order="F")
@@ -79,10 +91,14 @@ class ArrayProxy(ArrayLike):
     is_proxy = True
 
     def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
-                 index_path: str = "", *, mmap=True, keep_file_open=None, source=None):
+                 index_path: str = "", *, mmap=True, keep_file_open=None, source=None,
+                 opened_in=None):
         self._img = core_image
         # The bytes an in-memory image was opened from (None for a file): what it pickles as.
         self._source = source
+        # The working directory the file was opened from (copies keep the original's): the
+        # file's names as given stay what users see, these absolute ones are what leaves.
+        self._opened_in = working_directory() if opened_in is None else opened_in
         self._threads = threads
         self._index = (index_mode, index_path)
         self._mmap = mmap
@@ -98,13 +114,26 @@ class ArrayProxy(ArrayLike):
 
     # -- copies and pickles -----------------------------------------------------------------
     def _options(self):
-        return dict(threads=self._threads, index=self._index, mmap=self._mmap,
+        mode, index_path = self._index
+        if mode == "path":
+            index_path = self._absolute(index_path)
+        return dict(threads=self._threads, index=(mode, index_path), mmap=self._mmap,
                     keep_file_open=self._keep_file_open, shape=self._shape)
+
+    def _absolute(self, path: str) -> str:
+        """`path`, a name this proxy's file was opened by, as it names the same file from any
+        working directory. Not normalised: a "link/.." resolves as it did at open time."""
+        return os.path.join(self._opened_in, path)
+
+    def _files(self) -> tuple[str, str]:
+        """The absolute names of the header and data files (the same file for a .nii)."""
+        return self._absolute(self._img.header_path), self._absolute(self._img.data_path)
 
     def __copy__(self):
         """A proxy of the same opened image (headers are immutable) with its own reader."""
         new = type(self)(self._img, self._threads, *self._index, mmap=self._mmap,
-                         keep_file_open=self._keep_file_open, source=self._source)
+                         keep_file_open=self._keep_file_open, source=self._source,
+                         opened_in=self._opened_in)
         new._shape = self._shape
         return new
 
@@ -149,7 +178,8 @@ class ArrayProxy(ArrayLike):
         return self.__copy__()
 
     def __reduce__(self):
-        # The file's name and the options, never the data: the receiver opens the header again.
+        # The file's absolute name and the options, never the data: the receiver opens the
+        # header again, in whatever folder it runs.
         # An image from memory has no name to send: its bytes go, as a nibabel proxy over a
         # BytesIO pickles its bytes.
         if not self._img.data_in_file:
@@ -172,7 +202,7 @@ class ArrayProxy(ArrayLike):
                                           bytes(self._source)))
             raise TypeError("an image opened from memory does not pickle: save it to a file, or "
                             "pickle np.asanyarray(img.dataobj)")
-        return (_reopened_proxy, (self._img.header_path, self._options()))
+        return (_reopened_proxy, (self._files()[0], self._options()))
 
     def __dask_tokenize__(self):
         """What identifies the values this proxy reads, for dask's deterministic names: where

@@ -464,6 +464,11 @@ def _write_zarr_for_core(source: str, output: str, options: Sequence[tuple[str, 
     _zarr_write._write_for_core(source, output, options)
 
 
+def _zarr_compression_for_core(location: str) -> str:
+    from . import _zarr  # imports this module
+    return _zarr._compression_for_core(location)
+
+
 def _put_file_for_core(path: str, url: str) -> None:
     with open(path, "rb") as f:
         put(url, f.read())
@@ -478,7 +483,7 @@ def _fetch_all_for_core(url: str) -> list[tuple[str, Any]]:
 # Calls that take paths (the core's open, build_index, the CLI's commands under
 # `python -m voxpipe`) read URLs, and read and write Zarr stores, through these.
 _core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core, _fetch_all_for_core,
-                       _write_zarr_for_core)
+                       _write_zarr_for_core, _zarr_compression_for_core)
 
 
 def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -> None:

@@ -125,6 +125,11 @@ class NiftiZarr:
                  level: int = 0):
         zarr = _zarr()
         self.location = location
+        # What the store pickles as: a local store by its absolute name, made so against the
+        # working directory it is opened from (the receiver may run in another folder, and
+        # this process may change its own before it pickles).
+        self.absolute_location = (location if _remote.is_url(location) else
+                                  os.path.join(_image_module().working_directory(), location))
         self.storage_options = dict(storage_options) if storage_options else None
         self.level = level
         name = location
@@ -677,6 +682,41 @@ def _open_for_core(location: str):
     return open_input(NiftiZarr(location))[0]
 
 
+# Codecs that compress nothing: how elements are laid out (bytes, transpose) and checksums.
+_NOT_COMPRESSORS = frozenset({"bytes", "transpose", "crc32c"})
+
+
+def compression_of(array) -> str:
+    """How the array's chunks are compressed, as its metadata say: each compressor's name, blosc's
+    inner compressor, and the level ("blosc zstd 5", "gzip 1"; chained ones joined by " + "),
+    followed by " (sharded)" for the inner chunks of a sharded array; "none" where the chunks
+    are stored as they are."""
+    meta = array.metadata.to_dict()
+    sharded = False
+    if meta.get("zarr_format") == 2:
+        comp = meta.get("compressor")
+        codecs = [] if comp is None else [{"name": comp.get("id"), "configuration": comp}]
+    else:
+        codecs = list(meta.get("codecs") or ())
+        if len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed":
+            sharded = True
+            codecs = list(codecs[0].get("configuration", {}).get("codecs") or ())
+    parts = []
+    for codec in codecs:
+        if codec.get("name") in _NOT_COMPRESSORS:
+            continue
+        config = codec.get("configuration") or {}
+        words = [codec.get("name"), config.get("cname"), config.get("clevel", config.get("level"))]
+        parts.append(" ".join(str(w) for w in words if w is not None))
+    text = " + ".join(parts) or "none"
+    return f"{text} (sharded)" if sharded else text
+
+
+def _compression_for_core(location: str) -> str:
+    """The core's handler for a store's compression (voxpipe info)."""
+    return compression_of(NiftiZarr(location).array)
+
+
 # -- images --------------------------------------------------------------------------------
 def _image_module():
     from . import _image  # _image imports this module lazily: no import cycle at load time
@@ -714,19 +754,17 @@ def _proxy_class():
             return new
 
         def __reduce__(self):
-            # A local store by its absolute path: the receiver (a Dask worker) may run elsewhere.
-            s = self._store
-            where = s.location if _remote.is_url(s.location) else os.path.abspath(s.location)
-            return (_reopened_zarr_proxy, (where, s.storage_options, s.level, self._threads,
-                                           self._shape))
+            s = self._store  # by its absolute name (NiftiZarr.absolute_location)
+            return (_reopened_zarr_proxy, (s.absolute_location, s.storage_options, s.level,
+                                           self._threads, self._shape))
 
         def __dask_tokenize__(self):
             s = self._store
             # The store's header and array metadata (a store rewritten in place with new
             # metadata is another array); not the thread count, which changes no value.
-            return ("voxpipe.ZarrProxy", os.path.abspath(s.location)
-                    if not _remote.is_url(s.location) else s.location, s.level,
-                    repr(s.storage_options), s.stored_header,
+            where = (s.location if _remote.is_url(s.location)
+                     else os.path.normpath(s.absolute_location))
+            return ("voxpipe.ZarrProxy", where, s.level, repr(s.storage_options), s.stored_header,
                     repr(s.array.metadata.to_dict()), self._shape)
 
         def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,

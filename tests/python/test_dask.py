@@ -213,6 +213,28 @@ def test_names_follow_the_file(files, tmp_path):
                                   nib.load(path).get_fdata(dtype=np.float32))
 
 
+def test_relative_names_are_read_on_workers_in_another_folder(client, files, tmp_path,
+                                                              monkeypatch):
+    """Workers run in their own folder, neither the one an image or series was opened from by a
+    relative name nor the one this process moved to since: the graph names the files opened,
+    and is named after them."""
+    pytest.importorskip("pydicom")
+    from test_dicom_series import write_series
+
+    monkeypatch.chdir(Path(files["plain"]).parent)
+    img = vp.load(Path(files["plain"]).name)
+    (tmp_path / "series").mkdir()
+    write_series(tmp_path / "series", "axial", n=4)
+    monkeypatch.chdir(tmp_path)
+    (series,) = vp.dicom.scan("series")
+    monkeypatch.chdir(Path(files["plain"]).parent.parent)  # the graphs are built after moving
+    arr = vp.to_dask(img, chunks=1)
+    assert arr.name == vp.to_dask(files["plain"], chunks=1).name
+    np.testing.assert_array_equal(on(client, arr), nib.load(files["plain"]).get_fdata())
+    want = vp.load_dicom(tmp_path / "series", dtype=np.float64).get_fdata()
+    np.testing.assert_array_equal(on(client, vp.to_dask(series, np.float64)), want)
+
+
 def test_urls_on_object_storage(client, files, tmp_path):
     pytest.importorskip("moto.server")
     pytest.importorskip("boto3")

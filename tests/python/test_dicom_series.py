@@ -363,3 +363,28 @@ def test_mosaics_over_time_make_a_4d_series(tmp_path):
     else:
         assert shapes == [(128, 128, 48), (128, 128, 48)]
     assert all(s.problem == '' for s in found)
+
+
+def test_a_series_scanned_by_a_relative_name_pickles_its_files(tmp_path, monkeypatch):
+    """A series scanned as "sub/series" pickles the files it scanned, wherever it is unpickled
+    and whatever folder this process has moved to since: the receiver reads the same images
+    (a series of the same relative name in the other folder is never read); Series.files
+    keeps the names as scanned."""
+    import pickle
+
+    here, elsewhere = tmp_path / 'here', tmp_path / 'elsewhere'
+    for folder in (here, elsewhere):
+        (folder / 'sub' / 'series').mkdir(parents=True)
+    written = write_series(here / 'sub' / 'series', 'axial', n=4)
+    write_series(elsewhere / 'sub' / 'series', 'axial', n=4, seed=7)
+    monkeypatch.chdir(here)
+    (series,) = vp.dicom.scan(os.path.join('sub', 'series'))
+    assert all(not os.path.isabs(name) for name, _ in series.files)
+    want = series.get_data(None)
+    # voxel [c, r, k] is pixel_array[r, c] of the k-th slice along the normal
+    assert np.array_equal(want, np.stack([written[(0, k)][1].T for k in range(4)], axis=-1))
+    pickled_here = pickle.dumps(series)
+    monkeypatch.chdir(elsewhere)
+    for blob in (pickled_here, pickle.dumps(series)):
+        again = pickle.loads(blob)
+        assert np.array_equal(again.get_data(None), want)

@@ -7,6 +7,7 @@ the source, bit for bit, for whole reads and slices.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -325,6 +326,30 @@ def test_proxy_pickles_without_data_and_reads_the_same(tmp_path):
     assert tokenize(img.dataobj) == tokenize(vp.load(out).dataobj)
 
 
+def test_a_store_opened_by_a_relative_name_pickles_that_store(tmp_path, monkeypatch):
+    """A store opened as "sub/p.nii.zarr" pickles that store, wherever it is unpickled and
+    whatever folder this process has moved to since it opened it (a store of the same relative
+    name in the other folder is never read); the image's name stays as given."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    rel = os.path.join("sub", "p.nii.zarr")
+    for folder, seed in ((here, 1), (elsewhere, 2)):
+        (folder / "sub").mkdir(parents=True)
+        src = _saved(folder, _image((12, 10, 8, 4), "int16", slope=0.5, inter=1.0, seed=seed))
+        vp.save(vp.load(src), folder / rel)
+    want = nib.load(here / "src.nii.gz")
+    monkeypatch.chdir(here)
+    img = vp.load(rel)
+    assert img.get_filename() == rel
+    from dask.base import tokenize
+    token = tokenize(img.dataobj)
+    pickled_here = pickle.dumps(img.dataobj)
+    monkeypatch.chdir(elsewhere)
+    assert tokenize(img.dataobj) == token
+    for blob in (pickled_here, pickle.dumps(img.dataobj)):
+        again = pickle.loads(blob)
+        assert np.asarray(again[..., 3]).tobytes() == np.asarray(want.dataobj[..., 3]).tobytes()
+
+
 def test_read_into_reuses_the_output(tmp_path):
     src = _saved(tmp_path, _image((12, 10, 8, 4), "int16", slope=0.5, inter=1.0))
     out = tmp_path / "r.nii.zarr"
@@ -378,7 +403,10 @@ def test_cli_converts_both_ways_and_describes_stores(tmp_path):
     vp.save(vp.load(src), plain)
     info_zarr, info_nii = _cli("info", out), _cli("info", plain)
     assert info_zarr.returncode == 0, info_zarr.stderr
-    assert info_zarr.stdout.replace(str(out), "X") == info_nii.stdout.replace(str(plain), "X")
+    # ... but for the name and how the data are compressed: the store's chunks, blosc's.
+    assert (info_zarr.stdout.replace(str(out), "X")
+            == info_nii.stdout.replace(str(plain), "X").replace("compression none",
+                                                                 "compression blosc zstd 5"))
     back = tmp_path / "back.nii.gz"
     r = _cli("convert", out, back)
     assert r.returncode == 0, r.stderr
@@ -389,6 +417,48 @@ def test_cli_converts_both_ways_and_describes_stores(tmp_path):
     bad = _cli("convert", src, tmp_path / "y.nii.zarr", "--codec", "lzma")
     assert bad.returncode == 10 and "codec" in bad.stderr
     assert not (tmp_path / "y.nii.zarr").exists()
+
+
+def _info(*args):
+    """``voxpipe info ARGS`` as the program runs it when given a store: ``python -m voxpipe``."""
+    return subprocess.run([sys.executable, "-m", "voxpipe", "info", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+# (codec, level, zarr_format, shards, what the store's metadata say)
+INFO_STORES = [("blosc", None, 3, None, "blosc zstd 5"), ("zstd", 7, 3, None, "zstd 7"),
+               ("gzip", 1, 3, None, "gzip 1"),
+               ("zstd", None, 3, (12, 10, 8, 2), "zstd 3 (sharded)"),
+               ("none", None, 3, None, "none"), ("blosc", 4, 2, None, "blosc zstd 4"),
+               ("gzip", 2, 2, None, "gzip 2"), ("none", None, 2, None, "none")]
+
+
+def test_info_reports_the_compression_the_store_metadata_name(tmp_path):
+    """``voxpipe info`` of a store: its chunks' codec and level as its metadata name them (a
+    store is read as a .nii, but is not stored as one), and "none" only for uncompressed
+    chunks; in the JSON form too. Stores written by niizarr are described by their own
+    metadata."""
+    src = _saved(tmp_path, _image((12, 10, 8, 4), "int16", slope=0.5, inter=1.0))
+    stores, want = [], []
+    for i, (codec, level, fmt, shards, text) in enumerate(INFO_STORES):
+        out = tmp_path / f"s{i}.nii.zarr"
+        vp.save(vp.load(src), out, codec=codec, level=level, zarr_format=fmt, shards=shards)
+        stores.append(out)
+        want.append(text)
+    theirs = tmp_path / "niizarr.nii.zarr"
+    niizarr.nii2zarr(nib.load(src), str(theirs), nb_levels=1)
+    (codec,) = zarr.open_group(str(theirs), mode="r")["0"].compressors
+    assert type(codec).__name__ == "BloscCodec"
+    stores.append(theirs)
+    want.append(f"blosc {getattr(codec.cname, 'value', codec.cname)} {codec.clevel}")
+    r = _info("--json", *stores)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["compression"] for line in r.stdout.splitlines()] == want
+    r = _info("--long", *stores)
+    assert r.returncode == 0, r.stderr
+    formats = [line for line in r.stdout.splitlines() if line.startswith("format:")]
+    assert formats == [f"format:      NIfTI-1, single file, little-endian, compression {w}"
+                       for w in want]
 
 
 def test_dicom_series_converts_to_a_store_with_load_dicoms_values(tmp_path):
