@@ -199,8 +199,8 @@ const char* const kIndexUsage =
     "  -o OUT            write the index to OUT\n"
     "  --overwrite, --force  replace an existing FILE.gzidx or OUT (otherwise refused, exit 12)\n"
     "\n"
-    "A progress bar (compressed bytes read, ETA) is drawn when stderr is a terminal. Exit status:\n"
-    "0, or the code of the error (docs/exit_codes.md).\n";
+    "A progress bar (how far the build is, in compressed bytes, and an ETA) is drawn when stderr\n"
+    "is a terminal. Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";

@@ -51,10 +51,11 @@ struct GzipIndexOptions {
   bool exact = true;
   // Threads of the build; 0: the default (resolve_threads, voxpipe/threads.hpp).
   unsigned threads = 0;
-  // When set, told how far the build has read: `done` compressed bytes (the furthest byte read,
-  // which a parallel inflate reaches ahead of its output) of `total` (the file size). Called
-  // one call at a time from the building threads, `done` never decreasing; an exception it
-  // throws stops the build and is rethrown.
+  // When set, told how far the build is: `done` of `total` (the file size), in compressed
+  // bytes. The fast build reports the furthest byte read; the exact build its own measure,
+  // which reaches `total` only once the index is complete (a threaded exact build reads the
+  // file twice). Called one call at a time from the building threads, `done` never
+  // decreasing; an exception it throws stops the build and is rethrown.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 

@@ -1,63 +1,37 @@
 // The public gzip functions (include/voxpipe/gzip.hpp) over the seek index module.
 #include <algorithm>
-#include <mutex>
 #include <optional>
+#include <vector>
 
 #include "core/file.hpp"
 #include "gz/parallel_inflate.hpp"
 #include "gz/seek_index.hpp"
+#include "gz/seek_index_detail.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/threads.hpp"
 
 namespace voxpipe {
 
-namespace {
-
-// Reports the furthest byte read to GzipIndexOptions::progress: both builders read the file
-// front to back (the parallel one a few chunks ahead), so this measures their progress without
-// a hook inside either.
-class ProgressInput final : public core::RandomAccessInput {
- public:
-  ProgressInput(const core::RandomAccessInput& file,
-                const std::function<void(std::uint64_t, std::uint64_t)>& report)
-      : file_(file), report_(report) {}
-  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override {
-    const std::size_t n = file_.read_at(offset, dst);
-    std::lock_guard lock(mutex_);
-    if (offset + n > furthest_) {
-      furthest_ = offset + n;
-      report_(furthest_, file_.size());
-    }
-    return n;
-  }
-  std::uint64_t size() const noexcept override { return file_.size(); }
-  const std::string& path() const noexcept override { return file_.path(); }
-  bool fetches() const noexcept override { return file_.fetches(); }
-  void prefetch(std::span<const ByteRange> ranges) const override { file_.prefetch(ranges); }
-  void read_ahead(std::span<const ByteRange> ranges) const override { file_.read_ahead(ranges); }
-
- private:
-  const core::RandomAccessInput& file_;
-  const std::function<void(std::uint64_t, std::uint64_t)>& report_;
-  mutable std::mutex mutex_;
-  mutable std::uint64_t furthest_ = 0;
-};
-
-}  // namespace
-
 gz::SeekIndex gz::build_index(const core::RandomAccessInput& input, const GzipIndexOptions& options) {
-  std::optional<ProgressInput> reporting;
-  if (options.progress) reporting.emplace(input, options.progress);
-  const core::RandomAccessInput& file =
-      reporting ? static_cast<const core::RandomAccessInput&>(*reporting) : input;
   gz::SeekIndex index;
   if (options.exact) {
     std::vector<std::uint64_t> wanted = options.wanted;
     std::sort(wanted.begin(), wanted.end());
     gz::ExactBuildOptions exact;
     exact.threads = resolve_threads(options.threads);
-    index = gz::build_seek_index(file, options.spacing, wanted, exact);
+    // The exact build reports itself: its parallel form reads the file twice (the span starts,
+    // then the spans), so the furthest byte read reaches the end long before the index does.
+    exact.progress = options.progress;
+    index = gz::build_seek_index(input, options.spacing, wanted, exact);
   } else {
+    // The fast build is one parallel inflate: the furthest byte read is its progress.
+    std::optional<gz::index_detail::ReadProgressInput> reporting;
+    if (options.progress)
+      reporting.emplace(input, [&](std::uint64_t furthest) {
+        options.progress(furthest, input.size());
+      });
+    const core::RandomAccessInput& file =
+        reporting ? static_cast<const core::RandomAccessInput&>(*reporting) : input;
     gz::ParallelInflateOptions parallel;
     parallel.threads = resolve_threads(options.threads);
     parallel.seek_points = &index.points;

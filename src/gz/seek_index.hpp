@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -104,7 +105,7 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
 void write_gzidx_file(const std::string& path, const SeekIndex& index,
                       const std::optional<IndexKey>& key = std::nullopt);
 
-// --- Building and using an index (seek_index.cpp) ---------------------------------------------
+// --- Building an index (seek_index_build.cpp) --------------------------------------------------
 
 // Builds an index by inflating the whole file once (zlib, Z_BLOCK, as zran.c): a point at every
 // member's first block (empty window); a point at the last block boundary at or before each
@@ -138,6 +139,15 @@ struct ExactBuildOptions {
   unsigned threads = 1;            // 0 is taken as 1
   std::size_t chunk_size = 0;      // of the parallel inflate; 0: its default (8 MiB)
   std::uint64_t keep_budget = 0;   // bytes of span output kept; 0: max(256 MiB, 48 MiB x threads)
+  // When set, told how far the build is: `done` of `total` (the file size). The sequential build
+  // reports the compressed bytes it has read; the parallel one the bytes its first pass (the
+  // parallel inflate that finds the span starts; none for sized members) has read as the first
+  // 40% (its share of the time), then the compressed end of the last span placed as the rest
+  // (the windows decoded again, if any, are not counted). Called one call at a time from the
+  // building threads, `done` increasing (also across a fall back to the sequential build), and
+  // (total, total) last, only once the index is complete. An exception it throws stops the
+  // build and is rethrown.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
   // When set, told how the index was built (for tests and benchmarks).
   struct Stats {
     bool parallel = false;            // false: sequentially
@@ -148,6 +158,8 @@ struct ExactBuildOptions {
 SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted = {},
                            const ExactBuildOptions& options = {});
+
+// --- Using an index (seek_index.cpp) -----------------------------------------------------------
 
 // Delivers the uncompressed bytes [begin, end) of `file` to `sink`. Decoding starts at the last
 // point <= begin (raw inflate from the point's bit with its window as the dictionary: the zran.c

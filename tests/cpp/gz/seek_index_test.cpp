@@ -1,7 +1,7 @@
 // Seek index: GZIDX encoding, building on the output of every gzip producer, decoding any range
 // from the nearest point (one and two threads) equal to zlib's output, the parallel build equal
-// to the sequential one byte for byte, rejection of damaged index files, and staleness of stored
-// indexes.
+// to the sequential one byte for byte and its progress full only once the index is, rejection of
+// damaged index files, and staleness of stored indexes.
 #include "gz/seek_index.hpp"
 
 #include <sys/stat.h>
@@ -714,8 +714,9 @@ TEST(Gzidx, AnIndexWithoutPointsReadsBack) {
   EXPECT_TRUE(gz::read_gzidx_file(dir.file("none.gzidx")).points.empty());
 }
 
-// GzipIndexOptions::progress: the furthest compressed byte read, rising to the file size, for
-// both builders; the index is the one built without it.
+// GzipIndexOptions::progress: the furthest compressed byte read (the file is small enough for the
+// sequential exact build), rising to the file size, for both builders; the index is the one
+// built without it.
 TEST(BuildGzipIndex, ProgressRisesToTheFileSize) {
   TempDir dir;
   const Bytes gzdata = gzip_compress(mixed_payload(6u << 20, 7), 6);
@@ -966,6 +967,111 @@ TEST(ParallelBuild, OneSpanIsBuiltSequentially) {
   options.chunk_size = 4096;
   const gz::SeekIndex b = gz::build_seek_index(single, 8192, {}, options);
   EXPECT_TRUE(gz::encode_gzidx(b) == gz::encode_gzidx(gz::build_seek_index(single, 8192)));
+}
+
+// --- Progress of the parallel exact build -----------------------------------------------------
+
+// Counts the bytes read through it: how much of its work a build had done when it reported.
+class CountingInput final : public voxpipe::core::RandomAccessInput {
+ public:
+  explicit CountingInput(const voxpipe::core::RandomAccessInput& file) : file_(file) {}
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override {
+    const std::size_t n = file_.read_at(offset, dst);
+    read_ += n;
+    return n;
+  }
+  std::uint64_t size() const noexcept override { return file_.size(); }
+  const std::string& path() const noexcept override { return file_.path(); }
+  std::uint64_t bytes_read() const { return read_; }
+
+ private:
+  const voxpipe::core::RandomAccessInput& file_;
+  mutable std::atomic<std::uint64_t> read_{0};
+};
+
+// A progress report, with the bytes the build had read when it came.
+struct Report {
+  std::uint64_t done, total, read;
+};
+
+// The reports of a parallel exact build of a file of `size` bytes that read `read_in_all` bytes:
+// `done` never decreasing, `total` the file size, and (size, size) last and only there, made
+// when the build had read everything it ever read (each span decoded and placed, not just the
+// first pass's parallel inflate through the whole file). The build read the file twice (the
+// first pass, then the spans), so a report of the total after the first pass fails here.
+void expect_done_only_at_the_end(const std::vector<Report>& reports, std::uint64_t size,
+                                 std::uint64_t read_in_all) {
+  ASSERT_GE(reports.size(), 2u);  // the bar moved before it was full
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].total, size) << i;
+    if (i > 0) {
+      EXPECT_GE(reports[i].done, reports[i - 1].done) << i;
+    }
+    if (i + 1 < reports.size()) {
+      EXPECT_LT(reports[i].done, size) << i << " of " << reports.size();
+    }
+  }
+  EXPECT_EQ(reports.back().done, size);
+  EXPECT_EQ(reports.back().read, read_in_all) << "the total was reported before the index was done";
+}
+
+// ExactBuildOptions::progress on the parallel path, with spans from a parallel inflate (zlib6)
+// and from the members' headers (voxpipe, no first pass): reported as above, and the index is
+// the sequential build's.
+TEST(ParallelBuild, ProgressReachesTheTotalOnlyWhenTheIndexIsDone) {
+  for (const std::string name : {"zlib6", "voxpipe"}) {
+    TempDir dir;
+    const Bytes payload = mixed_payload(name == "voxpipe" ? 2304 * 1024 : 768 * 1024, 43);
+    const std::optional<Bytes> gzdata = produce(name, payload, dir);
+    ASSERT_TRUE(gzdata);
+    write_file(dir.file("x.gz"), *gzdata);
+    const InputFile file(dir.file("x.gz"));
+    const CountingInput counting(file);
+    std::vector<Report> reports;
+    gz::ExactBuildOptions::Stats stats;
+    gz::ExactBuildOptions options;
+    options.threads = 2;
+    options.chunk_size = kSmallChunk;
+    options.stats = &stats;
+    options.progress = [&](std::uint64_t done, std::uint64_t total) {
+      reports.push_back({done, total, counting.bytes_read()});
+    };
+    const gz::SeekIndex par = gz::build_seek_index(counting, 64 * 1024, {}, options);
+    ASSERT_TRUE(stats.parallel) << name;
+    ASSERT_GE(stats.spans, 3u) << name;
+    SCOPED_TRACE(name);
+    expect_done_only_at_the_end(reports, gzdata->size(), counting.bytes_read());
+    EXPECT_TRUE(gz::encode_gzidx(par) == gz::encode_gzidx(gz::build_seek_index(file, 64 * 1024)));
+  }
+}
+
+// The same through the public options (GzipIndexOptions::progress, as `voxpipe index` draws its
+// bar) on a file large enough for the parallel path at the default chunk size (four chunks of
+// 8 MiB), 2 threads: the bar reaches its end when the index is done, not after the first pass.
+TEST(BuildGzipIndex, ThreadedExactProgressReachesTheTotalOnlyWhenDone) {
+  if (kTsan) GTEST_SKIP() << "32 MiB through the instrumented parallel inflate; the small-chunk "
+                             "test above covers the threaded reporting";
+  // 64 symbols at random: 6 bits a byte, Huffman-coded blocks the parallel inflate finds.
+  Bytes payload(44u << 20);
+  std::mt19937_64 rng(47);
+  for (auto& b : payload) b = static_cast<std::uint8_t>('0' + rng() % 64);
+  const Bytes gzdata = gzip_compress(payload, 1);
+  ASSERT_GE(gzdata.size(), std::size_t{32} << 20);
+  TempDir dir;
+  write_file(dir.file("big.gz"), gzdata);
+  const InputFile file(dir.file("big.gz"));
+  const CountingInput counting(file);
+  std::vector<Report> reports;
+  voxpipe::GzipIndexOptions options;
+  options.threads = 2;
+  options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    reports.push_back({done, total, counting.bytes_read()});
+  };
+  const gz::SeekIndex index = gz::build_index(counting, options);
+  EXPECT_EQ(index.uncompressed_size, payload.size());
+  // The parallel path: the first pass read the file, then the spans read it again.
+  ASSERT_GT(counting.bytes_read(), gzdata.size() + gzdata.size() / 2);
+  expect_done_only_at_the_end(reports, gzdata.size(), counting.bytes_read());
 }
 
 }  // namespace
