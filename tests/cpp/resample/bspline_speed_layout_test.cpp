@@ -9,13 +9,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "resample/boundary.hpp"
 #include "resample/bspline.hpp"
+#include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/resample.hpp"
 
 namespace {
@@ -252,4 +256,174 @@ TEST(ResampleBsplineLayout, coefficients_in_reused_memory_equal_fresh_ones) {
                             stored(resample::spline_coefficients(large, order, mode, 1.5, 2))));
     }
   }
+}
+
+namespace {
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, std::int16_t>) return DType::i16;
+  if constexpr (std::is_same_v<T, std::uint8_t>) return DType::u8;
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  return DType::f64;
+}
+
+// `values` (C order over `shape`) laid out in a buffer of its own: axis order[0] closest in
+// memory, order[1] next and so on, axis d every |step[d]| elements, reversed where step[d] < 0.
+// The elements between those used hold NaN (or the type's lowest value) so that a read of the
+// wrong element shows.
+template <class T>
+ArrayRef strided_view(const std::vector<T>& values, const std::vector<std::int64_t>& shape,
+                      const std::vector<std::size_t>& order, const std::vector<std::int64_t>& step,
+                      std::vector<T>& buffer) {
+  const std::size_t nd = shape.size();
+  std::vector<std::int64_t> strides(nd);
+  std::int64_t extent = 1;
+  for (std::size_t d : order) {
+    strides[d] = extent * std::abs(step[d]);
+    extent *= shape[d] * std::abs(step[d]);
+  }
+  buffer.assign(static_cast<std::size_t>(extent), std::numeric_limits<T>::has_quiet_NaN
+                                                      ? std::numeric_limits<T>::quiet_NaN()
+                                                      : std::numeric_limits<T>::lowest());
+  std::int64_t origin = 0;
+  for (std::size_t d = 0; d < nd; ++d) {
+    if (step[d] < 0) {
+      origin += (shape[d] - 1) * strides[d];
+      strides[d] = -strides[d];
+    }
+  }
+  std::vector<std::int64_t> idx(nd, 0);
+  for (const T& v : values) {
+    std::int64_t at = origin;
+    for (std::size_t d = 0; d < nd; ++d) at += idx[d] * strides[d];
+    buffer[static_cast<std::size_t>(at)] = v;
+    for (std::size_t d = nd; d-- > 0 && ++idx[d] == shape[d];) idx[d] = 0;
+  }
+  ArrayRef a;
+  a.data = buffer.data() + origin;
+  a.dtype = dtype_of<T>();
+  a.shape = shape;
+  a.strides = strides;
+  return a;
+}
+
+// Every stored element of `c`, margin included.
+std::vector<double> stored(const resample::Coefficients& c) {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < c.shape.size(); ++d) n *= c.shape[d] + 2 * c.margin;
+  const double* first = c.origin;
+  for (std::size_t d = 0; d < c.shape.size(); ++d) first -= c.margin * c.strides[d];
+  return std::vector<double>(first, first + n);
+}
+
+template <class T>
+void expect_layouts_agree(unsigned seed) {
+  struct Layout {
+    std::vector<std::int64_t> shape;
+    std::vector<std::size_t> order;  // fastest axis first
+    std::vector<std::int64_t> step;
+  };
+  // Fortran order (the NIfTI case) with the close axis longer than one tile (64 elements, 128
+  // for 1-byte types) and not a multiple of it; a last axis longer than one tile (256); 2-D and
+  // 4-D; negative and odd steps; the close axis in the middle; an axis of one element; a last
+  // axis too short for a margin.
+  const std::vector<Layout> layouts = {
+      {{70, 5, 37}, {0, 1, 2}, {1, 1, 1}},     {{67, 35}, {0, 1}, {1, 1}},
+      {{5, 3, 4, 33}, {0, 1, 2, 3}, {1, 1, 1, 1}}, {{70, 5, 37}, {0, 1, 2}, {-1, 1, 1}},
+      {{66, 4, 19}, {0, 1, 2}, {3, 1, -2}},    {{3, 130, 17}, {1, 0, 2}, {1, 1, 1}},
+      {{90, 1, 20}, {0, 1, 2}, {1, 1, 1}},      {{66, 7}, {0, 1}, {-1, 1}},
+      {{1, 40, 30}, {0, 1, 2}, {1, -1, 1}},     {{40, 2, 263}, {0, 1, 2}, {1, 1, 1}},
+      {{131, 3, 5}, {0, 1, 2}, {1, 1, 1}}};
+  for (const Layout& l : layouts) {
+    std::int64_t total = 1;
+    for (auto n : l.shape) total *= n;
+    const auto d64 = random_values(static_cast<std::size_t>(total), seed++);
+    std::vector<T> values;
+    for (double x : d64) {
+      if constexpr (std::is_integral_v<T>)  // through int64: uint8 wraps the negative values
+        values.push_back(static_cast<T>(static_cast<std::int64_t>(x)));
+      else
+        values.push_back(static_cast<T>(x));
+    }
+    ArrayRef c_order;
+    c_order.data = values.data();
+    c_order.dtype = dtype_of<T>();
+    c_order.shape = l.shape;
+    c_order.strides.assign(l.shape.size(), 1);
+    for (std::size_t d = l.shape.size(); d-- > 1;)
+      c_order.strides[d - 1] = c_order.strides[d] * l.shape[d];
+    std::vector<T> buffer;
+    const ArrayRef view = strided_view(values, l.shape, l.order, l.step, buffer);
+    for (int order : {2, 3, 5}) {
+      for (InterpMode mode : kModes) {
+        const auto want = resample::spline_coefficients(c_order, order, mode, 7.0, 1);
+        for (unsigned threads : {1u, 3u}) {
+          const auto got = resample::spline_coefficients(view, order, mode, 7.0, threads);
+          EXPECT_EQ(got.strides, want.strides);
+          EXPECT_TRUE(same_bits(stored(got), stored(want)))
+              << dtype_name(dtype_of<T>()) << " shape " << ::testing::PrintToString(l.shape)
+              << " order " << ::testing::PrintToString(l.order) << " step "
+              << ::testing::PrintToString(l.step) << " spline order " << order << " mode "
+              << interp_mode_name(mode) << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// The copy into float64 reads Fortran-ordered and strided inputs in tiles rather than a row at a
+// time: the coefficients are those of the same values in C order, bit for bit, padding (nearest,
+// grid-constant) and margin included, for integer and float inputs.
+TEST(ResampleBsplineLayout, fortran_and_strided_inputs_give_the_c_order_coefficients) {
+  expect_layouts_agree<std::int16_t>(9000);
+  expect_layouts_agree<float>(9100);
+  expect_layouts_agree<std::uint8_t>(9200);
+  expect_layouts_agree<double>(9300);
+}
+
+// From 1 MiB the coefficients' memory is a block of the recycled-buffer pool, released to it
+// with the array: the next call of the size gets the same memory back, and fills it with the
+// coefficients of a fresh array, bit for bit, whatever it held. Smaller arrays leave the pool
+// alone.
+TEST(ResampleBsplineLayout, large_coefficients_memory_returns_to_the_pool_and_is_reused) {
+  BufferPool& pool = BufferPool::instance();
+  const std::size_t limit = pool.set_limit(std::size_t{64} << 20);  // whatever the environment set
+  pool.clear();
+  // Nearest pads every axis by 12 (54 x 65 x 94 doubles, 2.5 MiB: from the pool); mirror stores
+  // a margin of 2 (34 x 45 x 74 doubles, 885 KiB: from malloc).
+  const std::vector<std::int64_t> shape = {30, 41, 70};
+  std::int64_t total = 1;
+  for (auto n : shape) total *= n;
+  const auto d64 = random_values(static_cast<std::size_t>(total), 4242);
+  std::vector<float> values(d64.begin(), d64.end());
+  ArrayRef in;
+  in.data = values.data();
+  in.dtype = DType::f32;
+  in.shape = shape;
+  in.strides = {shape[1] * shape[2], shape[2], 1};
+  for (InterpMode mode : {InterpMode::nearest, InterpMode::mirror}) {
+    const bool pooled = mode == InterpMode::nearest;
+    std::vector<double> first;
+    const double* memory = nullptr;
+    const BufferPoolStats start = pool.stats();
+    {
+      auto c = resample::spline_coefficients(in, 3, mode, 0.0, 2);
+      first = stored(c);
+      memory = c.data.get();
+      std::fill(c.data.get(), c.data.get() + c.capacity, std::nan(""));
+    }
+    const BufferPoolStats released = pool.stats();
+    EXPECT_EQ(released.allocated, start.allocated + (pooled ? 1 : 0));
+    EXPECT_EQ(released.pooled_buffers, start.pooled_buffers + (pooled ? 1 : 0));
+    const auto again = resample::spline_coefficients(in, 3, mode, 0.0, 2);
+    if (pooled) {
+      EXPECT_EQ(again.data.get(), memory);
+      EXPECT_EQ(pool.stats().reused, released.reused + 1);
+    }
+    EXPECT_TRUE(same_bits(stored(again), first)) << interp_mode_name(mode);
+  }
+  pool.set_limit(limit);
 }
