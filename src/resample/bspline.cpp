@@ -1,5 +1,7 @@
 #include "resample/bspline.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -15,7 +17,6 @@
 #include "core/thread_pool.hpp"
 #include "resample/boundary.hpp"
 #include "resample/dispatch.hpp"
-#include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::resample {
@@ -507,18 +508,9 @@ double cast_to_dtype(double v, DType t) {
   return r;
 }
 
-void Coefficients::Free::operator()(double* p) const noexcept {
-  if (pooled)
-    BufferPool::instance().release({reinterpret_cast<std::byte*>(p), pooled});
-  else
-    std::free(p);
-}
+void Coefficients::Free::operator()(double* p) const noexcept { std::free(p); }
 
 namespace {
-
-// From this size the coefficients come from the recycled-buffer pool (as Python's outputs do
-// from 1 MiB, python/voxpipe/_pool.py): below it the allocator's free lists serve as well.
-constexpr std::size_t kPoolFrom = std::size_t{1} << 20;
 
 // Lanes filtered together along an axis that is not the last: 64 lanes of 8 bytes are 512
 // contiguous bytes per row, enough to stream rows through the cache while a task stays small.
@@ -663,18 +655,19 @@ Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mo
     out.capacity = reuse.capacity;
   } else {
     reuse.data.reset();
-    const std::size_t bytes = static_cast<std::size_t>(total) * sizeof(double);
-    if (bytes >= kPoolFrom) {
-      const BufferPool::Block block = BufferPool::instance().acquire(bytes);
-      out.data = std::unique_ptr<double[], Coefficients::Free>(
-          reinterpret_cast<double*>(block.data), Coefficients::Free{block.capacity});
-      out.capacity = block.capacity / sizeof(double);
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    std::size_t bytes = static_cast<std::size_t>(total) * sizeof(double);
+    void* p = nullptr;
+    if (bytes >= kHuge) {
+      bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+      p = std::aligned_alloc(kHuge, bytes);
+      if (p) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
     } else {
-      void* p = std::malloc(bytes);
-      if (!p) throw std::bad_alloc();
-      out.data.reset(static_cast<double*>(p));
-      out.capacity = bytes / sizeof(double);
+      p = std::malloc(bytes);
     }
+    if (!p) throw std::bad_alloc();
+    out.data.reset(static_cast<double*>(p));
+    out.capacity = bytes / sizeof(double);
   }
   std::int64_t origin = 0;
   for (std::size_t d = 0; d < nd; ++d) origin += m * out.strides[d];

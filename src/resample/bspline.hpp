@@ -81,20 +81,11 @@ void spline_filter_contiguous(double* p, std::int64_t count, std::int64_t len, s
 // read without the per-tap boundary logic.
 struct Coefficients {
   struct Free {
-    // `pooled`: the bytes of the BufferPool block the array is, which it goes back to; 0 for an
-    // array from malloc. (Constructors, not a member initialiser: unique_ptr needs the deleter
-    // default-constructible before Coefficients is complete.)
-    Free() noexcept : pooled(0) {}
-    explicit Free(std::size_t bytes) noexcept : pooled(bytes) {}
-    std::size_t pooled;
     void operator()(double* p) const noexcept;
   };
-  // Uninitialised until filled (the tasks that fill a region touch it first). From 1 MiB, a
-  // block of the process's recycled-buffer pool (voxpipe/buffer_pool.hpp), released to it with
-  // the array: a later call of about the same size gets it back already faulted in (fresh 4 KiB
-  // pages cost ~13 us each on first touch here, DESIGN.md; on a 256x256x176 volume, 4% of an
-  // exact cubic resampling repeated on one thread), and a large fresh block is mapped 2 MiB-
-  // aligned with huge-page advice.
+  // Uninitialised until filled (the tasks that fill a region touch it first), 2 MiB-aligned
+  // with transparent huge pages when large: fresh 4 KiB pages cost ~13 us each on first touch
+  // here (DESIGN.md), more than the filter itself.
   std::unique_ptr<double[], Free> data;
   std::size_t capacity = 0;           // doubles allocated at data
   double* origin = nullptr;           // coefficient (0, ..., 0), margin samples into data
@@ -107,9 +98,8 @@ struct Coefficients {
 std::int64_t spline_margin(const std::vector<std::int64_t>& shape, int order, InterpMode mode);
 // `cval` is the padding value of grid-constant (InterpOptions::pad_value, resolved).
 // `reuse`: coefficients no longer needed (of an earlier call, or empty) whose memory the result
-// takes when it holds enough, already faulted in; otherwise it is released (to the pool, which
-// keeps it within its limit, or freed) before the new array is allocated, so that the call holds
-// no more than one array at a time.
+// takes when it holds enough, already faulted in; otherwise it is freed before the new array is
+// allocated, so that no more than one array is held at a time.
 Coefficients spline_coefficients(const ArrayRef& input, int order, InterpMode mode, double cval,
                                  unsigned threads, Coefficients reuse = {});
 

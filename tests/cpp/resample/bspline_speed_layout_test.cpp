@@ -19,7 +19,6 @@
 
 #include "resample/boundary.hpp"
 #include "resample/bspline.hpp"
-#include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/resample.hpp"
 
 namespace {
@@ -382,48 +381,4 @@ TEST(ResampleBsplineLayout, fortran_and_strided_inputs_give_the_c_order_coeffici
   expect_layouts_agree<float>(9100);
   expect_layouts_agree<std::uint8_t>(9200);
   expect_layouts_agree<double>(9300);
-}
-
-// From 1 MiB the coefficients' memory is a block of the recycled-buffer pool, released to it
-// with the array: the next call of the size gets the same memory back, and fills it with the
-// coefficients of a fresh array, bit for bit, whatever it held. Smaller arrays leave the pool
-// alone.
-TEST(ResampleBsplineLayout, large_coefficients_memory_returns_to_the_pool_and_is_reused) {
-  BufferPool& pool = BufferPool::instance();
-  const std::size_t limit = pool.set_limit(std::size_t{64} << 20);  // whatever the environment set
-  pool.clear();
-  // Nearest pads every axis by 12 (54 x 65 x 94 doubles, 2.5 MiB: from the pool); mirror stores
-  // a margin of 2 (34 x 45 x 74 doubles, 885 KiB: from malloc).
-  const std::vector<std::int64_t> shape = {30, 41, 70};
-  std::int64_t total = 1;
-  for (auto n : shape) total *= n;
-  const auto d64 = random_values(static_cast<std::size_t>(total), 4242);
-  std::vector<float> values(d64.begin(), d64.end());
-  ArrayRef in;
-  in.data = values.data();
-  in.dtype = DType::f32;
-  in.shape = shape;
-  in.strides = {shape[1] * shape[2], shape[2], 1};
-  for (InterpMode mode : {InterpMode::nearest, InterpMode::mirror}) {
-    const bool pooled = mode == InterpMode::nearest;
-    std::vector<double> first;
-    const double* memory = nullptr;
-    const BufferPoolStats start = pool.stats();
-    {
-      auto c = resample::spline_coefficients(in, 3, mode, 0.0, 2);
-      first = stored(c);
-      memory = c.data.get();
-      std::fill(c.data.get(), c.data.get() + c.capacity, std::nan(""));
-    }
-    const BufferPoolStats released = pool.stats();
-    EXPECT_EQ(released.allocated, start.allocated + (pooled ? 1 : 0));
-    EXPECT_EQ(released.pooled_buffers, start.pooled_buffers + (pooled ? 1 : 0));
-    const auto again = resample::spline_coefficients(in, 3, mode, 0.0, 2);
-    if (pooled) {
-      EXPECT_EQ(again.data.get(), memory);
-      EXPECT_EQ(pool.stats().reused, released.reused + 1);
-    }
-    EXPECT_TRUE(same_bits(stored(again), first)) << interp_mode_name(mode);
-  }
-  pool.set_limit(limit);
 }
