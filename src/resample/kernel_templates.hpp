@@ -271,7 +271,27 @@ struct Group {
 
 // Which points the vector paths take: first taps in [lo, hi] along every axis, and, where the
 // plan has a margin, coordinates inside [0, cmax] (beyond, modes other than grid-constant and
-// nearest move the coordinate itself, which only the scalar path does).
+// nearest move the coordinate itself, which only the scalar path does). The AVX-512 path
+// broadcasts these where it compares; the AVX2 path keeps them broadcast (Bounds).
+template <int ND>
+struct Limits {
+  double lo[ND], hi[ND], cmax[ND];
+  bool margin = false;
+};
+
+template <int ORDER, int ND>
+Limits<ND> limits_of(const Plan& plan) {
+  Limits<ND> b;
+  const double m = static_cast<double>(plan.margin);
+  for (int d = 0; d < ND; ++d) {
+    b.lo[d] = -m;
+    b.hi[d] = static_cast<double>(plan.shape[d] - 1 - ORDER) + m;
+    b.cmax[d] = static_cast<double>(plan.shape[d] - 1);
+  }
+  b.margin = plan.margin > 0;
+  return b;
+}
+
 template <int ND>
 struct Bounds {
   v4d lo[ND], hi[ND], cmax[ND];
@@ -280,14 +300,14 @@ struct Bounds {
 
 template <int ORDER, int ND>
 Bounds<ND> bounds_of(const Plan& plan) {
+  const Limits<ND> l = limits_of<ORDER, ND>(plan);
   Bounds<ND> b;
-  const double m = static_cast<double>(plan.margin);
   for (int d = 0; d < ND; ++d) {
-    b.lo[d] = v4d{} - m;
-    b.hi[d] = v4d{} + (static_cast<double>(plan.shape[d] - 1 - ORDER) + m);
-    b.cmax[d] = v4d{} + static_cast<double>(plan.shape[d] - 1);
+    b.lo[d] = v4d{} + l.lo[d];
+    b.hi[d] = v4d{} + l.hi[d];
+    b.cmax[d] = v4d{} + l.cmax[d];
   }
-  b.margin = plan.margin > 0;
+  b.margin = l.margin;
   return b;
 }
 
@@ -670,26 +690,6 @@ struct Group8 {
   alignas(64) std::int64_t base[8];
 };
 
-// bounds_of's limits, as scalars (broadcast where they are compared).
-template <int ND>
-struct Bounds8 {
-  double lo[ND], hi[ND], cmax[ND];
-  bool margin = false;
-};
-
-template <int ORDER, int ND>
-Bounds8<ND> bounds8_of(const Plan& plan) {
-  Bounds8<ND> b;
-  const double m = static_cast<double>(plan.margin);
-  for (int d = 0; d < ND; ++d) {
-    b.lo[d] = -m;
-    b.hi[d] = static_cast<double>(plan.shape[d] - 1 - ORDER) + m;
-    b.cmax[d] = static_cast<double>(plan.shape[d] - 1);
-  }
-  b.margin = plan.margin > 0;
-  return b;
-}
-
 // The setup of the points `valid` (bit l: point l) of a group, as setup_group: returns the mask
 // of those whose taps all lie in memory at their plain offsets. The other lanes get the first
 // tap of one of those points (any read of theirs is a read of that point's), or 0 when there is
@@ -699,7 +699,7 @@ Bounds8<ND> bounds8_of(const Plan& plan) {
 template <int ORDER, int ND>
 VOXPIPE_AVX512 inline unsigned setup_group8(const Plan& plan, const double* coords,
                                             std::int64_t cs, unsigned valid,
-                                            const Bounds8<ND>& b, Group8<ORDER, ND>& g,
+                                            const Limits<ND>& b, Group8<ORDER, ND>& g,
                                             unsigned& cval) {
   const __m512d npad = _mm512_set1_pd(plan.npad);
   __m512i start[ND];
@@ -786,7 +786,7 @@ VOXPIPE_AVX512 void eval_avx512(const Plan& plan, const double* coords, std::int
                                 std::int64_t n, Taps* taps, double* out) {
   const T* p = static_cast<const T*>(plan.data);
   const std::int64_t* stride = plan.strides.data();
-  const Bounds8<ND> bounds = bounds8_of<ORDER, ND>(plan);
+  const Limits<ND> bounds = limits_of<ORDER, ND>(plan);
   const __m512d cval = _mm512_set1_pd(plan.cval);
   // The points of group q's lanes `valid` not done by its tap sums: cval where setup_group8
   // found it, the others one by one on the scalar path. (A lambda: not compiled for the
