@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "gz/member_files.hpp"
 #include "gz/member_writer.hpp"
 #include "gz/members.hpp"
 #include "voxpipe/nifti.hpp"
@@ -43,18 +44,7 @@ Bytes mri_like(std::size_t voxels, std::uint64_t seed) {
   return b;
 }
 
-std::string write_members(const vptest::TempDir& dir, const Bytes& data, int level,
-                          GzipLayout layout, unsigned threads, std::size_t piece) {
-  const std::string path = dir.file(layout == GzipLayout::bgzf ? "w.bgz" : "w.gz");
-  AtomicOutputFile out(path);
-  MemberWriter w(out, level, layout, threads);
-  if (piece == 0) piece = data.size() + 1;
-  for (std::size_t i = 0; i < data.size(); i += piece)
-    w.write(vptest::as_bytes(data).subspan(i, std::min(piece, data.size() - i)));
-  w.finish();
-  out.commit();
-  return path;
-}
+using gztest::write_members;
 
 // The whole file through voxpipe's member table and parallel member inflate.
 Bytes read_with_voxpipe(const std::string& path, std::size_t size) {

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "gz/gzip_source.hpp"
+#include "gz/member_files.hpp"
 #include "gz/member_writer.hpp"
 #include "gz/members.hpp"
 #include "test_support.hpp"
@@ -11,12 +12,10 @@ namespace {
 
 using voxpipe::ErrorCode;
 using voxpipe::GzipLayout;
-using voxpipe::core::AtomicOutputFile;
 using voxpipe::core::InputFile;
 using voxpipe::gz::kBgzfBlockSize;
 using voxpipe::gz::kMemberSize;
 using voxpipe::gz::Member;
-using voxpipe::gz::MemberWriter;
 using vptest::Bytes;
 
 // Smooth int16-like data with a zero background: compresses like an anatomical image.
@@ -28,18 +27,7 @@ Bytes image_bytes(std::size_t n, std::uint64_t seed) {
   return b;
 }
 
-std::string write_members(const vptest::TempDir& dir, const Bytes& data, int level,
-                          GzipLayout layout, unsigned threads, std::size_t piece = 0) {
-  const std::string path = dir.file(layout == GzipLayout::bgzf ? "m.bgz" : "m.gz");
-  AtomicOutputFile out(path);
-  MemberWriter w(out, level, layout, threads);
-  if (piece == 0) piece = data.size() + 1;
-  for (std::size_t i = 0; i < data.size(); i += piece)
-    w.write(vptest::as_bytes(data).subspan(i, std::min(piece, data.size() - i)));
-  w.finish();
-  out.commit();
-  return path;
-}
+using gztest::write_members;
 
 Bytes collect(const InputFile& file, const std::vector<Member>& members, std::uint64_t begin,
               std::uint64_t end, unsigned threads) {
@@ -110,16 +98,6 @@ TEST(MemberWriter, HeadersAnnounceTheSizesAndBgzfEndsWithItsMarker) {
     EXPECT_LE(m.size, 65536u);
     EXPECT_LE(m.uncompressed_size, kBgzfBlockSize);
   }
-}
-
-TEST(MemberWriter, IncompressibleBgzfBlocksStayWithin64KiB) {
-  vptest::TempDir dir;
-  const Bytes data = vptest::random_bytes(5 * kBgzfBlockSize + 7, 3);
-  const std::string path = write_members(dir, data, 9, GzipLayout::bgzf, 2);
-  EXPECT_EQ(vptest::gunzip(vptest::read_file(path)), data);
-  const auto blocks = voxpipe::gz::read_member_table(InputFile(path));
-  ASSERT_TRUE(blocks);
-  for (const Member& m : *blocks) EXPECT_LE(m.size, 65536u);
 }
 
 TEST(InflateMembers, AnyRangeWithAnyThreadsDeliversEachByteOnce) {
