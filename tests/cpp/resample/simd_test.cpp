@@ -118,6 +118,22 @@ std::vector<double> run(const Case& c, std::vector<std::byte>& data, std::vector
   return out;
 }
 
+// The interpolation modes, and the options both comparisons run (one thread, cval -7.5).
+constexpr InterpMode kModes[] = {InterpMode::constant, InterpMode::grid_constant,
+                                 InterpMode::nearest,  InterpMode::reflect,
+                                 InterpMode::mirror,   InterpMode::wrap,
+                                 InterpMode::grid_wrap};
+
+InterpOptions options_for(int order, InterpMode mode, bool prefilter) {
+  InterpOptions o;
+  o.order = order;
+  o.mode = mode;
+  o.cval = -7.5;
+  o.prefilter = prefilter;
+  o.threads = 1;
+  return o;
+}
+
 // Every layout, order 1 to 5, mode and prefilter setting: fn(options, vector of the case's data
 // and coordinates, a description for failures). 301 points: not a multiple of 4 or 12, so the
 // scalar tail runs too.
@@ -141,9 +157,6 @@ int for_each_setting(unsigned seed, Fn&& fn) {
       // Last axes of 16 and more: the coefficients carry a margin the vector path reads.
       {{9, 11, 21}, DType::f64, false},  {{7, 6, 18}, DType::f32, true},
   };
-  const InterpMode modes[] = {InterpMode::constant, InterpMode::grid_constant, InterpMode::nearest,
-                              InterpMode::reflect,  InterpMode::mirror,        InterpMode::wrap,
-                              InterpMode::grid_wrap};
   std::mt19937_64 rng(seed);
   int settings = 0;
   for (const Case& c : cases) {
@@ -153,14 +166,9 @@ int for_each_setting(unsigned seed, Fn&& fn) {
     constexpr std::int64_t npts = 301;
     auto coords = make_coords(c.shape, npts, rng);
     for (int order = 1; order <= 5; ++order)
-      for (InterpMode mode : modes)
+      for (InterpMode mode : kModes)
         for (bool prefilter : {true, false}) {
-          InterpOptions o;
-          o.order = order;
-          o.mode = mode;
-          o.cval = -7.5;
-          o.prefilter = prefilter;
-          o.threads = 1;
+          const InterpOptions o = options_for(order, mode, prefilter);
           std::string what = "order " + std::to_string(order) + ", mode " +
                              std::string(interp_mode_name(mode)) + ", prefilter " +
                              std::to_string(prefilter) + ", " + std::to_string(c.shape.size()) +
@@ -207,9 +215,6 @@ TEST(ResampleSimd, EqualsTheScalarPathOnRowsOfEveryLength) {
                                    {{12, 11, 10}, DType::i16, false},
                                    {{23, 21}, DType::f64, false},
                                    {{22, 18}, DType::f32, false}};
-  const InterpMode modes[] = {InterpMode::constant, InterpMode::grid_constant, InterpMode::nearest,
-                              InterpMode::reflect,  InterpMode::mirror,        InterpMode::wrap,
-                              InterpMode::grid_wrap};
   std::mt19937_64 rng(23);
   constexpr std::int64_t kRows = 5;
   int compared = 0;
@@ -222,14 +227,9 @@ TEST(ResampleSimd, EqualsTheScalarPathOnRowsOfEveryLength) {
       const std::int64_t npts = kRows * len;
       auto coords = make_coords(c.shape, npts, rng, 0.97);
       for (int order = 1; order <= 5; ++order)
-        for (InterpMode mode : modes)
+        for (InterpMode mode : kModes)
           for (bool prefilter : {true, false}) {
-            InterpOptions o;
-            o.order = order;
-            o.mode = mode;
-            o.cval = -7.5;
-            o.prefilter = prefilter;
-            o.threads = 1;
+            const InterpOptions o = options_for(order, mode, prefilter);
             core::set_simd_level(SimdLevel::scalar);
             const auto scalar = run(c, data, coords, npts, o, kRows);
             for (SimdLevel level : levels) {
