@@ -10,7 +10,8 @@
 and the 4x4 RAS affine. Tensors: a 3D volume gets a channel axis of 1; the volumes of a 4D
 series become the channels; a 2D image is (1, W, H, 1). Their dtype is the stored one, as
 SimpleITK's (uint16 and uint32 widened to int32 and int64, as TorchIO does), and float32 for
-data the header scales (float64 for scaled float64 data). The values equal SimpleITK's, with one
+data the header scales (float64 for scaled float64 data), in native byte order for big-endian
+files too (torch takes no other). The values equal SimpleITK's, with one
 difference: scaled 32- and 64-bit integers, which ITK rounds to float32 before it scales them;
 voxpipe scales in float64 and rounds once (nibabel's values). The affine is nibabel's
 (``img.affine``), which ITK's equals for axis-aligned images; for oblique ones ITK's differs in
@@ -44,7 +45,8 @@ def _decode(img) -> np.ndarray:
     if (proxy.slope, proxy.inter) == (1.0, 0.0):
         return np.asanyarray(proxy)
     # ITK's NIfTI reader gives scaled data as float32, float64 data as float64.
-    dtype = np.float64 if np.dtype(proxy.dtype) == np.float64 else np.float32
+    stored = np.dtype(proxy.dtype)
+    dtype = np.float64 if stored.kind == "f" and stored.itemsize == 8 else np.float32  # any order
     return img.get_fdata(dtype=dtype, caching="unchanged")
 
 
@@ -72,5 +74,9 @@ def read(path) -> tuple[torch.Tensor, np.ndarray]:
     else:
         img = load(path, mmap=False)  # the tensor owns its memory, not a map of the file
         data = _decode(img)
+    if not data.dtype.isnative:
+        # torch refuses other byte orders; SimpleITK gives big-endian files' values native too.
+        # Swapped where it lies: the array was read for this call and is no one else's.
+        data = data.byteswap(inplace=data.flags.writeable).view(data.dtype.newbyteorder("="))
     tensor = torch.as_tensor(check_uint_to_int(_channels_first(data)))
     return tensor, np.array(img.affine, dtype=np.float64)

@@ -125,3 +125,33 @@ def test_import_without_torchio_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchio", None)  # import torchio -> ModuleNotFoundError
     with pytest.raises(ImportError, match=r"voxpipe.torchio needs TorchIO: pip install 'voxpipe\[torchio\]'"):
         importlib.import_module("voxpipe.torchio")
+
+
+def _nibabel_data(name):
+    import os
+    return os.path.join(os.path.dirname(nib.__file__), "tests", "data", name)
+
+
+@pytest.mark.parametrize("ext", [".nii", ".nii.gz"])
+@pytest.mark.parametrize("case", ["int16", "int16_scaled", "float32", "float64_scaled",
+                                  "uint16", "int16_4d"])
+def test_big_endian_files_give_native_tensors(tmp_path, case, ext):
+    """torch takes native byte order only: a big-endian file's values come back swapped, equal
+    to SimpleITK's."""
+    data, si = CASES[case]
+    path = write_nifti(tmp_path / f"be_{case}{ext}", data, diagonal_affine(), si, endianness=">")
+    assert nib.load(path).header.endianness == ">"
+    want = _default(path)
+    got = tio.ScalarImage(path, reader=voxpipe.torchio.read)
+    assert_same(got.data, want.data, "tensor")
+    assert_same(got.affine, want.affine, "affine")
+
+
+@pytest.mark.parametrize("name", ["anatomical.nii", "functional.nii", "example4d.nii.gz"])
+def test_nibabel_test_files_equal_torchio_default_reader(name):
+    """The files nibabel's own tests read (anatomical.nii and functional.nii are big-endian)."""
+    path = _nibabel_data(name)
+    want = _default(path)
+    got = tio.ScalarImage(path, reader=voxpipe.torchio.read)
+    assert_same(got.data, want.data, "tensor")
+    np.testing.assert_allclose(got.affine, want.affine, rtol=0, atol=1e-6)
