@@ -60,8 +60,9 @@ const char* kBenchLoadUsage =
     "                    this many decoded outputs are held in memory\n"
     "  --repeat R        timed rounds over all files (default 3)\n"
     "  --no-nibabel      measure voxpipe only\n"
-    "  --python PATH     the Python that runs nibabel; default $VOXPIPE_PYTHON, else the python\n"
-    "                    beside the voxpipe executable (a venv's bin/), else python3 on PATH\n"
+    "  --python PATH     the Python that runs nibabel; default $VOXPIPE_PYTHON, else the Python\n"
+    "                    that runs the command (pip's voxpipe), else the python beside the\n"
+    "                    voxpipe executable (a venv's bin/), else python3 on PATH\n"
     "\n"
     "nibabel loads one file at a time, in a plain loop, after one untimed load of the first file\n"
     "(it imports modules on first use). A file voxpipe cannot load is named on stderr and left\n"
@@ -69,7 +70,8 @@ const char* kBenchLoadUsage =
     "failing file (docs/exit_codes.md). Without Python or nibabel, voxpipe is reported alone.\n"
     "A progress bar (loads done of all rounds, ETA) is drawn when stderr is a terminal.\n";
 
-// The child's side of the comparison, run as `python -c SCRIPT REPEAT DTYPE PROGRESS FILES...`.
+// The child's side of the comparison, run as `python -c SCRIPT REPEAT DTYPE PROGRESS FILES...`
+// after kPythonWithoutCwd (the folder the command runs in holds the user's files, not modules).
 // The first file is loaded once untimed (nibabel imports modules on first use: ~13 ms measured
 // on a small .nii.gz, more than loading it). Each file's time covers nibabel.load, the load of
 // the data and freeing it; with PROGRESS=1 a line "." follows every file. The last line is the
@@ -434,8 +436,9 @@ NibabelRun not_run(std::string why) {
   return r;
 }
 
-// The Python to run nibabel with: --python, $VOXPIPE_PYTHON, `python` beside this executable
-// (pip installs voxpipe into a venv's bin/), else python3 on PATH.
+// The Python to run nibabel with: --python, $VOXPIPE_PYTHON (which the command pip installs sets
+// to the Python it runs in, when unset), `python` beside this executable (a C++ build installed
+// into a venv's bin/), else python3 on PATH.
 std::string find_python(const std::optional<std::string>& given) {
   if (given) return *given;
   if (const char* env = std::getenv("VOXPIPE_PYTHON"); env && *env) return env;
@@ -454,7 +457,8 @@ std::string find_python(const std::optional<std::string>& given) {
 NibabelRun run_nibabel(const std::string& python, const std::vector<std::string>& paths, int repeat,
                        bool native, Progress& progress, bool show_progress) {
   NibabelRun result;
-  std::vector<std::string> args{python, "-c", kNibabelScript, std::to_string(repeat),
+  std::vector<std::string> args{python, "-c", std::string(kPythonWithoutCwd) + kNibabelScript,
+                                std::to_string(repeat),
                                 native ? "native" : "float32", show_progress ? "1" : "0"};
   args.insert(args.end(), paths.begin(), paths.end());
   std::vector<char*> argv;

@@ -20,6 +20,15 @@ inline constexpr int kPartial = 11;
 // An output exists and --overwrite was not given (check_overwrite).
 inline constexpr int kExists = 12;
 
+// The first lines of every `python -c CODE` the command runs (main.cpp's hand-off of URLs and
+// stores, bench-load's nibabel child). `-c` (as `-m`) puts the current folder first on sys.path,
+// so that a numpy.py or voxpipe.py in the user's data folder would be imported in place of the
+// installed one; these lines take that entry off before anything else is imported (`sys` is
+// built in; `site` ran before the entry was added). Not `python -I`: it would also drop
+// PYTHONPATH and the user's site-packages, where voxpipe itself may be installed.
+inline constexpr const char* kPythonWithoutCwd =
+    "import sys\nif sys.path[:1] == ['']: del sys.path[0]\n";
+
 // The version of this build (project(VERSION) in CMakeLists.txt), e.g. "0.1.0".
 const char* version();
 

@@ -5,9 +5,10 @@
 #   2. `auditwheel repair --plat $PLAT`: copies the native libraries voxpipe links (ISA-L,
 #      libdeflate, zlib, libjpeg-turbo, CharLS, OpenJPEG, libpng, libzstd, c-blosc and the lz4
 #      and snappy libraries c-blosc links) into voxpipe.libs/ and points
-#      _core and the `voxpipe` executable at them. auditwheel moves the executable from
-#      .data/scripts to voxpipe.scripts/ (platlib) and leaves a Python shim in scripts/ that execs
-#      it, as an RPATH relative to the scripts folder could not reach platlib;
+#      _core at them. The wheel's `voxpipe` command (.data/scripts/voxpipe) is
+#      cli/python_launcher.py, which runs the commands inside _core: no executable for auditwheel
+#      to move out of bin/ (it would leave a shim there whose program no longer finds the
+#      environment's Python);
 #   3. scripts/wheel_licenses.py: those libraries' licenses into the wheel (fails when one has
 #      none).
 # PLAT: manylinux_2_35_x86_64, the widest tag `auditwheel show` finds for this build on Debian 12

@@ -1,15 +1,24 @@
 """``python -m voxpipe ARGS...``: the voxpipe command line run in this Python process, where
 objects named by URLs (s3://, gs://, az://, http(s)://) are read through obstore, configured by
 the environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, credential files, ...), and NIfTI-Zarr stores
-(``*.zarr``) through the ``zarr`` package. The ``voxpipe`` program runs this when given a URL or a
-store."""
+(``*.zarr``) through the ``zarr`` package.
 
+``main()`` is also what the ``voxpipe`` command runs when an argument is a URL or a store (pip's
+command, cli/python_launcher.py, and the program of a C++ build, cli/main.cpp); neither starts
+Python with ``-m``, which puts the current folder first on ``sys.path``. ``python -m voxpipe``
+typed in a shell does, as ``-m`` always does."""
+
+import os
 import sys
 
 from . import _core, _remote  # noqa: F401  (_remote installs the core's URL handlers)
 
 
 def main() -> int:
+    # bench-load's nibabel child: this interpreter, which has the packages voxpipe was installed
+    # with, rather than a python found beside the executable or on PATH.
+    if sys.executable:
+        os.environ.setdefault("VOXPIPE_PYTHON", sys.executable)
     _core.cli_install_signal_handlers()
     return int(_core.cli_main(sys.argv[1:]))
 

@@ -3,14 +3,19 @@ fresh virtual environment, from a folder outside the source tree, with no compil
 PATH. Checks that the wheel is self-contained (its native libraries and the `voxpipe` command
 come from the wheel, not from the build machine) and that the first things a user does work:
 import, a NIfTI load equal to nibabel's, compressed DICOM frames decoded by each bundled codec
-library, `voxpipe info` and `voxpipe --version`.
+library, `voxpipe info` and `voxpipe --version`; and that the `voxpipe` command (one script in
+bin/, which runs the commands inside this Python) works from the environment without activating
+it, with nothing set: `convert` to and `info` of a NIfTI-Zarr store, `info` and `convert` of an
+s3:// object (the zarr and s3 extras installed) and `bench-load` with its nibabel child, from a
+folder whose voxpipe.py, numpy.py, zarr.py and obstore.py it must not import.
 
-Usage: python smoke_test.py SOURCE_ROOT   (the checkout the wheel was built from, only to assert
-that nothing is imported from it)
+Usage: python smoke_test.py SOURCE_ROOT   (the checkout the wheel was built from, to assert that
+nothing is imported from it, and whose .venv runs the S3 server: moto)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -125,15 +131,97 @@ def cli(vp, nifti: Path) -> None:
     check(r.returncode == 0 and "int16" in r.stdout, "`voxpipe info FILE` prints the file's dtype")
 
 
-def elf_executable() -> Path:
-    """The ELF `voxpipe` program: auditwheel moves it to <platlib>/voxpipe.scripts/ and leaves a
-    Python shim in bin/ that execs it; a wheel that was not repaired has it in bin/ itself."""
-    shim = Path(shutil.which("voxpipe"))
-    if shim.read_bytes()[:4] == b"\x7fELF":
-        return shim
-    moved = Path(sysconfig.get_path("platlib")) / "voxpipe.scripts" / "voxpipe"
-    check(moved.is_file() and "voxpipe.scripts" in shim.read_text(), f"bin/voxpipe execs {moved}")
-    return moved
+def one_voxpipe_command() -> None:
+    """bin/voxpipe is the wheel's launcher run by this environment's Python, and the wheel
+    installs nothing else of that name (a repaired executable would be moved to
+    voxpipe.scripts/, behind a second `voxpipe` shim)."""
+    from importlib.metadata import distribution
+    exe = Path(sysconfig.get_path("scripts")) / "voxpipe"
+    first = exe.read_bytes().split(b"\n", 1)[0]
+    check(first.startswith(b"#!") and Path(first[2:].decode().split()[0]).resolve()
+          == Path(sys.executable).resolve(),
+          f"bin/voxpipe is a script run by this environment's Python ({first.decode()!r})")
+    dist = distribution("voxpipe")
+    named = [str(f) for f in dist.files or []
+             if Path(str(f)).name == "voxpipe" and Path(str(dist.locate_file(f))).is_file()]
+    check(len(named) == 1 and not (Path(sysconfig.get_path("platlib")) / "voxpipe.scripts").exists(),
+          f"the wheel installs one file named voxpipe ({named})")
+
+
+PLANTED = ("voxpipe", "numpy", "zarr", "obstore", "nibabel", "sitecustomize")
+BUCKET = "voxpipe-wheel"
+
+
+@contextlib.contextmanager
+def s3_server(nifti: Path) -> Iterator[dict[str, str]]:
+    """moto's S3 server on 127.0.0.1 (tests/python/s3_server.py), run by the checkout's .venv,
+    with `nifti` uploaded as s3://voxpipe-wheel/NAME; yields the environment that reaches it.
+    The server ends when its standard input closes, or after 5 minutes."""
+    code = ("import logging, signal, sys; signal.alarm(300); sys.path.insert(0, sys.argv[1])\n"
+            "logging.getLogger('werkzeug').setLevel(logging.WARNING)  # no line per request\n"
+            "from s3_server import S3Server\n"
+            "s = S3Server(sys.argv[2]); s.client.upload_file(sys.argv[3], sys.argv[2], sys.argv[4])\n"
+            "print(s.endpoint, flush=True); sys.stdin.read(); s.stop()\n")
+    server = subprocess.Popen(
+        [str(SOURCE_ROOT / ".venv" / "bin" / "python"), "-c", code,
+         str(SOURCE_ROOT / "tests" / "python"), BUCKET, str(nifti), nifti.name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        endpoint = server.stdout.readline().strip()
+        check(endpoint.startswith("http://127.0.0.1:"), f"S3 server at {endpoint}")
+        yield {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true",
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def cli_not_activated(vp, nifti: Path, work: Path) -> None:
+    """The commands that need Python packages besides voxpipe's own, run as from a shell where
+    the environment is not activated: bin/voxpipe by its absolute path, PATH without bin/, no
+    VIRTUAL_ENV or VOXPIPE_* variable, in a folder of planted modules that write markers."""
+    import nibabel as nib
+    exe = str(Path(sysconfig.get_path("scripts")) / "voxpipe")
+    bin_dir = str(Path(exe).parent)
+    base = {k: v for k, v in os.environ.items()
+            if k != "VIRTUAL_ENV" and not k.startswith("VOXPIPE_")}
+    base["PATH"] = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                   if p and Path(p).resolve() != Path(bin_dir).resolve())
+    folder, markers = work / "planted", work / "markers"
+    folder.mkdir()
+    markers.mkdir()
+    for name in PLANTED:
+        (folder / f"{name}.py").write_text(f"open({str(markers / name)!r}, 'w').write('x')\n")
+
+    def run(args: list[str], env: dict[str, str]) -> str:
+        r = subprocess.run([exe, *args], cwd=folder, env=env, capture_output=True, text=True,
+                           timeout=120)
+        what = "voxpipe " + " ".join(a.replace(str(work), "...") for a in args)
+        imported = sorted(p.name for p in markers.iterdir())
+        check(r.returncode == 0 and not imported,
+              f"`{what}` exits 0 (rc {r.returncode}, {r.stderr.strip()[-300:]!r}), importing "
+              f"nothing from the working folder ({imported or 'nothing'})")
+        return r.stdout
+
+    ref = nib.load(nifti).get_fdata()
+    store = work / "y.nii.zarr"
+    run(["convert", str(nifti), str(store)], base)
+    info = json.loads(run(["info", "--json", str(store)], base))
+    check(list(info["shape"]) == list(ref.shape), f"`voxpipe info STORE` reads its shape {info['shape']}")
+    with s3_server(nifti) as s3:
+        url = f"s3://{BUCKET}/{nifti.name}"
+        info = json.loads(run(["info", "--json", url], dict(base, **s3)))
+        check(list(info["shape"]) == list(ref.shape), f"`voxpipe info {url}` reads its shape")
+        run(["convert", url, str(work / "from_s3.nii")], dict(base, **s3))
+        check(nib.load(work / "from_s3.nii").get_fdata().tobytes() == ref.tobytes(),
+              "`voxpipe convert s3://... OUT` writes the object's values")
+    out = run(["bench-load", str(nifti), "--repeat", "1"], base)
+    check(f"nibabel {nib.__version__}, Python" in out and sys.executable in out,
+          "`voxpipe bench-load` compares with nibabel in this environment's Python")
 
 
 def bundled_libraries_resolve_inside_the_wheel(vp) -> None:
@@ -141,17 +229,17 @@ def bundled_libraries_resolve_inside_the_wheel(vp) -> None:
     check(LDD is not None, f"ldd found in /usr/bin or /bin ({LDD})")
     libs_dir = Path(sysconfig.get_path("platlib")) / "voxpipe.libs"
     check(libs_dir.is_dir(), f"{libs_dir} holds the bundled libraries")
-    for binary in (Path(voxpipe._core.__file__), elf_executable()):
-        out = subprocess.run([LDD, str(binary)], capture_output=True, text=True, check=True).stdout
-        lines = [l.strip() for l in out.splitlines() if "=>" in l]
-        check(not any("not found" in l for l in lines), f"ldd {binary.name}: every library found")
-        bundled = [l for l in lines if BUNDLED.match(l.split()[0])]
-        names = sorted(l.split()[0].split("-")[0].split(".")[0] for l in bundled)
-        outside = [l for l in bundled if not inside(Path(l.split("=>")[1].split()[0]), libs_dir)]
-        check(not outside, f"ldd {binary.name}: {', '.join(names)} from voxpipe.libs, none from the system")
-        if binary.name.startswith("_core"):
-            wanted = {"libisal", "libdeflate", "libjpeg", "libcharls", "libopenjp2"}
-            check(wanted <= set(names), f"_core loads its own {', '.join(sorted(wanted))}")
+    # _core is the one native file: the `voxpipe` command runs the commands inside it.
+    binary = Path(voxpipe._core.__file__)
+    out = subprocess.run([LDD, str(binary)], capture_output=True, text=True, check=True).stdout
+    lines = [l.strip() for l in out.splitlines() if "=>" in l]
+    check(not any("not found" in l for l in lines), f"ldd {binary.name}: every library found")
+    bundled = [l for l in lines if BUNDLED.match(l.split()[0])]
+    names = sorted(l.split()[0].split("-")[0].split(".")[0] for l in bundled)
+    outside = [l for l in bundled if not inside(Path(l.split("=>")[1].split()[0]), libs_dir)]
+    check(not outside, f"ldd {binary.name}: {', '.join(names)} from voxpipe.libs, none from the system")
+    wanted = {"libisal", "libdeflate", "libjpeg", "libcharls", "libopenjp2"}
+    check(wanted <= set(names), f"_core loads its own {', '.join(sorted(wanted))}")
 
 
 def licenses_in_wheel() -> None:
@@ -175,7 +263,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         nifti = nifti_equals_nibabel(vp, Path(d))
         dicom_codecs(vp)
+        one_voxpipe_command()
         cli(vp, nifti)
+        cli_not_activated(vp, nifti, Path(d))
     bundled_libraries_resolve_inside_the_wheel(vp)
     licenses_in_wheel()
     print("wheel smoke test passed")
