@@ -968,6 +968,11 @@ void install_signal_handlers() {
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)
       ::sigaction(sig, &action, nullptr);
   }
+  // A write past `ulimit -f` raises SIGXFSZ, whose default action kills the process at once and
+  // leaves the temporary. Ignored, the write fails with EFBIG instead: an io error that names
+  // the output, and the writer removes its temporary (Python ignores it at start-up for the
+  // same reason).
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

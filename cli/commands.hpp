@@ -16,7 +16,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 
 // For the program only (not for tests calling run): on SIGINT, SIGTERM and SIGHUP, remove the
 // temporary files of the outputs being written and end by that signal. Signals the caller
-// ignores stay ignored.
+// ignores stay ignored. SIGXFSZ (a write past `ulimit -f`) is ignored, so that the write fails
+// with EFBIG, an io error, and its temporary is removed.
 void install_signal_handlers();
 
 }  // namespace voxpipe::cli

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+
+from voxpipe_commands import KINDS, command
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(os.environ.get('VOXPIPE_CLI') or REPO / '.venv' / 'bin' / 'voxpipe')
@@ -94,6 +97,31 @@ def test_convert_interrupted_by_a_signal_leaves_nothing(source, tmp_path, sig):
     wait_for_temporary(proc, dst)
     proc.send_signal(sig)
     assert proc.wait(timeout=TIMEOUT) == -sig  # ended by the signal itself: WIFSIGNALED
+    assert temporaries(dst) == []
+    assert dst.read_bytes() == PREVIOUS
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_a_write_past_the_file_size_limit_fails_and_leaves_nothing(source, tmp_path, kind):
+    # Under `ulimit -f` a write past the limit raises SIGXFSZ, whose default action killed the
+    # command at once and left its temporary. Both forms of the command (a C++ build's program,
+    # pip's, which runs in Python) end with an io error naming the output instead, exit 4, with
+    # the temporary removed and the previous output as it was.
+    try:
+        prefix, env = command(kind)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    dst = tmp_path / 'out.nii'
+    dst.write_bytes(PREVIOUS)
+
+    def limited():  # as a shell starts a command after `ulimit -f 1024`
+        default_signals()()
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    r = subprocess.run([*prefix, 'convert', source, dst, '--overwrite'], capture_output=True,
+                       text=True, env=env, preexec_fn=limited, timeout=TIMEOUT)
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert f'voxpipe convert: error (io): {dst}: write failed: File too large' in r.stderr
     assert temporaries(dst) == []
     assert dst.read_bytes() == PREVIOUS
 
