@@ -3,10 +3,16 @@
 Every error carries ``code`` (what kind of failure), ``path`` (the file), ``field`` (the header
 field or stream part involved, when there is one) and ``offset`` (byte offset, when known). Each
 class also derives from the built-in exception a user would catch: ``ValueError`` for bad files,
-``OSError`` for I/O, and ``FileNotFoundError`` for a missing file.
+``OSError`` for I/O, and ``FileNotFoundError`` for a missing file. A file that is not a valid
+image (``FormatError``, ``TruncatedError``, ``CorruptError``) is also nibabel's
+``ImageFileError``, which code written for ``nib.load`` catches.
 """
 
 from __future__ import annotations
+
+from nibabel.filebasedimages import ImageFileError
+
+from ._redact import redact
 
 
 class VoxpipeError(Exception):
@@ -15,8 +21,10 @@ class VoxpipeError(Exception):
     code = "unknown"
 
     def __init__(self, message: str, path: str = "", field: str = "", offset: int | None = None):
-        super().__init__(message)
-        self.path = path
+        # A URL's credentials (user-info, a presigned URL's signature) never reach the text of
+        # an error, its pickle or a traceback (_redact.py).
+        super().__init__(redact(str(message)))
+        self.path = redact(path) if isinstance(path, str) else path
         self.field = field
         self.offset = offset
 
@@ -28,32 +36,39 @@ class VoxpipeError(Exception):
                              self.offset), self.__dict__)
 
 
-class FormatError(VoxpipeError, ValueError):
-    """Not a valid file of the expected format (bad magic, invalid header field)."""
+class FormatError(VoxpipeError, ValueError, ImageFileError):
+    """Not a valid file of the expected format (bad magic, invalid header field). Also nibabel's
+    ImageFileError, which ``nib.load`` raises for a file it cannot read as an image."""
 
     code = "format"
 
 
 class UnsupportedError(VoxpipeError, ValueError):
-    """A valid file that voxpipe (and nibabel) cannot read, e.g. an unsupported datatype."""
+    """A valid file that voxpipe (and nibabel) cannot read, e.g. an unsupported datatype.
+
+    Not an ImageFileError: nibabel raises none for these files (HeaderDataError for a datatype
+    it does not read; a valid .nii.bz2 it reads), nor for a device or codec that is missing."""
 
     code = "unsupported"
 
 
-class TruncatedError(VoxpipeError, ValueError, OSError):
-    """The file ends before the data its header promises."""
+class TruncatedError(VoxpipeError, ValueError, OSError, ImageFileError):
+    """The file ends before the data its header promises (also nibabel's ImageFileError)."""
 
     code = "truncated"
 
 
-class CorruptError(VoxpipeError, ValueError, OSError):
-    """A compressed stream is invalid or fails its checksum."""
+class CorruptError(VoxpipeError, ValueError, OSError, ImageFileError):
+    """A compressed stream is invalid or fails its checksum (also nibabel's ImageFileError)."""
 
     code = "corrupt"
 
 
 class LimitError(VoxpipeError, ValueError):
-    """A size in the file exceeds the configured limits or what the file can justify."""
+    """A size in the file exceeds the configured limits or what the file can justify.
+
+    Not an ImageFileError: nibabel opens such a header and fails later (MemoryError), or reads
+    what is there."""
 
     code = "limit"
 

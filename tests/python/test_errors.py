@@ -555,3 +555,121 @@ def test_dicom_without_preamble_names_force(tmp_path):
 def vp_errors():
     import voxpipe.errors
     return voxpipe.errors
+
+
+# ---------------------------------------------------------------------------------------------
+# voxpipe's file-format errors are also nibabel's ImageFileError (issue 31, item 11): code
+# written for nib.load (nibabel's own test_load_bad_compressed_extension) catches them.
+
+def test_file_format_errors_are_nibabel_image_file_errors_and_keep_their_bases():
+    from nibabel.filebasedimages import ImageFileError
+    errors = vp_errors()
+    bases = {
+        errors.FormatError: (ValueError,),
+        errors.TruncatedError: (ValueError, OSError),
+        errors.CorruptError: (ValueError, OSError),
+    }
+    for cls, builtins in bases.items():
+        e = cls("f.nii: magic: bad", "f.nii", "magic", 344)
+        assert isinstance(e, ImageFileError) and isinstance(e, errors.VoxpipeError)
+        assert all(isinstance(e, b) for b in builtins), cls
+    # Not a damaged image file: nibabel raises no ImageFileError for these either.
+    for cls in (errors.UnsupportedError, errors.LimitError, errors.InvalidArgumentError,
+                errors.VoxpipeIOError, errors.VoxpipeFileNotFoundError):
+        assert not issubclass(cls, ImageFileError), cls
+    assert issubclass(errors.VoxpipeFileNotFoundError, FileNotFoundError)
+
+
+@pytest.mark.parametrize('extension', ['.gz'])
+def test_nibabels_load_bad_compressed_extension_under_acceleration(tmp_path, extension):
+    """nibabel's test_loadsave.py::test_load_bad_compressed_extension, through voxpipe: with
+    acceleration on, and voxpipe's own load, both caught as ImageFileError with nibabel's
+    wording."""
+    import voxpipe as vp
+    from nibabel.filebasedimages import ImageFileError
+    file_path = tmp_path / f'img.nii{extension}'
+    file_path.write_bytes(b'bad')
+    with vp.accelerate_nibabel():
+        with pytest.raises(ImageFileError, match=r'.*is not a .* file'):
+            nib.load(file_path)
+    with pytest.raises(ImageFileError, match=r'.*is not a .* file') as info:
+        vp.load(file_path)
+    assert isinstance(info.value, vp.errors.FormatError)
+    assert os.fspath(file_path) in str(info.value)
+
+
+def _bad_files(tmp_path):
+    """{name: (path, expected voxpipe class name, stage at which it raises)}."""
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    good_path = tmp_path / 'good.nii'
+    nib.save(nib.Nifti1Image(a, np.eye(4)), good_path)
+    raw = good_path.read_bytes()
+    files = {
+        'magic': (raw[:344] + b'bad\0' + raw[348:], 'FormatError', 'load'),
+        'short_header': (raw[:200], 'TruncatedError', 'load'),
+        'short_data': (raw[:400], 'TruncatedError', 'data'),
+    }
+    out = {}
+    for name, (data, cls, stage) in files.items():
+        p = tmp_path / f'{name}.nii'
+        p.write_bytes(data)
+        out[name] = (p, cls, stage)
+    broken = bytearray(gzip.compress(raw))
+    broken[20:40] = bytes(b ^ 0xA5 for b in broken[20:40])
+    p = tmp_path / 'corrupt.nii.gz'
+    p.write_bytes(bytes(broken))
+    out['corrupt'] = (p, 'CorruptError', 'load_or_data')
+    return out
+
+
+@pytest.mark.parametrize('name', ['magic', 'short_header', 'short_data', 'corrupt'])
+def test_except_image_file_error_catches_voxpipes_error_for_a_bad_file(tmp_path, name):
+    import voxpipe as vp
+    from nibabel.filebasedimages import ImageFileError
+    path, cls, stage = _bad_files(tmp_path)[name]
+    caught = None
+    try:
+        img = vp.load(path)
+        assert stage != 'load', f'{name}: vp.load raised nothing'
+        img.get_fdata()
+    except ImageFileError as e:  # the nibabel user's handler, written for nib.load
+        caught = e
+    assert caught is not None, f'{name}: nothing raised'
+    assert type(caught).__name__ == cls and isinstance(caught, vp.errors.VoxpipeError)
+    assert os.fspath(path) in str(caught)
+    if name == 'short_data':
+        # The same file under acceleration: nib.load's image reads through voxpipe.
+        with vp.accelerate_nibabel():
+            with pytest.raises(ImageFileError) as info:
+                nib.load(path).get_fdata()
+        assert isinstance(info.value, vp.errors.TruncatedError)
+
+
+def test_errors_pickle_round_trip_with_their_fields_and_bases():
+    import pickle
+
+    from nibabel.filebasedimages import ImageFileError
+    errors = vp_errors()
+    classes = [errors.VoxpipeError, errors.FormatError, errors.UnsupportedError,
+               errors.TruncatedError, errors.CorruptError, errors.LimitError,
+               errors.InvalidArgumentError, errors.VoxpipeIOError,
+               errors.VoxpipeFileNotFoundError, errors.DeviceUnavailableError]
+    for cls in classes:
+        e = cls('/d/f.nii: data: expected 240 bytes (at byte 400)', '/d/f.nii', 'data', 400)
+        e.note = 'kept'
+        for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+            back = pickle.loads(pickle.dumps(e, protocol=protocol))
+            assert type(back) is cls
+            assert (str(back), back.path, back.field, back.offset, back.code) == (
+                str(e), '/d/f.nii', 'data', 400, cls.code)
+            assert back.note == 'kept'
+            assert isinstance(back, ImageFileError) == isinstance(e, ImageFileError)
+    # An error raised by voxpipe itself, not built by hand, survives too.
+    import voxpipe as vp
+    try:
+        vp.load('/nonexistent/dir/x.nii')
+    except errors.VoxpipeError as e:
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e) and back.path == e.path
+    else:
+        pytest.fail('vp.load of a missing file raised nothing')
