@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _pool, _remote_many
+from . import _core, _pool, _remote, _remote_many
 from ._image import load
+from ._redact import redact
 from ._types import Array, Device, NiftiImage, StrPath
 from .errors import SkippedFileWarning
 
@@ -88,18 +89,26 @@ def _note(exc: BaseException, path: str, i: int) -> BaseException:
     """Make sure the exception names the file it came from and its position in the inputs."""
     if hasattr(exc, "add_note"):
         named = getattr(exc, "path", None) == path or str(path) in str(exc)
-        exc.add_note(f"while loading input {i}" + ("" if named else f": {path}"))
+        exc.add_note(f"while loading input {i}" + ("" if named else f": {redact(path)}"))
     return exc
 
 
+def _load_path(path: str, threads: int, index: IndexChoice,
+               storage_options: StorageOptions) -> NiftiImage:
+    """vp.load of a path, or of a URL the prefetcher does not fetch (a NIfTI-Zarr store, a
+    .hdr/.img pair of objects), with the loader's options."""
+    options: dict[str, Any] = {} if index is None else {"index": index}
+    if storage_options is not None and _remote.is_url(path):
+        options["storage_options"] = storage_options
+    return load(path, threads=threads, **options)
+
+
 def _open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | None,
-               threads: int, index: IndexChoice) -> NiftiImage:
+               threads: int, index: IndexChoice, storage_options: StorageOptions) -> NiftiImage:
     """The image of files[i]: from its fetched bytes for a URL `fetch` holds, else vp.load."""
     if fetch is not None and i in fetch:
         return fetch.open(i, threads, index)[0]
-    if index is None:
-        return load(files[i], threads=threads)
-    return load(files[i], threads=threads, index=index)
+    return _load_path(files[i], threads, index, storage_options)
 
 
 def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]) -> None:
@@ -177,6 +186,7 @@ class _Loader:
         self._results: dict[int, tuple[bool, object, int]] = {}
         self._closed = False
         self._pid = os.getpid()
+        self._storage_options = storage_options
         # URLs: fetched ahead on threads of their own, the bytes held counting with _inflight.
         self._fetch = _remote_many.prefetcher_for(
             self._paths, storage_options, io_threads, ahead=self._prefetch, budget=self._budget,
@@ -212,8 +222,8 @@ class _Loader:
                 img = _remote_many.image_of(obj, self._file_threads, self._index)
                 del obj
             else:
-                img = load(path, threads=self._file_threads,
-                           **({} if self._index is None else {"index": self._index}))
+                img = _load_path(path, self._file_threads, self._index,
+                                 self._storage_options)
             dtype = _out_dtype(img, self._dtype)
             nbytes += int(np.prod(img.shape, dtype=np.int64)) * dtype.itemsize
         except Exception as exc:  # noqa: BLE001 - handed to the caller in order
@@ -282,8 +292,8 @@ class _Loader:
             if self._on_error == "raise":
                 self.close()
                 raise value
-            warnings.warn(f"skipped {self._paths[i]} (input {i}): {value}", SkippedFileWarning,
-                          stacklevel=3)
+            warnings.warn(redact(f"skipped {self._paths[i]} (input {i}): {value}"),
+                          SkippedFileWarning, stacklevel=3)
 
     def close(self):
         if self._forked():
@@ -453,7 +463,7 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
         fetch = _remote_many.prefetcher_for(files, storage_options, io_threads, ahead=workers)
 
         def load_one(i: int) -> None:
-            img = _open_file(files, i, fetch, file_threads, index)
+            img = _open_file(files, i, fetch, file_threads, index, storage_options)
             out[i] = _device.image_to_device(img, want, ordinal)
 
         try:
@@ -541,7 +551,7 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
     try:
         for i, p in enumerate(files):
             try:
-                imgs.append(_open_file(files, i, fetch, file_threads, index))
+                imgs.append(_open_file(files, i, fetch, file_threads, index, storage_options))
             except Exception as exc:
                 _note(exc, p, i)
                 raise

@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
 
 from . import _remote
-from .errors import InvalidArgumentError, VoxpipeFileNotFoundError, VoxpipeIOError
+from .errors import InvalidArgumentError, VoxpipeFileNotFoundError
 
 # GETs (and listings) in flight at once: enough to hide a request's latency (tens of ms on an
 # object store) behind the others' transfers, few enough to stay polite to the store. The
@@ -42,6 +42,7 @@ class Listed(NamedTuple):
     store: Any
     path: str  # its name in `store`
     etag: str | None
+    size: int | None = None  # as listed: the GET's answer must be of this size
 
 
 def is_remote(paths: object) -> bool:
@@ -68,22 +69,23 @@ def _store_at(folder_url: str, storage_options: Mapping[str, Any] | None,
     return store
 
 
+def _object_at(url: str, storage_options: Mapping[str, Any] | None,
+               stores: dict[str, Any]) -> tuple[Any, str]:
+    """(the store holding the object ``url``, its name there): its folder's store, or for a URL
+    with a query (a presigned URL) a store of its own, the query sent as the query."""
+    if _remote.has_query(url):
+        return _remote.store_for(url, storage_options)
+    folder, _, name = url.rpartition("/")
+    return _store_at(folder, storage_options, stores), name
+
+
 def _get(url: str, store: Any, path: str, etag: str | None,
-         storage_options: Mapping[str, Any] | None) -> _remote.RemoteObject:
-    """The whole object ``path`` of ``store`` in one GET; with ``etag``, only that version."""
-    obstore = _remote.client()
-    try:
-        result = obstore.get(store, path, options={"if_match": etag} if etag else None)
-        meta = result.meta
-        data = result.bytes()
-    except Exception as exc:  # obstore's errors: not found, denied, timeout, 5xx after retries
-        raise _remote.store_error(url, exc, etag, "read", since="listed") from exc
-    size = int(meta["size"])
-    if len(data) != size:  # a body cut short that the client did not notice
-        raise VoxpipeIOError(f"{url}: expected {size} bytes, but the response holds {len(data)}",
-                             path=url)
-    return _remote.RemoteObject(url, data, size, meta.get("e_tag") or etag, meta.get("version"),
-                                dict(storage_options) if storage_options else None)
+         storage_options: Mapping[str, Any] | None, size: int | None = None
+         ) -> _remote.RemoteObject:
+    """The whole object ``path`` of ``store`` in one GET; with ``etag`` and ``size`` (as
+    listed), only that version: an answer of another ETag or size is an error, never data."""
+    return _remote.get_whole(url, store, path, etag=etag, size=size,
+                             storage_options=storage_options, since="listed")
 
 
 def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] | None,
@@ -106,7 +108,8 @@ def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] |
     if not found:
         raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",
                                        path=prefix_url)
-    return [Listed(f"{folder}/{m['path']}", store, m["path"], m.get("e_tag")) for m in found]
+    return [Listed(f"{folder}/{m['path']}", store, m["path"], m.get("e_tag"), int(m["size"]))
+            for m in found]
 
 
 def _parallel(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
@@ -132,7 +135,8 @@ def fetch_listed(listed: Sequence[Listed],
                  storage_options: Mapping[str, Any] | None) -> list[_remote.RemoteObject]:
     """The listed objects, fetched concurrently, each the version its listing saw: an object
     replaced since raises VoxpipeIOError, never other bytes."""
-    return _parallel(lambda o: _get(o.url, o.store, o.path, o.etag, storage_options), listed)
+    return _parallel(lambda o: _get(o.url, o.store, o.path, o.etag, storage_options, o.size),
+                     listed)
 
 
 def _is_prefix(url: str) -> bool:
@@ -150,16 +154,20 @@ def fetch_all(sources: Sequence[str], storage_options: Mapping[str, Any] | None,
         if not url.partition("://")[2].strip("/"):
             raise InvalidArgumentError(f"expected a URL of an object or a prefix "
                                        f"(SCHEME://BUCKET/KEY), but received {url!r}", path=url)
-        _store_at(url.rstrip("/") if _is_prefix(url) else url.rpartition("/")[0],
-                  storage_options, stores)
+        if _is_prefix(url):
+            _store_at(url.rstrip("/"), storage_options, stores)
+        else:
+            _object_at(url, storage_options, stores)
 
     def resolve(url: str) -> _remote.RemoteObject | list[Listed]:
         if _is_prefix(url):
             return _list(url, recursive, storage_options, stores)
-        folder, _, name = url.rpartition("/")
+        store, name = _object_at(url, storage_options, stores)
         try:
-            return _get(url, stores[folder], name, None, storage_options)
+            return _get(url, store, name, None, storage_options)
         except VoxpipeFileNotFoundError as missing:
+            if _remote.has_query(url):  # a presigned URL names one object, never a prefix
+                raise
             try:  # no object by that name: the prefix below it, as a path names a folder
                 return _list(url + "/", recursive, storage_options, stores)
             except VoxpipeFileNotFoundError:
@@ -185,6 +193,6 @@ def fetch_pinned(urls: Sequence[str], etags: Sequence[str | None],
     stores: dict[str, Any] = {}
     listed = []
     for url, etag in zip(urls, etags):
-        folder, _, name = url.rpartition("/")
-        listed.append(Listed(url, _store_at(folder, storage_options, stores), name, etag))
+        store, name = _object_at(url, storage_options, stores)
+        listed.append(Listed(url, store, name, etag))
     return fetch_listed(listed, storage_options)

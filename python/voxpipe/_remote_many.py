@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _core, _image, _remote
+from . import _core, _image, _remote, _zarr
 from ._types import NiftiImage
 
 # GETs in flight at once when the caller does not say (io_threads): enough to hide a request's
@@ -34,9 +34,11 @@ DEFAULT_FETCHES = 8
 
 def remote_entries(sources: Sequence[str]) -> list[int]:
     """The positions in `sources` of the objects fetched here: URLs of .nii and .nii.gz objects.
-    A pair (.hdr/.img: two objects) is left to ``vp.load``."""
+    A pair (.hdr/.img: two objects) and a NIfTI-Zarr store (many objects, read by the chunks a
+    read needs) are left to ``vp.load``."""
     return [i for i, s in enumerate(sources)
-            if _remote.is_url(s) and not _core.is_pair_path(s.split("?", 1)[0])]
+            if _remote.is_url(s) and not _zarr.is_nifti_zarr(s)
+            and not _core.is_pair_path(s.split("?", 1)[0])]
 
 
 def image_of(obj: _remote.RemoteObject, threads: int, index: Any = None) -> NiftiImage:

@@ -1,7 +1,9 @@
 """An HTTP/1.1 object server on 127.0.0.1 for the remote-reading tests: Range, ETag and
 conditional requests as object stores answer them, request and byte accounting, and faults
 scripted per object (5xx/429 answers, 403/404, ignored Range, truncated bodies, stalls, the
-object replaced after some requests).
+object replaced after some requests), hostile answers (a Content-Length that lies, an endless
+body, a body longer than its range, If-Match ignored, a Content-Range of another size), and
+objects that answer only requests carrying their query (a presigned URL's).
 
 Not a test file: tests import it (conftest.py puts this folder on sys.path)::
 
@@ -39,6 +41,7 @@ class Request(NamedTuple):
     range: str | None      # the Range header as sent
     status: int
     headers: dict[str, str]  # the request's headers, names in lower case
+    query: str = ""        # the URL's query as sent, without the "?"
 
 
 @dataclass
@@ -50,12 +53,21 @@ class _Object:
 
 @dataclass
 class _Fault:
-    kind: str              # "status", "stall", "truncate", "ignore_range"
+    # "status", "stall", "truncate", "ignore_range", "ignore_if_match" (the last two change
+    # how the request is read), "claim_length", "endless", "longer", "wrong_total" (hostile
+    # answers)
+    kind: str
     remaining: int | None  # requests it still applies to; None: every one
     status: int = 0
     seconds: float = 0.0
     keep: int = 0          # bytes of the body sent before a truncation or a stall
     stall_body: bool = False
+    value: int = 0         # the Content-Length claimed, the extra bytes, the total stated
+
+# Faults that change how a request is read rather than what is answered.
+_MODIFIERS = ("ignore_range", "ignore_if_match")
+# How long an endless body runs at most (stop() ends it sooner): every test stays bounded.
+ENDLESS_SECONDS = 10.0
 
 
 class RangeServer:
@@ -77,6 +89,7 @@ class RangeServer:
         self._generation = 0
         self._faults: dict[str, list[_Fault]] = {}
         self._replacements: dict[str, tuple[int, bytes]] = {}
+        self._queries: dict[str, str] = {}
         self._served: Counter[str] = Counter()  # requests per key since start (for replace_after)
         self._requests: Counter[str] = Counter()
         self._bytes: Counter[str] = Counter()
@@ -231,6 +244,36 @@ class RangeServer:
         self._add(key, _Fault("stall", times, seconds=seconds, keep=after or 0,
                               stall_body=after is not None))
 
+    def ignore_if_match(self, key: str, times: int | None = None) -> None:
+        """Answer as if If-Match were absent: the object as it is now, with its own ETag (what a
+        cache in front of a store may do)."""
+        self._add(key, _Fault("ignore_if_match", times))
+
+    def claim_length(self, key: str, length: int, times: int | None = 1) -> None:
+        """Send the headers with ``Content-Length: length`` (Content-Range as usual), then the
+        real body, then hang up."""
+        self._add(key, _Fault("claim_length", times, value=length))
+
+    def endless(self, key: str, times: int | None = 1) -> None:
+        """Answer with a Content-Length of 10**15 and a body that never ends: the object's bytes,
+        then filler, until the client hangs up, stop() is called or ENDLESS_SECONDS pass."""
+        self._add(key, _Fault("endless", times))
+
+    def longer(self, key: str, extra: int, times: int | None = 1) -> None:
+        """Answer a range with ``extra`` bytes more than it holds (the Content-Length says so
+        too; Content-Range names the range asked for)."""
+        self._add(key, _Fault("longer", times, value=extra))
+
+    def wrong_total(self, key: str, total: int, times: int | None = 1) -> None:
+        """Answer with Content-Range's total (the object's size) stated as ``total``."""
+        self._add(key, _Fault("wrong_total", times, value=total))
+
+    def require_query(self, key: str, query: str) -> None:
+        """Answer 403 to requests for ``key`` whose query is not exactly ``query`` (as a store
+        checks a presigned URL's signature)."""
+        with self._lock:
+            self._queries[key.lstrip("/")] = query
+
     def replace_after(self, key: str, count: int, data: bytes) -> None:
         """Replace the object with ``data`` (a new ETag) once ``count`` more requests for it
         have been answered."""
@@ -248,35 +291,40 @@ class RangeServer:
                 self._faults.pop(key.lstrip("/"), None)
                 self._replacements.pop(key.lstrip("/"), None)
 
-    def _take_faults(self, key: str) -> tuple[_Fault | None, bool]:
-        """(the fault that shapes this request's answer, whether it ignores Range), each
-        counted as used; an ignore_range fault counts only the answers that carry the object.
-        Called with the lock held."""
+    def _take_faults(self, key: str) -> tuple[_Fault | None, set[str]]:
+        """(the fault that shapes this request's answer, the modifiers that apply to it), each
+        counted as used; a modifier counts only the answers that carry the object. Called with
+        the lock held."""
         active = [f for f in self._faults.get(key, []) if f.remaining != 0]
-        response = next((f for f in active if f.kind != "ignore_range"), None)
-        ignore = None
+        response = next((f for f in active if f.kind not in _MODIFIERS), None)
+        modifiers: list[_Fault] = []
         if response is None or response.kind != "status":
-            ignore = next((f for f in active if f.kind == "ignore_range"), None)
-        for fault in (response, ignore):
+            for kind in _MODIFIERS:
+                modifiers += [f for f in active if f.kind == kind][:1]
+        for fault in (response, *modifiers):
             if fault is not None and fault.remaining is not None:
                 fault.remaining -= 1
-        return response, ignore is not None
+        return response, {f.kind for f in modifiers}
 
     # ---- request handling (called from handler threads) ----------------------------------
 
-    def _begin(self, key: str) -> tuple[_Object | None, _Fault | None, bool]:
+    def _begin(self, key: str, query: str) -> tuple[_Object | None, _Fault | None, set[str],
+                                                    bool]:
+        """(the object, the fault shaping the answer, the modifiers, whether the query is the
+        one required)."""
         with self._lock:
             self._requests[key] += 1
-            fault, ignore = self._take_faults(key)
-            return self._objects.get(key), fault, ignore
+            fault, modifiers = self._take_faults(key)
+            allowed = self._queries.get(key, query) == query
+            return self._objects.get(key), fault, modifiers, allowed
 
     def _answered(self, method: str, key: str, range_header: str | None, status: int,
-                  headers: dict[str, str]) -> None:
+                  headers: dict[str, str], query: str = "") -> None:
         """Record a request as its status line goes out, before the client can see the answer
         (a test reading the log right after a call finds it there), and apply a replacement
         due after it: its answer already holds the old bytes."""
         with self._lock:
-            self._log.append(Request(method, key, range_header, status, headers))
+            self._log.append(Request(method, key, range_header, status, headers, query))
             self._served[key] += 1
             pending = self._replacements.get(key)
             if pending is not None and self._served[key] >= pending[0]:
@@ -384,7 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._recorded:
             self._recorded = True
             self.owner._answered(self._method, self._key, self._range, status,
-                                 {k.lower(): v for k, v in self.headers.items()})
+                                 {k.lower(): v for k, v in self.headers.items()}, self._query)
 
     def _send(self, status: int, headers: dict[str, str], body: bytes, head: bool) -> None:
         self._start(status, headers)
@@ -399,17 +447,23 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _answer(self, head: bool) -> None:
-        self._key = key = unquote(urlsplit(self.path).path).lstrip("/")
+        url = urlsplit(self.path)
+        self._key = key = unquote(url.path).lstrip("/")
+        self._query = url.query
         self._range = range_header = self.headers.get("Range")
         self._method = "HEAD" if head else "GET"
         self._recorded = False
-        obj, fault, ignore_range = self.owner._begin(key)
+        obj, fault, modifiers, allowed = self.owner._begin(key, url.query)
         try:
-            self._respond(obj, fault, ignore_range, range_header, head)
+            if not allowed:
+                body = b"signature does not match\n"
+                return self._send(403, {"Content-Type": "text/plain",
+                                        "Content-Length": str(len(body))}, body, head)
+            self._respond(obj, fault, modifiers, range_header, head)
         finally:  # a request left unanswered (the server stopped during a stall): status 0
             self._record(0)
 
-    def _respond(self, obj: _Object | None, fault: _Fault | None, ignore_range: bool,
+    def _respond(self, obj: _Object | None, fault: _Fault | None, modifiers: set[str],
                  range_header: str | None, head: bool) -> None:
         if fault is not None and fault.kind == "stall" and not fault.stall_body:
             if self.owner._stopping.wait(fault.seconds):
@@ -428,6 +482,8 @@ class _Handler(BaseHTTPRequestHandler):
                    "Last-Modified": formatdate(obj.last_modified, usegmt=True),
                    "Accept-Ranges": "bytes"}
         if_match = self.headers.get("If-Match")
+        if "ignore_if_match" in modifiers:
+            if_match = None
         if if_match is not None and not _etag_matches(if_match, obj.etag):
             body = b"precondition failed\n"
             return self._send(412, {"Content-Type": "text/plain",
@@ -438,7 +494,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         status, first, last = 200, 0, size - 1
         if_range = self.headers.get("If-Range")
-        if range_header is not None and not ignore_range and (if_range is None
+        if range_header is not None and "ignore_range" not in modifiers and (if_range is None
                                                               or if_range == obj.etag):
             try:
                 parsed = _parse_range(range_header, size)
@@ -450,6 +506,10 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["Content-Range"] = f"bytes {first}-{last}/{size}"
         body = obj.data[first:last + 1]
         headers["Content-Length"] = str(len(body))
+        if fault is not None and fault.kind == "wrong_total" and status == 206:
+            headers["Content-Range"] = f"bytes {first}-{last}/{fault.value}"
+        if fault is not None and fault.kind in ("claim_length", "endless", "longer") and not head:
+            return self._hostile_body(fault, status, headers, body)
 
         if fault is not None and fault.kind in ("truncate", "stall") and not head:
             # The headers promise the whole body; part of it comes, then the connection is
@@ -460,3 +520,25 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._hang_up()
             return self._write(body[fault.keep:])
         return self._send(status, headers, body, head)
+
+    def _hostile_body(self, fault: _Fault, status: int, headers: dict[str, str],
+                      body: bytes) -> None:
+        """The answers of claim_length, endless and longer: the headers lie about the body's
+        length, or the body runs past its range; the connection is closed after."""
+        if fault.kind == "longer":
+            body += (bytes(range(256)) * (fault.value // 256 + 1))[:fault.value]
+        headers["Content-Length"] = str(10**15 if fault.kind == "endless" else
+                                        fault.value if fault.kind == "claim_length" else
+                                        len(body))
+        headers["Connection"] = "close"
+        self._start(status, headers)
+        try:
+            self._write(body)
+            if fault.kind == "endless":
+                filler = b"\xa5" * 65536
+                deadline = time.monotonic() + ENDLESS_SECONDS
+                while time.monotonic() < deadline and not self.owner._stopping.is_set():
+                    self._write(filler)
+        except OSError:  # the client hung up: what a well-behaved client does here
+            pass
+        self._hang_up()
