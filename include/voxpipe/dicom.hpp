@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "voxpipe/dtype.hpp"
+#include "voxpipe/file_identity.hpp"
 
 namespace voxpipe {
 
@@ -187,6 +188,11 @@ struct DicomFile {
   // inflated stream, which begins at file offset dataset_offset.
   bool offsets_in_inflated_stream = false;
   std::optional<DicomPixelData> pixel_data;
+  // The file as read_dicom found it (unset for parse_dicom's bytes): decoding its pixel data
+  // later reads the file again, and refuses one replaced or rewritten since (Error(io), "the
+  // file changed since it was opened"), since the offsets and the Image Pixel module above
+  // describe this version of it only. One fstat per frame read.
+  std::optional<FileIdentity> identity;
 };
 
 // Parses the file at `path`. Throws Error(not_found / io) when it cannot be read,

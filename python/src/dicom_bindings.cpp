@@ -110,6 +110,11 @@ void bind_dicom(nb::module_& m) {
       .def_ro("big_endian", &DicomFile::big_endian)
       .def_ro("dataset_offset", &DicomFile::dataset_offset)
       .def_ro("offsets_in_inflated_stream", &DicomFile::offsets_in_inflated_stream)
+      .def_prop_ro("identity", [](const DicomFile& f) -> nb::object {
+        if (!f.identity) return nb::none();
+        return nb::make_tuple(f.identity->device, f.identity->inode, f.identity->size,
+                              f.identity->mtime_ns);
+      }, "(device, inode, size, mtime_ns) of the file as it was read; None for bytes.")
       .def_prop_ro("pixel_data", [](const DicomFile& f) -> const DicomPixelData* {
         return f.pixel_data ? &*f.pixel_data : nullptr;
       }, internal, "Where the top-level pixel data lies, or None.");

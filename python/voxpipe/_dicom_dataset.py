@@ -307,6 +307,10 @@ class _Source:
     def __init__(self, core_file, size: int, buffer: Any = None):
         self.path = core_file.path
         self.size = size  # taken before parsing, so that a change during parsing is seen too
+        # (device, inode, size, mtime_ns) of the file the parse read (None for bytes): a file
+        # renamed over this one or rewritten in place since is refused, not read at the old
+        # offsets.
+        self.identity = None if buffer is not None else core_file.identity
         self.inflated = core_file.offsets_in_inflated_stream
         self.dataset_offset = core_file.dataset_offset
         self.buffer = buffer
@@ -344,6 +348,12 @@ class _Source:
                 raise errors.VoxpipeIOError(
                     f"{self.path}: {field}: expected the file as read ({self.size} bytes), but "
                     f"it now has {st.st_size} bytes", self.path, field, offset)
+            now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if self.identity is not None and tuple(self.identity) != now:
+                raise errors.VoxpipeIOError(
+                    f"{self.path}: {field}: the file changed since it was opened (another file "
+                    f"put in its place, or rewritten); read it again to see the new file",
+                    self.path, field, offset)
             if not self.inflated:
                 f.seek(offset)
                 data = f.read(length)

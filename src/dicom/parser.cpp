@@ -586,7 +586,9 @@ namespace voxpipe {
 DicomFile read_dicom(const std::string& path, const DicomReadOptions& options) {
   core::InputFile file(path);
   dicom::FileBackend backend(file);
-  return dicom::parse(backend, path, options);
+  DicomFile parsed = dicom::parse(backend, path, options);
+  parsed.identity = file.identity();
+  return parsed;
 }
 
 DicomFile parse_dicom(std::span<const std::uint8_t> bytes, const std::string& name,

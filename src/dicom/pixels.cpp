@@ -56,11 +56,16 @@ std::string field_name(DicomTag tag) {
 
 std::string frame_field(std::uint64_t frame) { return "frame " + std::to_string(frame); }
 
-// The file's bytes: the caller's span, or the file at file.path (pread, thread-safe).
+// The file's bytes: the caller's span, or the file at file.path (pread, thread-safe), checked
+// to be the file that was parsed (DicomFile::identity) when it is opened and after each read:
+// the offsets and pixel module the parse found describe that version of it only.
 class Source {
  public:
-  Source(const DicomFile& f, std::span<const std::uint8_t> bytes) : name_(f.path), bytes_(bytes) {
-    if (bytes.empty()) file_.emplace(f.path);
+  Source(const DicomFile& f, std::span<const std::uint8_t> bytes)
+      : name_(f.path), bytes_(bytes), identity_(f.identity) {
+    if (!bytes.empty()) return;
+    file_.emplace(f.path);
+    if (identity_) file_->check_unchanged(*identity_, false);
   }
   std::uint64_t size() const { return file_ ? file_->size() : bytes_.size(); }
   const std::string& name() const { return name_; }
@@ -74,6 +79,8 @@ class Source {
       return;
     }
     const std::size_t got = file_->read_at(offset, std::as_writable_bytes(dst));
+    // Rewritten while it was read: what was read may be partly the new file.
+    if (identity_) file_->check_unchanged(*identity_, false);
     if (got != dst.size())
       throw Error(ErrorCode::truncated, name_, field, "the file ends inside the data", offset);
   }
@@ -91,7 +98,10 @@ class Source {
       throw Error(ErrorCode::truncated, name_, field, "the file ends before the dataset",
                   stream_offset);
     dicom::InflateBackend inflater(raw, name_, stream_offset, begin + dst.size());
-    if (inflater.discard(begin) != begin || inflater.pull(dst.data(), dst.size()) != dst.size())
+    const bool whole =
+        inflater.discard(begin) == begin && inflater.pull(dst.data(), dst.size()) == dst.size();
+    if (file_ && identity_) file_->check_unchanged(*identity_, false);
+    if (!whole)
       throw Error(ErrorCode::truncated, name_, field,
                   "the deflated dataset ends before the pixel data", begin);
   }
@@ -99,6 +109,7 @@ class Source {
  private:
   std::string name_;
   std::span<const std::uint8_t> bytes_;
+  std::optional<FileIdentity> identity_;
   std::optional<core::InputFile> file_;
 };
 

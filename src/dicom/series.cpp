@@ -112,6 +112,7 @@ std::shared_ptr<const DicomFile> trimmed(DicomFile&& f) {
   out->dataset_offset = f.dataset_offset;
   out->offsets_in_inflated_stream = f.offsets_in_inflated_stream;
   out->pixel_data = std::move(f.pixel_data);
+  out->identity = f.identity;
   out->dataset = DicomDataset(std::move(keep), f.dataset.big_endian());
   return out;
 }

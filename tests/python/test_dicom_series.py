@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import warnings
 
 import numpy as np
@@ -388,3 +389,69 @@ def test_a_series_scanned_by_a_relative_name_pickles_its_files(tmp_path, monkeyp
     for blob in (pickled_here, pickle.dumps(series)):
         again = pickle.loads(blob)
         assert np.array_equal(again.get_data(None), want)
+
+
+def test_a_file_replaced_or_rewritten_after_the_scan_is_an_error(tmp_path):
+    """The scan found each file's pixel data offset and Image Pixel module; a file replaced (a
+    rename over it) or rewritten in place since is refused when the series is read, never
+    decoded with the old file's layout or mixed into the volume. Before the check, both came
+    back as data: the other series' slice, or the rewritten bytes."""
+    here, other = tmp_path / 'here', tmp_path / 'other'
+    here.mkdir()
+    other.mkdir()
+    uid = generate_uid()
+    written = write_series(here, 'axial', n=4, series_uid=uid)
+    theirs = write_series(other, 'axial', n=4, seed=7, series_uid=uid)
+    (series,) = vp.dicom.scan(here)
+    want = series.get_data(None)
+    path = written[(0, 2)][0]
+
+    # Another file of the same layout renamed over one of the series' files.
+    replacement = tmp_path / 'replacement.dcm'
+    shutil.copyfile(theirs[(0, 2)][0], replacement)
+    os.replace(replacement, path)
+    with pytest.raises(vp.errors.VoxpipeIOError, match='changed since it was opened') as info:
+        series.get_data(None)
+    assert info.value.path == path
+
+    # A scan of the folder as it is now reads the new file's values.
+    (again,) = vp.dicom.scan(here)
+    got = again.get_data(None)
+    assert np.array_equal(got[:, :, 2], theirs[(0, 2)][1].T)
+    assert np.array_equal(np.delete(got, 2, axis=2), np.delete(want, 2, axis=2))
+
+    # The same file rewritten in place, the same size: the pixel bytes flipped.
+    data = bytearray(open(path, 'rb').read())
+    data[-200:] = bytes(b ^ 0xFF for b in data[-200:])
+    st = os.stat(path)
+    with open(path, 'r+b') as f:
+        f.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    with pytest.raises(vp.errors.VoxpipeIOError, match='rewritten'):
+        again.get_data(None)
+
+
+def test_a_single_file_rewritten_after_it_was_read_is_an_error(tmp_path):
+    """vp.dicom.read locates pixel data beyond max_value_size and reads them when asked: the file
+    must still be the one parsed."""
+    import pydicom
+
+    ds = base_dataset(generate_uid(), 256, 256)
+    ds.SOPInstanceUID = generate_uid()
+    arr = np.arange(256 * 256, dtype=np.int16).reshape(256, 256)
+    ds.PixelData = arr.tobytes()
+    path = str(tmp_path / 'one.dcm')
+    ds.save_as(path, enforce_file_format=True)
+    assert np.array_equal(vp.dicom.read(path).pixel_array, pydicom.dcmread(path).pixel_array)
+    parsed = vp.dicom.read(path)
+    deferred = vp.dicom.read(path, defer_size=1024)
+    ds.PixelData = (arr[::-1]).tobytes()
+    replacement = str(tmp_path / 'new.dcm')
+    ds.save_as(replacement, enforce_file_format=True)
+    os.replace(replacement, path)
+    with pytest.raises(vp.errors.VoxpipeIOError, match='changed since it was opened'):
+        parsed.pixel_array
+    with pytest.raises(vp.errors.VoxpipeIOError, match='changed since it was opened'):
+        deferred.PixelData
+    # Read again, the new file's values.
+    assert np.array_equal(vp.dicom.read(path).pixel_array, arr[::-1])

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "dicom/series_writer.hpp"
 #include "test_support.hpp"
@@ -207,3 +211,47 @@ TEST(DicomSeries, MosaicWithTooManyImagesIsSkippedWithALimitError) {
 }
 
 }  // namespace
+
+namespace {
+
+// Error(io) naming the file, "changed since it was opened", from read_dicom_series.
+void expect_changed(const DicomSeries& s, const std::string& path) {
+  std::vector<std::uint8_t> out(4 * 4 * 2);
+  try {
+    read_dicom_series(s, out, DType::u16, 1);
+    ADD_FAILURE() << "read a file that changed since the scan";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io);
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+
+// The scan located each file's pixel data; a file replaced (renamed over) or rewritten since is
+// refused when the series is read, never decoded at the old offsets.
+TEST(DicomSeries, AFileReplacedOrRewrittenSinceTheScanIsAnIoError) {
+  vptest::TempDir dir;
+  vptest::SliceSpec spec;
+  spec.sop = "1.2.3.1";
+  const std::string path = write_slice(dir, "a.dcm", spec);
+  const DicomScanResult r = scan_dicom_series({path}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  std::vector<std::uint8_t> out(4 * 4 * 2);
+  read_dicom_series(r.series.front(), out, DType::u16, 1);  // unchanged: read
+
+  spec.sop = "1.2.3.2";  // another file of the same layout, renamed over it
+  const std::string other = write_slice(dir, "b.dcm", spec);
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  expect_changed(r.series.front(), path);
+
+  // Scanned again, then rewritten in place (same bytes, a later modification time).
+  const DicomScanResult again = scan_dicom_series({path}, one_thread());
+  ASSERT_EQ(again.series.size(), 1u);
+  read_dicom_series(again.series.front(), out, DType::u16, 1);
+  const timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  expect_changed(again.series.front(), path);
+}
