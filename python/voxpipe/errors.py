@@ -79,6 +79,19 @@ class InvalidArgumentError(VoxpipeError, ValueError):
     code = "invalid_argument"
 
 
+class ResampleArgumentError(InvalidArgumentError, RuntimeError):
+    """An argument of ``vp.map_coordinates`` or ``vp.affine_transform`` that scipy.ndimage
+    refuses with ``RuntimeError``: a spline order outside 0-5, a boundary mode it does not know,
+    an input or output of rank 0, coordinates, an output array, a matrix or an offset of the
+    wrong shape, an output dtype it cannot write. Code written for scipy catches it as
+    ``RuntimeError``; it is an InvalidArgumentError (a ``ValueError``) as well."""
+
+
+class ResampleTypeError(InvalidArgumentError, TypeError):
+    """Complex coordinates given to ``vp.map_coordinates``, which scipy.ndimage refuses with
+    ``TypeError``; an InvalidArgumentError (a ``ValueError``) as well."""
+
+
 class VoxpipeIOError(VoxpipeError, OSError):
     """The operating system refused an open, read, write or rename."""
 

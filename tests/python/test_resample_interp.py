@@ -3,7 +3,9 @@
 Every spline order (0-5) x boundary mode x prefilter on 1-D, 2-D and 3-D inputs, at random
 coordinates inside and outside the input, exactly on the samples and the edges, at half-sample
 points, and at NaN; input dtypes float32/float64/int16/uint8, float and integer outputs, output
-arrays of any layout; affine transforms with rotations, scales, shifts and other output shapes.
+arrays of any layout; affine transforms with rotations, scales, shifts and other output shapes;
+complex inputs (bit for bit: scipy interpolates the real and imaginary parts apart, as voxpipe
+does), and scipy's exception type for every argument scipy refuses.
 
 Tolerance (docs/resample.md): the documented contract is 1e-5 of the data range; the kernel
 sums its taps in another order than scipy, which changes the last bits only, so the tests hold
@@ -193,7 +195,160 @@ def test_hostile_arguments_raise_invalid_argument_errors():
         vp.affine_transform(data, np.ones((3, 3)))
     with pytest.raises(InvalidArgumentError, match="offset"):
         vp.affine_transform(data, np.eye(2), offset=(1, 2, 3))
-    with pytest.raises(InvalidArgumentError):
-        vp.map_coordinates(data.astype(np.complex128), coords)
+    with pytest.raises(InvalidArgumentError, match="complex"):
+        vp.map_coordinates(data, coords.astype(np.complex128))
     with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError
         vp.map_coordinates(data, coords, order=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Complex inputs (issue 31, item 12): scipy interpolates the real and imaginary parts apart with
+# the same kernel, each into its view of one complex output; voxpipe does the same, so the values
+# are scipy's bit for bit, and so are the output dtype rules.
+
+def _complex_data(shape, dtype, rng):
+    return (rng.standard_normal(shape) * 100 + 20
+            + 1j * (rng.standard_normal(shape) * 30 - 5)).astype(dtype)
+
+
+def _assert_identical(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True), (
+        f"{np.count_nonzero(~((got == want) | (np.isnan(got) & np.isnan(want))))} of "
+        f"{got.size} values differ")
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("order", range(6))
+def test_complex_input_matches_scipy_bit_for_bit(order, dtype):
+    rng = np.random.default_rng(40 + order)
+    rot = _rotation((0.07, -0.05, 0.1))
+    for prefilter in (True, False):
+        for mode in MODES:
+            for shape in [(9,), (6, 7), (5, 6, 7)]:
+                data = _complex_data(shape, dtype, rng)
+                coords = _coordinates(shape, rng, 120)
+                kw = dict(order=order, mode=mode, cval=1.5 - 2.25j, prefilter=prefilter)
+                _assert_identical(vp.map_coordinates(data, coords, **kw),
+                                  ndi.map_coordinates(data, coords, **kw))
+            vol = _complex_data((7, 8, 6), dtype, rng)
+            for case in (dict(matrix=rot, offset=(0.4, -0.3, 0.9)),
+                         dict(matrix=np.array([0.8, 1.3, 0.6]), offset=0.2,
+                              output_shape=(9, 6, 10)),
+                         dict(matrix=np.array([[0.7, 0.2], [0.1, 1.3], [0.0, 0.5]]),
+                              output_shape=(8, 5))):
+                kw = dict(case, order=order, mode=mode, cval=-0.5 + 3j, prefilter=prefilter)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # scipy's zoom-path warning
+                    want = ndi.affine_transform(vol, **kw)
+                _assert_identical(vp.affine_transform(vol, **kw), want)
+
+
+@pytest.mark.parametrize("func", ["map_coordinates", "affine_transform"])
+def test_complex_output_dtypes_and_arrays_follow_scipy(func):
+    """None: the input's complex type (promoted to complex64 at least); a complex dtype as
+    given; a real dtype as a type or np.dtype: promoted to complex with scipy's warning; an
+    output array, of any layout or byte order: filled in place and returned."""
+    rng = np.random.default_rng(12)
+    data = _complex_data((6, 7), np.complex64, rng)
+    coords = _coordinates(data.shape, rng, 30).reshape(2, 6, 5)
+
+    def call(mod, **kw):
+        if func == "map_coordinates":
+            return mod.map_coordinates(data, coords, order=3, mode="mirror", **kw)
+        return mod.affine_transform(data, [[0.9, 0.1], [-0.2, 1.1]], (0.5, -0.25),
+                                    output_shape=(6, 5), order=3, mode="mirror", **kw)
+
+    for output in (None, np.complex64, np.complex128, "complex128", np.dtype("c8")):
+        _assert_identical(call(vp, output=output), call(ndi, output=output))
+    for output in (np.float32, np.float64, np.int16, np.dtype("float32")):
+        with pytest.warns(UserWarning, match="promoting specified output dtype to complex"):
+            want = call(ndi, output=output)
+        with pytest.warns(UserWarning, match="promoting specified output dtype to complex"):
+            got = call(vp, output=output)
+        _assert_identical(got, want)
+    want = call(ndi, output=np.complex128)
+    for out in (np.zeros((6, 5), np.complex128), np.zeros((5, 6), np.complex128).T,
+                np.zeros((12, 10), np.complex128)[::2, 1::2], np.zeros((6, 5), ">c16")):
+        got = call(vp, output=out)
+        assert got is out
+        _assert_identical(np.asarray(out, np.complex128), want)
+    # A complex128 input into a complex64 array: each part rounded to float32, as scipy.
+    wide = data.astype(np.complex128)
+    out = np.zeros((6, 5), np.complex64)
+    ref = np.zeros((6, 5), np.complex64)
+    if func == "map_coordinates":
+        vp.map_coordinates(wide, coords, out, order=2, mode="wrap")
+        ndi.map_coordinates(wide, coords, ref, order=2, mode="wrap")
+    else:
+        vp.affine_transform(wide, np.eye(2) * 0.7, 1.0, output=out, order=2, mode="wrap")
+        ndi.affine_transform(wide, np.eye(2) * 0.7, 1.0, output=ref, order=2, mode="wrap")
+    _assert_identical(out, ref)
+
+
+def _both_raise(call):
+    """The exception scipy raises for call(ndi) and the one voxpipe raises for call(vp)."""
+    raised = []
+    for mod in (ndi, vp):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                call(mod)
+            except Exception as e:  # noqa: BLE001 (the type is what is compared)
+                raised.append(e)
+            else:
+                pytest.fail(f"{mod.__name__} raised nothing")
+    return raised
+
+
+_DATA = np.zeros((4, 5))
+_COMPLEX = np.zeros((4, 5), np.complex128)
+_COORDS = np.zeros((2, 3))
+# (case, call): every argument scipy.ndimage 1.17 refuses, read from its source
+# (_interpolation.py, _ni_support._get_output, _normalize_sequence, _extend_mode_to_code).
+_REFUSED = [
+    ("order 6", lambda m: m.map_coordinates(_DATA, _COORDS, order=6)),
+    ("order -1", lambda m: m.affine_transform(_DATA, np.eye(2), order=-1)),
+    ("complex coordinates", lambda m: m.map_coordinates(_DATA, _COORDS.astype(complex))),
+    ("rank-0 input", lambda m: m.map_coordinates(np.float64(1.0), np.zeros((0, 3)))),
+    ("1-D coordinates", lambda m: m.map_coordinates(_DATA, np.zeros(2))),
+    ("coordinate rows", lambda m: m.map_coordinates(_DATA, np.zeros((3, 4)))),
+    ("output array shape", lambda m: m.map_coordinates(_DATA, _COORDS, output=np.zeros(4))),
+    ("output array shape, complex",
+     lambda m: m.map_coordinates(_COMPLEX, _COORDS, output=np.zeros(4, complex))),
+    ("real output array, complex input",
+     lambda m: m.map_coordinates(_COMPLEX, _COORDS, output=np.zeros(3))),
+    ("real output string, complex input",
+     lambda m: m.map_coordinates(_COMPLEX, _COORDS, output="float64")),
+    ("non-numeric output string", lambda m: m.map_coordinates(_DATA, _COORDS, output="bool")),
+    ("complex output, real input",
+     lambda m: m.map_coordinates(_DATA, _COORDS, output=np.complex128)),
+    ("float16 output", lambda m: m.map_coordinates(_DATA, _COORDS, output=np.float16)),
+    ("mode", lambda m: m.map_coordinates(_DATA, _COORDS, mode="bogus")),
+    ("mode, complex input", lambda m: m.map_coordinates(_COMPLEX, _COORDS, mode="bogus")),
+    ("mode, affine", lambda m: m.affine_transform(_DATA, np.eye(2), mode="bogus", order=1)),
+    ("output_shape rank 0", lambda m: m.affine_transform(_DATA, np.eye(2), output_shape=())),
+    ("output array vs output_shape",
+     lambda m: m.affine_transform(_DATA, [1, 1], output_shape=(12,), output=np.zeros(16))),
+    ("output array vs output_shape, complex",
+     lambda m: m.affine_transform(_COMPLEX, [1, 1], output_shape=(3, 3),
+                                  output=np.zeros((4, 4), complex))),
+    ("matrix rank", lambda m: m.affine_transform(_DATA, np.zeros((2, 2, 2)))),
+    ("matrix rows", lambda m: m.affine_transform(_DATA, np.eye(4))),
+    ("matrix rows, complex", lambda m: m.affine_transform(_COMPLEX, np.eye(3)[:, :2])),
+    ("matrix columns", lambda m: m.affine_transform(_DATA, np.ones((2, 4)))),
+    ("homogeneous bottom row", lambda m: m.affine_transform(_DATA, np.ones((3, 3)))),
+    ("offset length", lambda m: m.affine_transform(_DATA, np.eye(2), offset=(1, 2, 3))),
+    ("offset shape", lambda m: m.affine_transform(_DATA, np.eye(2), offset=[[1, 2], [3, 4]])),
+]
+
+
+@pytest.mark.parametrize("case,call", _REFUSED, ids=[c for c, _ in _REFUSED])
+def test_refused_arguments_raise_scipy_s_exception_type(case, call):
+    """Code written for scipy (``except RuntimeError``) catches voxpipe's error; the error is
+    still an InvalidArgumentError (a ValueError) naming the argument."""
+    want, got = _both_raise(call)
+    assert isinstance(got, type(want)), f"{case}: scipy raises {want!r}, voxpipe {got!r}"
+    assert isinstance(got, InvalidArgumentError), f"{case}: {got!r}"
+    assert got.field in ("order", "coordinates", "output", "output_shape", "mode", "matrix",
+                         "offset"), got.field
