@@ -36,8 +36,10 @@ struct FetchedBytes {
   std::shared_ptr<const void> owner;
 };
 
-// Returns the bytes of each range, in order, each whole (shorter only where the object ends).
-// May fetch the ranges concurrently; is called from any thread, possibly several at once.
+// Returns the bytes of each range, in order, each exactly its size (the ranges asked for lie
+// within the object): an answer of another length fails the read (Error truncated when shorter,
+// io when longer), never reaches it. May fetch the ranges concurrently; is called from any
+// thread, possibly several at once.
 // Throws voxpipe::Error naming the object on failure (not found, denied, timed out, changed).
 using RangeFetcher = std::function<std::vector<FetchedBytes>(std::span<const ByteRange>)>;
 

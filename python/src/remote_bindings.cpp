@@ -65,8 +65,11 @@ Error error_of(nb::python_error& e, const std::string& name) {
   }
   std::string detail = nb::str(value).c_str();
   if (detail.empty()) detail = nb::str(nb::handle(e.type()).attr("__name__")).c_str();
-  // The Python layer's messages name the URL first; the Error names it again.
-  if (detail.rfind(name + ": ", 0) == 0) detail.erase(0, name.size() + 2);
+  // The Python layer's messages name the URL first (its credentials redacted); the Error
+  // names it again.
+  const std::string shown =
+      nb::cast<std::string>(nb::module_::import_("voxpipe._redact").attr("redact")(name));
+  if (detail.rfind(shown + ": ", 0) == 0) detail.erase(0, shown.size() + 2);
   return Error(code, name, field, detail, offset);
 }
 

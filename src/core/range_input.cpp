@@ -44,13 +44,16 @@ std::vector<FetchedBytes> RangeInput::fetch(std::span<const ByteRange> ranges) c
                                               std::to_string(got.size()));
   std::uint64_t bytes = 0;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    if (got[i].bytes.size() < ranges[i].size)
-      throw Error(ErrorCode::truncated, name_, "",
+    // Each answer must be the range asked for, whole: a longer one is not "the range and
+    // more" but an answer to another question (a server that ignored the range, another
+    // version), so it is refused, never cut to size.
+    if (got[i].bytes.size() != ranges[i].size)
+      throw Error(got[i].bytes.size() < ranges[i].size ? ErrorCode::truncated : ErrorCode::io,
+                  name_, "",
                   "expected " + std::to_string(ranges[i].size) + " bytes from byte " +
                       std::to_string(ranges[i].offset) + ", but the response held " +
                       std::to_string(got[i].bytes.size()),
                   ranges[i].offset);
-    got[i].bytes = got[i].bytes.first(ranges[i].size);
     bytes += ranges[i].size;
   }
   std::lock_guard lock(mutex_);
@@ -93,15 +96,18 @@ void RangeInput::insert_locked(std::uint64_t begin, const FetchedBytes& fetched)
 }
 
 void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
-  while (cached_bytes_ > options_.max_cached_bytes) {
-    auto oldest = extents_.end();
-    for (auto it = extents_.begin(); it != extents_.end(); ++it)
-      if (!it->second->pending && it->second->used < keep_from_clock &&
-          (oldest == extents_.end() || it->second->used < oldest->second->used))
-        oldest = it;
-    if (oldest == extents_.end()) return;
-    cached_bytes_ -= oldest->second->length;
-    extents_.erase(oldest);
+  if (cached_bytes_ <= options_.max_cached_bytes) return;
+  // Least recently used first (ties: lowest offset first), in one sort: a cache of many small
+  // extents is not scanned once per extent evicted.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (used, begin)
+  for (const auto& [begin, e] : extents_)
+    if (!e->pending && e->used < keep_from_clock) order.emplace_back(e->used, begin);
+  std::sort(order.begin(), order.end());
+  for (const auto& [used, begin] : order) {
+    if (cached_bytes_ <= options_.max_cached_bytes) return;
+    auto it = extents_.find(begin);
+    cached_bytes_ -= it->second->length;
+    extents_.erase(it);
   }
 }
 

@@ -191,13 +191,15 @@ class _SlowHandler(http.server.BaseHTTPRequestHandler):
         try:
             time.sleep(srv.delay)
             body = open(os.path.join(srv.folder, self.path.rsplit("/", 1)[1]), "rb").read()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
         finally:
+            # Counted out before the answer goes: a client that has the whole body may start
+            # its next GET before this thread would run again.
             with srv.lock:
                 srv.now -= 1
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass

@@ -36,6 +36,26 @@ TEST(Error, EmptyPartsAreLeftOut) {
   EXPECT_STREQ(z.what(), "b.nii: short (at byte 0)");
 }
 
+TEST(Error, UrlCredentialsAreRedactedFromPathDetailAndMessage) {
+  const std::string url =
+      "https://user:PASSWORD@bucket.example.org/k.nii?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+      "X-Amz-Credential=AKIA%2F20260101&x-amz-signature=abc123&X-Amz-Security-Token=T0K&v=2";
+  const std::string want =
+      "https://REDACTED@bucket.example.org/k.nii?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+      "X-Amz-Credential=REDACTED&x-amz-signature=REDACTED&X-Amz-Security-Token=REDACTED&v=2";
+  Error e(ErrorCode::io, url, "", "cannot read '" + url + "': 403 sig=S;token=T Signature=x");
+  EXPECT_EQ(e.path(), want);
+  EXPECT_EQ(e.detail(), "cannot read '" + want + "': 403 sig=S;token=REDACTED Signature=x");
+  EXPECT_EQ(std::string(e.what()), want + ": " + e.detail());
+  for (const char* s : {"PASSWORD", "abc123", "AKIA", "T0K"})
+    EXPECT_EQ(std::string(e.what()).find(s), std::string::npos) << s;
+  // Again is the same; paths, keys with "@" and other parameters are left as they are.
+  EXPECT_EQ(Error(ErrorCode::io, e.path(), "", "d").path(), want);
+  for (const char* same : {"s3://bucket/a@b/k.nii", "/data/x=1/sub@2.nii",
+                           "gs://b/k.nii?generation=3", "https://h/k?signature_v=1&tokens=2"})
+    EXPECT_EQ(Error(ErrorCode::io, same, "", "d").path(), same);
+}
+
 TEST(Error, IsARuntimeError) {
   try {
     throw Error(ErrorCode::limit, "p", "f", "d");
