@@ -25,6 +25,7 @@ from nibabel.nifti1 import Nifti1Extension, extension_codes
 
 from . import _core, _device, _remote, _zarr, _zarr_write
 from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_name
+from ._redact import redact
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 from ._types import Array, Device, NiftiImage, StrPath
@@ -541,7 +542,8 @@ class ArrayProxy(ArrayLike):
         return arr
 
     def __repr__(self):
-        return f"<ArrayProxy shape={self._shape} dtype={self._dtype} file={self._img.data_path!r}>"
+        return (f"<ArrayProxy shape={self._shape} dtype={self._dtype} "
+                f"file={redact(self._img.data_path)!r}>")
 
 
 def _reopened_proxy(path, options, source=None):
