@@ -25,6 +25,13 @@ namespace {
   throw Error(code, path, "", std::string(what) + ": " + std::strerror(err));
 }
 
+FileIdentity identity_of(const struct stat& st) {
+  return FileIdentity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                      static_cast<std::uint64_t>(st.st_size),
+                      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 +
+                          st.st_mtim.tv_nsec};
+}
+
 [[noreturn]] void throw_not_regular(const std::string& path, mode_t mode) {
   const char* kind = S_ISDIR(mode)    ? "directory"
                      : S_ISFIFO(mode) ? "FIFO"
@@ -62,7 +69,7 @@ InputFile::InputFile(const std::string& path) : path_(path) {
     if (failed) throw_errno(path, failed, err);
     throw_not_regular(path, st.st_mode);
   }
-  size_ = static_cast<std::uint64_t>(st.st_size);
+  identity_ = identity_of(st);
 }
 
 InputFile::~InputFile() {
@@ -84,6 +91,19 @@ std::size_t InputFile::read_at(std::uint64_t offset, std::span<std::byte> dst) c
     done += static_cast<std::size_t>(n);
   }
   return done;
+}
+
+void InputFile::check_unchanged(const FileIdentity& expected, bool path_too) const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_errno(path_, "cannot stat", errno);
+  check_same_file(path_, expected, identity_of(st));
+  // The open file has no name left: deleted, or another file renamed over the path (which
+  // unlinks the file it replaces). Only then is the path looked at: a file there now is another
+  // one; none leaves the open file as it was, and readers that keep it go on reading it, as
+  // nibabel's keep_file_open does.
+  if (path_too && st.st_nlink == 0) {
+    if (const std::optional<FileIdentity> now = path_identity(path_)) check_same_file(path_, expected, now);
+  }
 }
 
 namespace {
@@ -235,6 +255,48 @@ void AtomicOutputFile::commit() {
   untrack_temporary(slot_);
   slot_ = -1;
 }
+
+}  // namespace voxpipe::core
+
+namespace voxpipe {
+
+FileIdentity file_identity(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) core::throw_errno(path, "cannot stat", errno);
+  return core::identity_of(st);
+}
+
+std::optional<FileIdentity> path_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return core::identity_of(st);
+}
+
+void check_same_file(const std::string& path, const std::optional<FileIdentity>& opened,
+                     const std::optional<FileIdentity>& now) {
+  if (opened == now) return;
+  std::string what;
+  if (!opened)
+    what = "no file was there then";
+  else if (!now)
+    what = "it was removed or renamed";
+  else if (opened->device != now->device || opened->inode != now->inode)
+    what = "another file was put in its place (inode " + std::to_string(opened->inode) + ", now " +
+           std::to_string(now->inode) + ")";
+  else if (opened->size != now->size)
+    what = "it was rewritten (" + std::to_string(opened->size) + " bytes, now " +
+           std::to_string(now->size) + ")";
+  else
+    what = "it was rewritten (modified at " + std::to_string(opened->mtime_ns) + " ns, now " +
+           std::to_string(now->mtime_ns) + ")";
+  throw Error(ErrorCode::io, path, "",
+              "the file changed since it was opened: " + what +
+                  "; open it again to read the new file");
+}
+
+}  // namespace voxpipe
+
+namespace voxpipe::core {
 
 std::optional<std::uint64_t> file_size(const std::string& path) {
   struct stat st {};

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "voxpipe/file_identity.hpp"
 #include "voxpipe/remote.hpp"
 
 namespace voxpipe::core {
@@ -49,14 +50,24 @@ class InputFile final : public RandomAccessInput {
   InputFile& operator=(const InputFile&) = delete;
 
   const std::string& path() const noexcept override { return path_; }
-  std::uint64_t size() const noexcept override { return size_; }
+  std::uint64_t size() const noexcept override { return identity_.size; }
   // Thread-safe (pread).
   std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override;
+
+  // The file as fstat described it when it was opened.
+  const FileIdentity& identity() const noexcept { return identity_; }
+  // Throws Error(io) naming the path ("changed since it was opened") unless the open file is
+  // still `expected` (fstat: a rewrite in place changes its size or time) and, with `path_too`,
+  // when it has no name left (link count 0: deleted, or another file renamed over the path), the
+  // path names no file (stat: a file there now replaced it). A file renamed away, or deleted and
+  // not replaced, is still the file opened. One system call (fstat); a stat more only for a file
+  // without a name, with `path_too`.
+  void check_unchanged(const FileIdentity& expected, bool path_too) const;
 
  private:
   std::string path_;
   int fd_ = -1;
-  std::uint64_t size_ = 0;
+  FileIdentity identity_;
 };
 
 // An output file written under a temporary name in the same directory, `PATH.tmp-PID-N`, and

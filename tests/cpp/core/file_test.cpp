@@ -55,6 +55,74 @@ TEST(InputFile, LargeReadIsComplete) {
   EXPECT_EQ(std::memcmp(buf.data(), data.data(), data.size()), 0);
 }
 
+// The identity an InputFile records is the file's at open; check_unchanged compares the open
+// file (a rewrite in place) and, when asked and the open file has no name left, the path
+// (another file renamed over it).
+TEST(InputFile, ChecksTheFileAndThePathAgainstTheIdentityAtOpen) {
+  vptest::TempDir dir;
+  const std::string path = dir.file("a.bin");
+  vptest::write_file(path, vptest::random_bytes(100, 1));
+  InputFile f(path);
+  EXPECT_EQ(f.identity(), voxpipe::path_identity(path));
+  EXPECT_EQ(f.identity().size, 100u);
+  const voxpipe::FileIdentity opened = f.identity();
+  f.check_unchanged(opened, true);
+  const auto expect_changed = [&](const InputFile& file, const char* what) {
+    auto err = vptest::catch_error([&] { file.check_unchanged(opened, true); });
+    ASSERT_TRUE(err);
+    EXPECT_EQ(err->code(), ErrorCode::io);
+    EXPECT_EQ(err->path(), path);
+    const std::string text = err->what();
+    EXPECT_NE(text.find("changed since it was opened"), std::string::npos) << text;
+    EXPECT_NE(text.find(what), std::string::npos) << text;
+  };
+  // Renamed over: the descriptor still reads the old file, which has no name left; the path
+  // names another.
+  vptest::write_file(dir.file("b.bin"), vptest::random_bytes(100, 2));
+  ASSERT_EQ(::rename(dir.file("b.bin").c_str(), path.c_str()), 0);
+  f.check_unchanged(opened, false);
+  expect_changed(f, "another file was put in its place");
+  // Renamed away (it keeps a name), or deleted and not replaced: still the file opened (a kept
+  // reader reads it).
+  vptest::write_file(dir.file("c.bin"), vptest::random_bytes(100, 3));
+  InputFile g(dir.file("c.bin"));
+  ASSERT_EQ(::rename(dir.file("c.bin").c_str(), dir.file("d.bin").c_str()), 0);
+  g.check_unchanged(g.identity(), true);
+  ASSERT_EQ(::unlink(dir.file("d.bin").c_str()), 0);
+  g.check_unchanged(g.identity(), true);
+  auto err = vptest::catch_error([&] { voxpipe::check_same_file(path, opened, std::nullopt); });
+  ASSERT_TRUE(err);
+  EXPECT_NE(std::string(err->what()).find("removed or renamed"), std::string::npos);
+}
+
+TEST(InputFile, ARewriteInPlaceShowsInTheSizeOrTheTime) {
+  vptest::TempDir dir;
+  const std::string path = dir.file("a.bin");
+  vptest::write_file(path, vptest::random_bytes(100, 1));
+  InputFile f(path);
+  const voxpipe::FileIdentity opened = f.identity();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  // The same size, a later time (as the next tick of the clock gives it).
+  timespec times[2] = {st.st_atim, st.st_mtim};
+  times[1].tv_nsec = (times[1].tv_nsec + 1) % 1000000000;
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  auto err = vptest::catch_error([&] { f.check_unchanged(opened, false); });
+  ASSERT_TRUE(err);
+  EXPECT_NE(std::string(err->what()).find("modified at"), std::string::npos) << err->what();
+  // Cut shorter.
+  ASSERT_EQ(::truncate(path.c_str(), 10), 0);
+  err = vptest::catch_error([&] { f.check_unchanged(opened, false); });
+  ASSERT_TRUE(err);
+  EXPECT_NE(std::string(err->what()).find("100 bytes, now 10"), std::string::npos) << err->what();
+  // Nothing was there, and now a file is.
+  err = vptest::catch_error([&] { voxpipe::check_same_file(path, std::nullopt, opened); });
+  ASSERT_TRUE(err);
+  EXPECT_NE(std::string(err->what()).find("no file was there"), std::string::npos) << err->what();
+  voxpipe::check_same_file(path, std::nullopt, std::nullopt);
+  voxpipe::check_same_file(path, opened, opened);
+}
+
 TEST(InputFile, MissingFileIsNotFound) {
   vptest::TempDir dir;
   auto err = vptest::catch_error([&] { InputFile f(dir.file("missing.nii")); });
