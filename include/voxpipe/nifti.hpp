@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "voxpipe/dtype.hpp"
+#include "voxpipe/file_identity.hpp"
 #include "voxpipe/gzip.hpp"
 
 namespace voxpipe {
 
 namespace core {
 class ByteSource;
+class InputFile;
 class RandomAccessInput;
 }  // namespace core
 class RemoteInput;  // voxpipe/remote.hpp
@@ -128,6 +130,15 @@ struct NiftiImage {
   std::array<double, 16> affine{};  // get_best_affine(), row-major
   std::uint64_t data_file_size = 0;  // size of data_path when opened (compressed size for gzip;
                                      // 0 when it could not be stat'ed)
+  // The header and data files as open_nifti found them (the same for a single file; the data's
+  // taken from the descriptor the header was read through): every read of the data checks that
+  // data_path still names data_identity, so that a file replaced or rewritten since is an error,
+  // never new bytes under this header (NiftiReader). header_identity is unset for images not in
+  // files (open_nifti_bytes, open_nifti_remote); data_identity is unset for them and for a pair
+  // whose data file could not be stat'ed when it was opened (reading it then fails, or finds a
+  // file that appeared since: an error too).
+  std::optional<FileIdentity> header_identity;
+  std::optional<FileIdentity> data_identity;
   // The stored bytes of the data when they are not the file at data_path (an image opened with
   // open_nifti_bytes): readers read them, and copies of the image and readers made from it
   // share them and keep them alive. Null for files.
@@ -137,6 +148,11 @@ struct NiftiImage {
   std::uint64_t data_bytes() const;   // voxel_count * dtype_size, checked at open
   bool swapped() const noexcept;      // data byte order differs from the machine's
 };
+
+// Throws Error(io) naming image.data_path ("changed since it was opened") when the file open as
+// `fd` is not the image's data file as opened (data_identity): for callers that map or read the
+// file by themselves (NumPy's memmap). One fstat. A no-op for images not in files.
+void check_nifti_data_file(const NiftiImage& image, int fd);
 
 // Throws Error(truncated) when the data file cannot hold the bytes the header promises: for an
 // uncompressed file, data_offset + data_bytes beyond its end; for gzip, more than deflate's
@@ -229,6 +245,15 @@ struct DataSourceOptions {
 // index file whose windows are read lazily) stay open until the reader is destroyed. read() may
 // be called from several threads at once; reads of a sequential source (gzip without sizes or
 // index) are serialised.
+//
+// Files changed under a reader: the reader reads only the file the image was opened from
+// (image.data_identity). Opening the data file checks it (no system call beyond the open's);
+// each read() then checks, once it has read, the open file (one fstat: rewritten in place, before
+// or during the read?) and, only when that file has no name left, the path (another file renamed
+// over it?). Any change is Error(io) "changed since it was opened", never data. A data file
+// renamed away, or deleted and not replaced, is still the file opened: the reader goes on
+// reading it, as nibabel's keep_file_open=True does (docs/nifti.md, "Files changed under an
+// image").
 class NiftiReader {
  public:
   // Opens the data file: Error(not_found / io) naming it, the errors of a gzip member table or
@@ -251,6 +276,7 @@ class NiftiReader {
 
  private:
   NiftiImage image_;
+  std::shared_ptr<const core::InputFile> file_;  // the data file; null for images not in files
   std::unique_ptr<core::ByteSource> source_;
   std::uint64_t data_file_size_ = 0;  // when the source was opened
   std::unique_ptr<std::mutex> sequential_mutex_;

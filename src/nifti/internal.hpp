@@ -40,8 +40,13 @@ std::vector<std::uint8_t> encode_extensions(const std::vector<NiftiExtension>& e
                                             bool big_endian, bool single_file);
 
 // The stored bytes of the image's data: its data_input, else the file at data_path (opened:
-// Error(not_found / io)).
+// Error(not_found / io); Error(io) when it is not the file the image was opened from,
+// open_data_file).
 std::shared_ptr<const core::RandomAccessInput> open_data_input(const NiftiImage& image);
+
+// The file at data_path, checked to be the one the image was opened from (its data_identity):
+// Error(io) "changed since it was opened" otherwise. No system call beyond the open's.
+std::shared_ptr<const core::InputFile> open_data_file(const NiftiImage& image);
 
 // The stream of the image's data (plain or inflated), for reading several selections in
 // ascending order through one source (a gzip stream is then inflated once); from `input`, the

@@ -161,8 +161,8 @@ bool NiftiImage::swapped() const noexcept {
 }
 
 void check_data_size(const NiftiImage& image) {
-  // Opening names a missing or unreadable data file before any size is judged.
-  if (!image.data_input) core::InputFile(image.data_path);
+  // Opening names a missing, unreadable or replaced data file before any size is judged.
+  if (!image.data_input) nifti::open_data_file(image);
   nifti::check_data_size(image, image.data_file_size);
 }
 
@@ -253,10 +253,14 @@ NiftiImage open_nifti(const std::string& path, const OpenOptions& options) {
   img.data_path = paths.image;
   img.header_compression = ends_with(lower(img.header_path), ".gz") ? Compression::gzip : Compression::none;
   img.data_compression = ends_with(lower(img.data_path), ".gz") ? Compression::gzip : Compression::none;
-  read_header_stream(img, std::make_shared<const core::InputFile>(img.header_path),
-                     img.header_compression == Compression::gzip, pair, options);
+  auto header_file = std::make_shared<const core::InputFile>(img.header_path);
+  // Recorded before the header is read: a change while it is read shows at the first data read.
+  img.header_identity = header_file->identity();
+  read_header_stream(img, std::move(header_file), img.header_compression == Compression::gzip,
+                     pair, options);
   // Like nibabel, a pair whose .img is missing opens; reading its data then fails.
-  img.data_file_size = core::file_size(img.data_path).value_or(0);
+  img.data_identity = pair ? path_identity(img.data_path) : img.header_identity;
+  img.data_file_size = img.data_identity ? img.data_identity->size : 0;
   return img;
 }
 

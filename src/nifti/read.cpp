@@ -292,9 +292,21 @@ DType scaled_dtype(DType source, const Scaling& scaling, const std::string& path
   return dtype_is_complex(source) ? DType::c128 : DType::f64;
 }
 
+std::shared_ptr<const core::InputFile> nifti::open_data_file(const NiftiImage& image) {
+  auto file = std::make_shared<const core::InputFile>(image.data_path);
+  // An image made by hand (no header identity) has nothing to compare with.
+  if (image.header_identity) check_same_file(image.data_path, image.data_identity, file->identity());
+  return file;
+}
+
 std::shared_ptr<const core::RandomAccessInput> nifti::open_data_input(const NiftiImage& image) {
   if (image.data_input) return image.data_input;
-  return std::make_shared<const core::InputFile>(image.data_path);
+  return open_data_file(image);
+}
+
+void check_nifti_data_file(const NiftiImage& image, int fd) {
+  if (image.data_input || !image.header_identity) return;
+  check_same_file(image.data_path, image.data_identity, file_identity(fd, image.data_path));
 }
 
 std::unique_ptr<core::ByteSource> nifti::open_data_source(
@@ -321,7 +333,13 @@ std::unique_ptr<core::ByteSource> nifti::open_data_source(const NiftiImage& imag
 NiftiReader::NiftiReader(const NiftiImage& image, const DataSourceOptions& options)
     : image_(image) {
   // The size of the bytes the source reads, as opened.
-  std::shared_ptr<const core::RandomAccessInput> input = nifti::open_data_input(image_);
+  std::shared_ptr<const core::RandomAccessInput> input;
+  if (image_.data_input) {
+    input = image_.data_input;
+  } else {
+    file_ = nifti::open_data_file(image_);
+    input = file_;
+  }
   data_file_size_ = input->size();
   source_ = nifti::open_data_source(image_, std::move(input), options);
   if (!source_->random_access()) sequential_mutex_ = std::make_unique<std::mutex>();
@@ -338,12 +356,24 @@ void NiftiReader::read(std::span<const AxisRange> selection, const OutputSpec& s
   // The read's one thread count: read_selection and the sources below take it as given.
   ReadOptions resolved = options;
   resolved.threads = resolve_threads(options.threads);
-  if (sequential_mutex_) {
-    std::lock_guard lock(*sequential_mutex_);
-    nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
-    return;
+  // The file may have changed since it was opened (the reader is kept between reads, or the
+  // image was opened long before). One check, after the read, sees a change made before it and
+  // one made while it ran; what was read is then not returned. The image's identity, not the
+  // open file's, is the reference: a reader opened after a change has already refused it.
+  const FileIdentity* const expected = file_ && image_.data_identity ? &*image_.data_identity : nullptr;
+  try {
+    if (sequential_mutex_) {
+      std::lock_guard lock(*sequential_mutex_);
+      nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
+    } else {
+      nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
+    }
+  } catch (const Error&) {
+    // A file cut or rewritten before or during the read: said as such, rather than as damage.
+    if (expected) file_->check_unchanged(*expected, true);
+    throw;
   }
-  nifti::read_selection(*source_, image_, selection, spec, dest, resolved);
+  if (expected) file_->check_unchanged(*expected, true);
 }
 
 namespace {

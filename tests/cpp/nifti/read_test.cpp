@@ -450,10 +450,17 @@ TEST(NiftiReader, ChecksTheSizeOfTheFileItOpened) {
   const std::string path = vptest::write_image(dir, "r.nii", vptest::make_header(1, DType::i16, kShape), values);
   const auto img = voxpipe::open_nifti(path);
   voxpipe::NiftiReader(img).check_data_size();  // exactly enough
-  // Cut after open_nifti: the image still records the old size, the reader sees the cut.
+  // Cut after open_nifti: not the file opened (file_change_test.cpp).
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 1);
-  voxpipe::check_data_size(img);
-  voxpipe::NiftiReader reader(img);
+  EXPECT_VP_ERROR(voxpipe::check_data_size(img), ErrorCode::io);
+  EXPECT_VP_ERROR(voxpipe::NiftiReader{img}, ErrorCode::io);
+  // An image described by hand, without the identity: it still records the old size, the
+  // reader sees the cut.
+  auto by_hand = img;
+  by_hand.header_identity.reset();
+  by_hand.data_identity.reset();
+  voxpipe::check_data_size(by_hand);
+  voxpipe::NiftiReader reader(by_hand);
   auto err = vptest::catch_error([&] { reader.check_data_size(); });
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code(), ErrorCode::truncated);
