@@ -3,6 +3,7 @@
 // call that touches files or voxel data.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -76,6 +77,21 @@ std::vector<std::uint8_t> from_bytes(const nb::bytes& b) {
   return std::vector<std::uint8_t>(p, p + b.size());
 }
 
+// A FileIdentity as (device, inode, size, mtime_ns); None for none.
+nb::object identity_tuple(const std::optional<FileIdentity>& id) {
+  if (!id) return nb::none();
+  return nb::make_tuple(id->device, id->inode, id->size, id->mtime_ns);
+}
+
+// A FileIdentity from Python's (device, inode, size, mtime_ns), or None.
+using IdentityTuple = std::optional<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::int64_t>>;
+
+std::optional<FileIdentity> identity_from(const IdentityTuple& t) {
+  if (!t) return std::nullopt;
+  const auto [device, inode, size, mtime_ns] = *t;
+  return FileIdentity{device, inode, size, mtime_ns};
+}
+
 nb::list affine_list(const std::array<double, 16>& a) {
   nb::list out;
   for (double v : a) out.append(v);
@@ -143,6 +159,15 @@ NB_MODULE(_core, m) {
         return l;
       })
       .def_ro("warnings", &NiftiImage::warnings)
+      // (device, inode, size, mtime_ns) of the files when opened; None where not recorded.
+      // Settable as for an image described by hand: with both None a reader checks nothing
+      // (bench/bench_identity.py measures reads with and without the checks that way).
+      .def_prop_rw(
+          "header_identity", [](const NiftiImage& i) { return identity_tuple(i.header_identity); },
+          [](NiftiImage& i, const IdentityTuple& id) { i.header_identity = identity_from(id); })
+      .def_prop_rw(
+          "data_identity", [](const NiftiImage& i) { return identity_tuple(i.data_identity); },
+          [](NiftiImage& i, const IdentityTuple& id) { i.data_identity = identity_from(id); })
       .def_prop_ro("scaled_dtype", [](const NiftiImage& i) {
         return std::string(dtype_name(scaled_dtype(i.dtype, i.scaling, i.header_path)));
       });
@@ -167,6 +192,21 @@ NB_MODULE(_core, m) {
       "refused). The bytes are not copied: the image and its readers hold the buffer, which must "
       "not change while they live. A Reader of it takes index_mode 'auto' (finds no index) or "
       "'none'.");
+
+  m.def(
+      "check_data_file",
+      [](const NiftiImage& image, int fd) { check_nifti_data_file(image, fd); },
+      nb::arg("image"), nb::arg("fd"),
+      "Raise VoxpipeIOError ('changed since it was opened') unless the file open as `fd` is the "
+      "image's data file as it was opened (one fstat).");
+  m.def(
+      "check_same_file",
+      [](const std::string& path, const IdentityTuple& opened, const IdentityTuple& now) {
+        check_same_file(path, identity_from(opened), identity_from(now));
+      },
+      nb::arg("path"), nb::arg("opened").none(), nb::arg("now").none(),
+      "Raise VoxpipeIOError naming `path` ('changed since it was opened', and what differs) "
+      "unless the identities (device, inode, size, mtime_ns), or None for no file, are equal.");
 
   m.def("keep_forever", [](nb::handle object) { object.inc_ref(); }, nb::arg("object"),
         "Take a reference that is never given back: `object` is never destroyed, not even at "

@@ -18,8 +18,11 @@ file is one chunk unless the caller asks for chunks (then with a PerformanceWarn
 this reads the gzip member table, never the data, and only where an image has several chunks.
 
 Names are deterministic (``dask.base.tokenize``) over what identifies the values read: the
-file's path, size, modification time and inode (a URL's ETag), the output dtype, scaling and
-the chunks. The same file gives the same name; a rewritten file a new one.
+file's path, device, inode, size and modification time as it was opened (a URL's ETag), the
+output dtype, scaling and the chunks. The same file gives the same name; a rewritten file a new
+one. A graph is bound to the files its images opened: a task that finds one replaced or
+rewritten since (the proxy's pickle carries the identity; the reader checks it on every read)
+raises VoxpipeIOError, never reads the new file under the old header.
 
 Threads: a task reads with the thread count ``to_dask(threads=)`` gives, else with the worker's
 budget: voxpipe's default (``VOXPIPE_NUM_THREADS``, then ``OMP_NUM_THREADS``, which the nanny of
@@ -152,8 +155,9 @@ def _file_identity(path: str) -> tuple[Any, ...]:
 
 def proxy_token(proxy: ArrayProxy) -> tuple[Any, ...]:
     """What identifies the values a proxy reads (its ``__dask_tokenize__``): where they are (a
-    file's path, size, modification time and inode; an object's URL, ETag and size) and the
-    proxy's shape. Not the thread count or seek-index choice, which change no value."""
+    file's path, device, inode, size and modification time when it was opened; an object's URL,
+    ETag and size) and the proxy's shape. Not the thread count or seek-index choice, which
+    change no value."""
     img, src = proxy._img, proxy._source
     where: tuple[Any, ...]
     if isinstance(src, _remote.RemoteFile):
@@ -163,8 +167,12 @@ def proxy_token(proxy: ArrayProxy) -> tuple[Any, ...]:
     elif isinstance(src, _remote.RemoteObject):
         where = ("url", src.url, src.etag, src.size)
     elif img.data_in_file:
-        files = dict.fromkeys(proxy._files())
-        where = ("file",) + tuple(_file_identity(f) for f in files)
+        # The files as they were opened (device, inode, size, mtime_ns), not as they are now:
+        # the proxy reads those or fails, and so does every task of a graph named after them.
+        header, data = proxy._files()
+        where = ("file", (os.path.normpath(header), img.header_identity))
+        if data != header:
+            where += ((os.path.normpath(data), img.data_identity),)
     else:  # opened from memory: the bytes themselves
         from dask.base import tokenize
 

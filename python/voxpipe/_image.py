@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import stat
 import threading
 import warnings
 import zlib
@@ -29,7 +28,7 @@ from ._redact import redact
 from ._device import DeviceArray
 from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 from ._types import Array, Device, NiftiImage, StrPath
-from .errors import FormatError, InvalidArgumentError, TruncatedError
+from .errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
 
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
@@ -89,7 +88,10 @@ class ArrayProxy(ArrayLike):
     over volumes inflates the file once instead of once per volume.
     """
 
-    is_proxy = True
+    @property
+    def is_proxy(self) -> bool:
+        """True, read-only (nibabel's proxy contract: assigning it raises AttributeError)."""
+        return True
 
     def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
                  index_path: str = "", *, mmap=True, keep_file_open=None, source=None,
@@ -203,7 +205,9 @@ class ArrayProxy(ArrayLike):
                                           bytes(self._source)))
             raise TypeError("an image opened from memory does not pickle: save it to a file, or "
                             "pickle np.asanyarray(img.dataobj)")
-        return (_reopened_proxy, (self._files()[0], self._options()))
+        return (_reopened_proxy, (self._files()[0], self._options(), None,
+                                  (_THIS_MACHINE, self._img.header_identity,
+                                   self._img.data_identity)))
 
     def __dask_tokenize__(self):
         """What identifies the values this proxy reads, for dask's deterministic names: where
@@ -301,18 +305,26 @@ class ArrayProxy(ArrayLike):
     def _map(self):
         """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file, or
         None where nibabel reads instead (mmap=False, gzip data, a file that cannot be mapped).
-        A short or missing file gives None here and a voxpipe error from the read that follows."""
+        A short or missing file gives None here and a voxpipe error from the read that follows.
+        The file mapped is the one opened (VoxpipeIOError otherwise, as for reads); what happens
+        to it afterwards shows in the map, as in nibabel's (cut shorter, a touch of the part
+        cut away is SIGBUS)."""
         if not self._mmap or self._img.gzip or not self._img.data_in_file:
             return None
         try:
-            # np.memmap's open() of a FIFO would wait for a writer; the read refuses it.
-            if not stat.S_ISREG(os.stat(self._img.data_path).st_mode):
-                return None
-            return np.memmap(self._img.data_path, dtype=self._dtype,
-                             mode="c" if self._mmap is True else self._mmap, shape=self._shape,
-                             order="F", offset=self._img.data_offset)
-        except (AttributeError, TypeError, ValueError, OSError):
+            # Non-blocking: opening a FIFO put in the file's place does not wait for a writer.
+            f = open(self._img.data_path, "rb", opener=_open_nonblocking)
+        except OSError:
             return None
+        with f:
+            # One fstat; a FIFO or another file is not the file opened.
+            _core.check_data_file(self._img, f.fileno())
+            try:
+                return np.memmap(f, dtype=self._dtype,
+                                 mode="c" if self._mmap is True else self._mmap,
+                                 shape=self._shape, order="F", offset=self._img.data_offset)
+            except (AttributeError, TypeError, ValueError, OSError):
+                return None
 
     def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
               real_part: bool = False, out: np.ndarray | None = None, subtype=np.ndarray):
@@ -546,11 +558,64 @@ class ArrayProxy(ArrayLike):
                 f"file={redact(self._img.data_path)!r}>")
 
 
-def _reopened_proxy(path, options, source=None):
+def _open_nonblocking(path, flags):
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def _this_machine() -> str:
+    """What tells this machine (this boot of it) from others: the kernel's boot id where there
+    is one, else the host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        import socket
+
+        return socket.gethostname()
+
+
+_THIS_MACHINE = _this_machine()
+
+
+def _stat_identity(path):
+    """(device, inode, size, mtime_ns) of the file `path` names now, or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _check_reopened(files, identity):
+    """VoxpipeIOError unless `files` ((path, identity now) pairs) are those a pickle was made
+    of (`identity`: the machine, then the header's and data's (device, inode, size, mtime_ns)).
+    On another machine the device and inode say nothing (NFS numbers devices per client; a
+    worker may read its own copy of the file): there the size and time are compared."""
+    machine, *opened = identity
+    for (path, now), was in zip(files, opened):
+        if machine != _THIS_MACHINE:
+            was, now = ((0, 0, *i[2:]) if i is not None else None for i in (was, now))
+        _core.check_same_file(path, was, now)
+
+
+def _reopened_proxy(path, options, source=None, identity=None):
     """An unpickled ArrayProxy: the file (or, with `source`, the bytes) opened again with the
-    pickled options."""
+    pickled options; with `identity` (pickles of files), VoxpipeIOError if the files are no
+    longer those the pickle was made of: never the new file under the old header's promises."""
     index, shape = options.pop("index"), options.pop("shape", None)
-    core = _core.open(path) if source is None else _core.open_bytes(source, path)
+    if source is None and identity is not None:
+        try:
+            core = _core.open(path)
+        except VoxpipeError:
+            # What is there now may not even be NIfTI: that it changed is the news.
+            _check_reopened([(path, _stat_identity(path))], identity[:2])
+            raise
+        files = [(core.header_path, core.header_identity)]
+        if core.data_path != core.header_path:
+            files.append((core.data_path, core.data_identity))
+        _check_reopened(files, identity)
+    else:
+        core = _core.open(path) if source is None else _core.open_bytes(source, path)
     proxy = ArrayProxy(core, options.pop("threads"), *index, source=source, **options)
     return proxy if shape is None else proxy.reshape(shape)
 

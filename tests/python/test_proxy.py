@@ -626,3 +626,23 @@ def test_a_pickle_names_the_file_opened_by_a_relative_name(tmp_path, monkeypatch
         assert np.array_equal(proxy[..., 1], want.dataobj[..., 1])
     flat = pickle.loads(pickle.dumps(img.dataobj.reshape((-1,))))
     assert np.array_equal(np.asarray(flat), np.asarray(want.dataobj.reshape((-1,))))
+
+
+def test_is_proxy_is_read_only_as_nibabels(tmp_path):
+    """nibabel's contract: ``is_proxy`` is True and cannot be assigned (AttributeError), on
+    every proxy voxpipe makes (files, and NIfTI-Zarr stores where zarr is installed)."""
+    path = str(tmp_path / "p.nii")
+    nib.save(nib.Nifti1Image(_data((3, 4, 5), np.int16), np.eye(4)), path)
+    proxies = [nib.load(path).dataobj, vp.load(path).dataobj]
+    try:
+        import zarr  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        vp.save(vp.load(path), str(tmp_path / "p.nii.zarr"))
+        proxies.append(vp.load(str(tmp_path / "p.nii.zarr")).dataobj)
+    for proxy in proxies:
+        assert proxy.is_proxy is True and nib.arrayproxy.is_proxy(proxy)
+        with pytest.raises(AttributeError):
+            proxy.is_proxy = False
+        assert proxy.is_proxy is True
