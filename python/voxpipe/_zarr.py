@@ -32,8 +32,9 @@ import numpy as np
 from . import _core, _remote
 from ._header import core_dtype_name
 from ._optional import require
-from .errors import (CorruptError, FormatError, InvalidArgumentError, TruncatedError,
-                     VoxpipeFileNotFoundError)
+from ._zarr_local import StoreIdentity, local_store
+from .errors import (CorruptError, FormatError, InvalidArgumentError, LimitError, TruncatedError,
+                     VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError)
 
 # The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
 _ZARR_AXES = ("t", "c", "z", "y", "x")
@@ -68,7 +69,26 @@ def _group_store(location: str, storage_options: Mapping[str, Any] | None, read_
         return zarr.storage.ObjectStore(store, read_only=read_only)
     if storage_options:
         raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
-    return zarr.storage.LocalStore(location, read_only=read_only)
+    return local_store(location, read_only)
+
+
+def _failure(name: str, field: str, exc: BaseException) -> VoxpipeError:
+    """The voxpipe error for ``exc``, raised while the store ``name`` was read at ``field``:
+    a voxpipe error as it is; an object store's or the system's refusal as an I/O error; any
+    other (zarr's, JSON's, or a KeyError, TypeError, RecursionError... of metadata that are not
+    what they claim) as FormatError naming the field."""
+    if isinstance(exc, VoxpipeError):
+        return exc
+    if type(exc).__module__.split(".")[0] == "obstore":
+        return _remote.store_error(name, exc, None)  # type: ignore[arg-type]
+    if isinstance(exc, OSError) and not isinstance(exc, ValueError):
+        if isinstance(exc, FileNotFoundError):
+            return VoxpipeFileNotFoundError(f"{name}: {field}: {exc}", path=name, field=field)
+        return VoxpipeIOError(f"{name}: {field}: {exc}", path=name, field=field)
+    if isinstance(exc, MemoryError):
+        return LimitError(f"{name}: {field}: more memory than there is", path=name, field=field)
+    return FormatError(f"{name}: {field}: invalid metadata: {type(exc).__name__}: {exc}",
+                       path=name, field=field)
 
 
 def _axes_of(group, array, ndim: int) -> list[str]:
@@ -134,6 +154,38 @@ class NiftiZarr:
         self.level = level
         name = location
         store = _group_store(location, storage_options, True)
+        local = not _remote.is_url(location)
+        if local:
+            store.record = {}  # the identity of every file this open reads
+        field = "zarr.json"
+        try:
+            self._open(zarr, store, name)
+            field = "nifti"
+            self.stored_header = _read_header_array(self.group, name)
+            field = "axes"
+            self.axes = _axes_of(self.group, self.array, self.array.ndim)
+            self._check_axes()
+            field = "codecs"
+            self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)
+            self.spec = _core_spec(self.array, self.stored_dtype, self.stored_big_endian,
+                                   self.name)
+            sharded = (_shards_of(self.array.metadata) if self.spec is not None
+                       and getattr(self.array.metadata, "zarr_format", 3) == 3 else None)
+            self.shards = sharded[0] if sharded is not None else None
+            self._chunk_root = self._local_chunk_root()
+            if level != 0:
+                field = "multiscales"
+                self.stored_header = _level_header(self.stored_header, self.group, self._path,
+                                                   _level_path(self.group, 0, name),
+                                                   self.nifti_shape_of_array())
+            self.identity = StoreIdentity(location, store.record) if local else None
+        except Exception as exc:
+            raise _failure(name, field, exc) from exc
+        finally:
+            store.record = None
+
+    def _open(self, zarr, store, name: str) -> None:
+        """The group, the level's array and its name."""
         try:
             # Zarr v3 first, then v2: asked for either, zarr probes both formats' files (and
             # consolidated metadata) at once, 4 requests on object storage instead of 1.
@@ -144,35 +196,36 @@ class NiftiZarr:
                 group = zarr.open_group(store=store, mode="r", zarr_format=2,
                                         use_consolidated=False)
         except FileNotFoundError as exc:
-            if os.path.isdir(location):  # a folder, but no group metadata in it
+            if os.path.isdir(self.location):  # a folder, but no group metadata in it
                 raise FormatError(f"{name}: not a Zarr store: expected zarr.json or .zgroup in "
                                   f"it", path=name, field="zarr.json") from exc
             raise VoxpipeFileNotFoundError(f"{name}: no Zarr store there ({exc})",
                                            path=name) from exc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FormatError(f"{name}: not a Zarr group: {exc}", path=name) from exc
+        except VoxpipeError:
+            raise
+        except Exception as exc:
+            raise FormatError(f"{name}: not a Zarr group: {type(exc).__name__}: {exc}",
+                              path=name, field="zarr.json") from exc
         self.group = group
-        path = _level_path(group, level, name)
-        self.array = group[path]
-        self.name = f"{location.rstrip('/')}/{path}"
+        path = _level_path(group, self.level, name)
         try:
-            nifti = group["nifti"]
+            array = group[path]
         except KeyError:
-            raise FormatError(f"{name}: not a NIfTI-Zarr: expected a 'nifti' header array, but "
-                              f"the group has none", path=name, field="nifti") from None
-        self.stored_header = np.asarray(nifti[...], dtype=np.uint8).tobytes()
-        self.axes = _axes_of(group, self.array, self.array.ndim)
-        self._check_axes()
-        self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)
-        self.spec = _core_spec(self.array, self.stored_dtype, self.stored_big_endian, self.name)
-        sharded = (_shards_of(self.array.metadata) if self.spec is not None
-                   and getattr(self.array.metadata, "zarr_format", 3) == 3 else None)
-        self.shards = sharded[0] if sharded is not None else None
-        self._chunk_root = self._local_chunk_root()
-        if level != 0:
-            self.stored_header = _level_header(self.stored_header, group, path,
-                                               _level_path(group, 0, name),
-                                               self.nifti_shape_of_array())
+            raise FormatError(f"{name}: expected the array '{path}' that the multiscales "
+                              f"metadata name, but the group has none", path=name,
+                              field="multiscales") from None
+        if not hasattr(array, "dtype") or not hasattr(array, "chunks"):
+            raise FormatError(f"{name}: expected '{path}' to be an array, but it is a group",
+                              path=name, field="multiscales")
+        self._path = path
+        self.array = array
+        self.name = f"{self.location.rstrip('/')}/{path}"
+
+    def check_unchanged(self) -> None:
+        """VoxpipeIOError where the local store is no longer the one opened (its folder, its
+        metadata or its header array replaced or rewritten): a stat per recorded file."""
+        if self.identity is not None:
+            self.identity.check(self.location)
 
     def _check_axes(self):
         names = self.axes
@@ -211,7 +264,9 @@ class NiftiZarr:
     def _local_chunk_root(self) -> str | None:
         store = self.array.store
         root = getattr(store, "root", None)
-        if root is None or type(store).__name__ != "LocalStore":
+        # zarr's LocalStore or voxpipe's checked one (_zarr_local); the core's chunk files are
+        # regular files only too (core::InputFile).
+        if root is None or not any(c.__name__ == "LocalStore" for c in type(store).__mro__):
             return None
         return os.path.join(os.fspath(root), *self.array.path.split("/"))
 
@@ -220,7 +275,18 @@ class NiftiZarr:
              file_order: bool, real_part: bool, slope: float, inter: float, out: np.ndarray,
              threads: int):
         """Decode the NIfTI-axis ranges (start, step, count) into ``out`` (F-ordered, of the
-        ranges' counts), as the NIfTI reader's OutputSpec says."""
+        ranges' counts), as the NIfTI reader's OutputSpec says. Afterwards, the store is checked
+        to be the one opened (check_unchanged): values read from a store replaced under the
+        read are an error, never data under the old header."""
+        try:
+            self._read(ranges, dtype, apply_scaling, file_order, real_part, slope, inter, out,
+                       threads)
+        except Exception as exc:
+            raise _failure(self.name, "chunk", exc) from exc
+        self.check_unchanged()
+
+    def _read(self, ranges, dtype, apply_scaling, file_order, real_part, slope, inter, out,
+              threads):
         sel, strides = self._zarr_selection(ranges)
         flat = out.reshape(-1, order="F").view(np.uint8) if out.size else np.empty(0, np.uint8)
         if any(c == 0 for _, _, c in sel):
@@ -239,7 +305,17 @@ class NiftiZarr:
             hi = lo + abs(step) * (count - 1) + 1
             slices.append(slice(lo, hi))
             local.append((0 if step > 0 else hi - lo - 1, step, count))
-        raw = np.ascontiguousarray(self.array[tuple(slices)])
+        try:
+            raw = np.ascontiguousarray(self.array[tuple(slices)])
+        except Exception as exc:
+            if isinstance(exc, (VoxpipeError, MemoryError)) or type(exc).__module__.startswith(
+                    "obstore") or (isinstance(exc, OSError) and not isinstance(exc, ValueError)):
+                raise _failure(self.name, "chunk", exc) from exc
+            # zarr's codecs (numcodecs, crc32c) fail with their own types on damaged chunks.
+            raise CorruptError(f"{self.name}: chunk: zarr cannot decode the chunks of "
+                               f"{[(sl.start, sl.stop) for sl in slices]}: "
+                               f"{type(exc).__name__}: {exc}", path=self.name,
+                               field="chunk") from exc
         spec = dict(self._raw_spec(), shape=list(raw.shape), chunk_shape=list(raw.shape),
                     compressor="none", chunk_f_order=False)
         raw = raw.astype(raw.dtype.newbyteorder(">" if spec["big_endian"] else "<"), copy=False)
@@ -441,6 +517,19 @@ def _shards_of(meta) -> tuple[_Shards, list[Any]] | None:
     return shards, list(sharding.codecs)
 
 
+def _sizes(values, minimum: int, field: str, name: str) -> list[int]:
+    """Sizes from metadata as ints in [minimum, 2^62]: what a shape or chunk shape can be, and
+    what index arithmetic over them holds without overflow."""
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
+                or not minimum <= int(v) <= 1 << 62:
+            raise FormatError(f"{name}: expected the {field} to be integers from {minimum} to "
+                              f"2^62, but it is {list(values)}", path=name, field=field)
+        out.append(int(v))
+    return out
+
+
 def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, Any] | None:
     """The core's description of the array where the core decodes its chunks (regular chunks,
     or the inner chunks of regular shards; zstd, blosc, gzip, zlib or none; no filters or
@@ -485,23 +574,61 @@ def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str,
     fill = np.asarray(array.metadata.fill_value if getattr(meta, "zarr_format", 3) == 3
                       else (meta.fill_value if meta.fill_value is not None else 0))
     fill = fill.astype(dtype.newbyteorder(">" if big_endian else "<")).tobytes()
-    return {"shape": [int(d) for d in array.shape], "chunk_shape": [int(c) for c in chunk_shape],
+    return {"shape": _sizes(array.shape, 0, "shape", name),
+            "chunk_shape": _sizes(chunk_shape, 1, "chunk_shape", name),
             "dtype": dtype_name, "big_endian": big_endian, "chunk_f_order": order_f,
             "compressor": compressor, "fill_value": fill, "name": name}
 
 
-def _header_fields(block: bytes) -> tuple[int, str, int]:
+# The largest header array read: the header, the extension flag and extensions of any size
+# a NIfTI writer makes in practice (CIFTI-2's XML, dcm2niix's JSON: megabytes at most). The
+# array is read whole, so its declared size is checked against this before anything is read.
+MAX_HEADER_ARRAY_BYTES = 64 << 20
+# At most this many chunks: writers store the header as one (voxpipe, niizarr); a tiny chunk
+# size over a large array would be millions of requests for absent chunks.
+_MAX_HEADER_CHUNKS = 1024
+
+
+def _read_header_array(group, name: str) -> bytes:
+    """The stored header block: the ``nifti`` array, a 1-D array of bytes whose size, checked
+    before it is read, is at most MAX_HEADER_ARRAY_BYTES in at most _MAX_HEADER_CHUNKS chunks
+    (the block is a header of 348 or 540 bytes, then optionally the extension flag and the
+    extensions; the core's parse of it checks the extensions' sizes against it)."""
+    try:
+        nifti = group["nifti"]
+    except KeyError:
+        raise FormatError(f"{name}: not a NIfTI-Zarr: expected a 'nifti' header array, but the "
+                          f"group has none", path=name, field="nifti") from None
+    shape = tuple(getattr(nifti, "shape", ()) or ())
+    dtype = getattr(nifti, "dtype", None)
+    if len(shape) != 1 or dtype is None or np.dtype(str(dtype)).itemsize != 1 \
+            or np.dtype(str(dtype)).kind not in "ui":
+        raise FormatError(f"{name}: expected the 'nifti' header array to be 1-D bytes (u1), but "
+                          f"it has shape {shape} and dtype {dtype}", path=name, field="nifti")
+    size, chunk = int(shape[0]), int(nifti.chunks[0])
+    if size > MAX_HEADER_ARRAY_BYTES:
+        raise LimitError(f"{name}: expected a 'nifti' header array of at most "
+                         f"{MAX_HEADER_ARRAY_BYTES} bytes (a header and its extensions), but its "
+                         f"metadata declare {size}", path=name, field="nifti")
+    if chunk < 1 or -(-size // chunk) > _MAX_HEADER_CHUNKS:
+        raise LimitError(f"{name}: expected the 'nifti' header array in at most "
+                         f"{_MAX_HEADER_CHUNKS} chunks, but its chunks of {chunk} bytes make "
+                         f"{-(-size // max(chunk, 1))}", path=name, field="nifti")
+    return np.asarray(nifti[...]).view(np.uint8).tobytes()
+
+
+def _header_fields(block: bytes, name: str = "") -> tuple[int, str, int]:
     """(NIfTI version, byte order '<'/'>', sizeof_hdr) of a stored header block."""
     if len(block) < 4:
-        raise FormatError(f"expected a NIfTI header of 348 or 540 bytes, but the 'nifti' array "
-                          f"holds {len(block)}", field="sizeof_hdr", offset=0)
+        raise FormatError(f"{name}: expected a NIfTI header of 348 or 540 bytes, but the 'nifti' "
+                          f"array holds {len(block)}", path=name, field="sizeof_hdr", offset=0)
     for order in "<>":
         size = struct.unpack(order + "i", block[:4])[0]
         if size in (348, 540) and len(block) >= size:
             return (1 if size == 348 else 2), order, size
-    raise FormatError(f"expected a NIfTI header (sizeof_hdr 348 or 540, and as many bytes), but "
-                      f"the 'nifti' array holds {len(block)} bytes starting "
-                      f"{block[:4].hex()}", field="sizeof_hdr", offset=0)
+    raise FormatError(f"{name}: expected a NIfTI header (sizeof_hdr 348 or 540, and as many "
+                      f"bytes), but the 'nifti' array holds {len(block)} bytes starting "
+                      f"{block[:4].hex()}", path=name, field="sizeof_hdr", offset=0)
 
 
 def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, ...]) -> bytes:
@@ -511,7 +638,7 @@ def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, 
     from nibabel.nifti1 import Nifti1Header
     from nibabel.nifti2 import Nifti2Header
 
-    version, order, size = _header_fields(block)
+    version, order, size = _header_fields(block, str(group.store))
     klass = Nifti1Header if version == 1 else Nifti2Header
     hdr = klass(block[:size], endianness=order, check=False)
     qform, qcode = hdr.get_qform(coded=True)
@@ -547,11 +674,10 @@ def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, 
 
 
 # -- the virtual .nii the core opens ---------------------------------------------------------
-def _virtual_prefix(block: bytes) -> tuple[bytes, int]:
+def _virtual_prefix(block: bytes, name: str = "") -> tuple[bytes, int]:
     """(the bytes of a .nii before its data: the stored header block, its extension flag and
-    extensions, padded to vox_offset; the stored vox_offset where it had to be raised, else
-    -1). A stored header of a pair ('ni1') is opened as a single file's ('n+1')."""
-    version, order, size = _header_fields(block)
+    extensions, padded to 16 bytes; the stored vox_offset where it is another, else -1). A stored header of a pair ('ni1') is opened as a single file's ('n+1')."""
+    version, order, size = _header_fields(block, name)
     hdr = bytearray(block[:size])
     rest = block[size:]
     if len(rest) == 0:
@@ -559,23 +685,21 @@ def _virtual_prefix(block: bytes) -> tuple[bytes, int]:
     elif len(rest) >= 4:
         ext = bytes(rest)
     else:
-        raise FormatError(f"expected the header, or the header, 4 extension flag bytes and the "
-                          f"extensions, but the 'nifti' array holds {len(block)} bytes",
-                          field="extension", offset=size)
+        raise FormatError(f"{name}: expected the header, or the header, 4 extension flag bytes "
+                          f"and the extensions, but the 'nifti' array holds {len(block)} bytes",
+                          path=name, field="extension", offset=size)
     magic_at, off_at, off_fmt = (344, 108, "f") if version == 1 else (4, 168, "q")
     if bytes(hdr[magic_at:magic_at + 3]) in (b"ni1", b"ni2"):
         hdr[magic_at + 1:magic_at + 2] = b"+"
     width = struct.calcsize(off_fmt)
     stored_offset = struct.unpack(order + off_fmt, bytes(hdr[off_at:off_at + width]))[0]
-    need = size + len(ext)
+    # vox_offset means nothing in a store (the voxels are the array's): the virtual file's data
+    # start right after the extensions, whatever the stored value (2e9 sizes no padding).
+    offset = (size + len(ext) + 15) // 16 * 16
     raised = -1
-    if not (math.isfinite(stored_offset) and stored_offset >= need):
+    if not (math.isfinite(stored_offset) and stored_offset == offset):
         raised = stored_offset
-        new = (need + 15) // 16 * 16
-        hdr[off_at:off_at + width] = struct.pack(order + off_fmt, new)
-        offset = new
-    else:
-        offset = int(stored_offset)
+        hdr[off_at:off_at + width] = struct.pack(order + off_fmt, offset)
     prefix = bytes(hdr) + ext
     return prefix + b"\x00" * (offset - len(prefix)), raised
 
@@ -648,8 +772,8 @@ def _flat_boxes(e0: int, e1: int, shape: Sequence[int]):
 def open_input(store: NiftiZarr, threads: int = 0):
     """(a _core.RemoteInput of the .nii whose header is the store's stored block and whose data
     are the store's voxels, decoded on demand; the stored vox_offset where the virtual file had
-    to raise it, else -1)."""
-    prefix, raised = _virtual_prefix(store.stored_header)
+    to change it (vox_offset means nothing in a store), else -1)."""
+    prefix, raised = _virtual_prefix(store.stored_header, store.location)
     head = _core.RemoteInput(store.location, len(prefix),
                              _VirtualFetcher(store, prefix, (), np.dtype("u1"), threads),
                              initial=prefix)
@@ -671,7 +795,7 @@ def open_input(store: NiftiZarr, threads: int = 0):
 
 def open_core(store: NiftiZarr, threads: int = 0):
     """(the core image of the store, opened as the .nii of open_input; the stored vox_offset
-    where it had to be raised, else -1)."""
+    where it is another, else -1)."""
     data, raised = open_input(store, threads)
     return _core.open_remote(data), raised
 
@@ -714,7 +838,11 @@ def compression_of(array) -> str:
 
 def _compression_for_core(location: str) -> str:
     """The core's handler for a store's compression (voxpipe info)."""
-    return compression_of(NiftiZarr(location).array)
+    array = NiftiZarr(location).array
+    try:
+        return compression_of(array)
+    except Exception as exc:
+        raise _failure(location, "codecs", exc) from exc
 
 
 # -- images --------------------------------------------------------------------------------
@@ -755,8 +883,11 @@ def _proxy_class():
 
         def __reduce__(self):
             s = self._store  # by its absolute name (NiftiZarr.absolute_location)
+            # With the identity of the store's files: a task reading it after the store was
+            # replaced fails rather than reading the new voxels under this header.
+            state = s.identity.state() if s.identity is not None else None
             return (_reopened_zarr_proxy, (s.absolute_location, s.storage_options, s.level,
-                                           self._threads, self._shape))
+                                           self._threads, self._shape, state))
 
         def __dask_tokenize__(self):
             s = self._store
@@ -765,7 +896,8 @@ def _proxy_class():
             where = (s.location if _remote.is_url(s.location)
                      else os.path.normpath(s.absolute_location))
             return ("voxpipe.ZarrProxy", where, s.level, repr(s.storage_options), s.stored_header,
-                    repr(s.array.metadata.to_dict()), self._shape)
+                    repr(s.array.metadata.to_dict()), self._shape,
+                    s.identity.state() if s.identity is not None else None)
 
         def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,
                          subtype=np.ndarray):
@@ -799,8 +931,10 @@ def zarr_proxy_class():
         return _ZarrProxy
 
 
-def _reopened_zarr_proxy(location, storage_options, level, threads, shape):
+def _reopened_zarr_proxy(location, storage_options, level, threads, shape, identity=None):
     store = NiftiZarr(location, storage_options, level)
+    if identity is not None and store.identity is not None:
+        store.identity.check_same(location, identity)
     core, _ = open_core(store, threads)
     proxy = zarr_proxy_class()(core, store, threads)
     return proxy if tuple(shape) == proxy.shape else proxy.reshape(shape)
@@ -820,7 +954,7 @@ def load(location: Any, *, storage_options: Mapping[str, Any] | None = None, thr
     store = NiftiZarr(location, storage_options, level)
     core, raised = open_core(store, threads)
     klass = nib.Nifti1Image if core.version == 1 else nib.Nifti2Image
-    prefix, _ = _virtual_prefix(store.stored_header)
+    prefix, _ = _virtual_prefix(store.stored_header, store.location)
     proxy = zarr_proxy_class()(core, store, threads)
     img = _image._image_from_core(klass, core, {"image": FileHolder(filename=location)}, False,
                                   None, threads, False, prefix, proxy=proxy)

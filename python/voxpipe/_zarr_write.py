@@ -7,9 +7,12 @@ zarr itself runs, on our threads."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import itertools
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -35,7 +38,9 @@ def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int):
         return None
     if zarr_format == 3:
         if codec == "zstd":
-            return zarr.codecs.ZstdCodec(level=3 if level is None else level)
+            # With zstd's content checksum: a flipped bit in a chunk is then CorruptError on
+            # read, never a wrong voxel (docs/zarr.md, "Damage").
+            return zarr.codecs.ZstdCodec(level=3 if level is None else level, checksum=True)
         if codec == "blosc":
             return zarr.codecs.BloscCodec(cname="zstd", clevel=5 if level is None else level,
                                           shuffle="shuffle", typesize=itemsize)
@@ -44,7 +49,7 @@ def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int):
     else:
         numcodecs = require("numcodecs", "zarr", "NIfTI-Zarr", "numcodecs")
         if codec == "zstd":
-            return numcodecs.Zstd(level=3 if level is None else level)
+            return numcodecs.Zstd(level=3 if level is None else level, checksum=True)
         if codec == "blosc":
             return numcodecs.Blosc(cname="zstd", clevel=5 if level is None else level,
                                    shuffle=numcodecs.Blosc.SHUFFLE)
@@ -210,11 +215,13 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.exists(path) and not _is_zarr_folder(path):
         raise FileExistsError(f"{path}: exists and is not a Zarr store; not replacing it")
+    base = os.path.basename(path.rstrip('/'))
+    remove_stale_temporaries(parent, base)
     # os.mkdir, not tempfile.mkdtemp: the folder is renamed into the store, which should get
     # the permissions any new folder gets (the umask's), not mkdtemp's owner-only 0700.
-    tmp = os.path.join(parent, f".{os.path.basename(path.rstrip('/'))}.tmp-{os.getpid()}-"
-                               f"{uuid.uuid4().hex[:12]}")
+    tmp = os.path.join(parent, f".{base}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.mkdir(tmp)
+    lock = _lock_folder(tmp)
     try:
         group = zarr.open_group(store=zarr.storage.LocalStore(tmp), mode="w",
                                 zarr_format=zarr_format)
@@ -248,6 +255,9 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def _is_zarr_folder(path: str) -> bool:
@@ -256,18 +266,130 @@ def _is_zarr_folder(path: str) -> bool:
 
 
 def _replace(tmp: str, path: str) -> None:
-    """Put the complete store ``tmp`` at ``path``; an old store there goes only after."""
-    if not os.path.exists(path):
-        os.replace(tmp, path)
+    """Put the complete store ``tmp`` at ``path`` in one atomic step, so that a reader sees the
+    old store or the new one, and writers racing to one output each end with a complete store
+    there (the last one's) and nothing else: a rename where ``path`` is free, else an exchange
+    of the two folders (Linux renameat2 RENAME_EXCHANGE) after which ``tmp`` holds the old
+    store, removed. Where the system cannot exchange folders, two renames under a lock of the
+    parent folder that voxpipe's writers share."""
+    while True:
+        try:
+            os.rename(tmp, path)  # replaces nothing but an empty folder
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        try:
+            if not _exchange(tmp, path):
+                break
+        except FileNotFoundError:
+            continue  # the store at path went between the two calls: rename again
+        shutil.rmtree(tmp, ignore_errors=True)
         return
-    old = tmp + ".old"
-    os.replace(path, old)
+    parent = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        os.replace(tmp, path)
-    except BaseException:
-        os.replace(old, path)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+        fcntl.flock(parent, fcntl.LOCK_EX)
+        old = tmp + ".old"
+        if os.path.exists(path):
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(old):
+                os.replace(old, path)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(parent)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the folders ``a`` and ``b`` atomically (renameat2 RENAME_EXCHANGE); False where the
+    system or the file system cannot."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _lock_folder(folder: str) -> int | None:
+    """An exclusive lock on ``folder`` (its descriptor, to close when the write ends; None
+    where the file system has no locks), held for as long as the process writes into it, and
+    released however the process ends: what tells a live temporary from a stale one."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass
+    return fd
+
+
+# Listing a folder of many thousands of entries for a rare leftover is not worth its time on
+# each write: as for files (src/core/file.cpp), the search stops after this many.
+_MAX_LISTED_ENTRIES = 4096
+_TEMPORARY = re.compile(r"([1-9][0-9]*)-[0-9a-f]{12}(\.old)?")
+
+
+def remove_stale_temporaries(parent: str, base: str) -> None:
+    """Remove the temporary folders (``.BASE.tmp-PID-HEX``, and ``...old`` of the fallback in
+    _replace) that writers of the store ``base`` in ``parent`` which have ended left behind
+    (SIGKILL, power loss): those of a process that no longer exists, owned by this user, and
+    not locked (a live writer on another host sharing the folder holds its lock). The rule
+    src/core/file.cpp applies to files' temporaries. Best effort: what cannot be checked
+    stays."""
+    prefix = f".{base}.tmp-"
+    me = os.getpid()
+    try:
+        entries = os.scandir(parent)
+    except OSError:
+        return
+    with entries:
+        for listed, entry in enumerate(entries):
+            if listed >= _MAX_LISTED_ENTRIES:
+                break
+            if not entry.name.startswith(prefix):
+                continue
+            m = _TEMPORARY.fullmatch(entry.name[len(prefix):])
+            if m is None or int(m.group(1)) == me or _alive(int(m.group(1))):
+                continue
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                             os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_uid != os.geteuid():
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` may exist (another user's answers EPERM: alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True
 
 
 def _chunk_encoder(arr):

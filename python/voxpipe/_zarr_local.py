@@ -1,0 +1,192 @@
+"""Local NIfTI-Zarr stores as voxpipe reads them (_zarr.py): zarr's LocalStore with every file
+checked before it is read, and the identity of the files that give a store's voxels their
+meaning, recorded at open and checked after every read.
+
+- Only regular files are read. zarr's LocalStore opens whatever a key names: a FIFO as
+  ``zarr.json`` or as a chunk blocks the open until a writer comes, for ever. Here the name is
+  stat'ed first and opened with O_NONBLOCK (a FIFO that takes the name in between opens at once),
+  and anything but a regular file is VoxpipeIOError naming it (a folder stays "no such key", as
+  zarr treats it). Symbolic links are followed, as zarr follows them (DataLad and git-annex
+  datasets are made of them).
+- Metadata documents (zarr.json, .zarray, .zgroup, .zattrs, .zmetadata) hold at most
+  MAX_METADATA_BYTES: one is read whole and parsed as JSON, so its size is checked before.
+- The files read while a store is opened (its metadata and the ``nifti`` header array's chunks)
+  and the store's folder itself are the store's identity: (inode, size, mtime_ns) of each. A
+  store replaced (a new folder renamed over it) or rewritten in place (zarr writes each file as
+  a new one renamed over the old) has another. Checking it costs one stat per recorded file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ._optional import require
+from .errors import LimitError, VoxpipeIOError
+
+# The largest metadata document read: generous for OME metadata of many levels and attributes
+# (a NIfTI-Zarr's zarr.json is about 2 KB), and nothing a hostile file can make large.
+MAX_METADATA_BYTES = 64 << 20
+_METADATA_NAMES = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+
+# (inode, size, mtime_ns) of a file or folder.
+Identity = tuple[int, int, int]
+
+_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+          (stat.S_ISBLK, "block device"))
+
+
+def _not_regular(path: str, mode: int) -> VoxpipeIOError:
+    kind = next((name for test, name in _KINDS if test(mode)), "special file")
+    return VoxpipeIOError(f"{path}: expected a regular file, but found a {kind}", path=path)
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def open_regular(path: str) -> tuple[io.BufferedReader, os.stat_result]:
+    """``path`` opened for reading, and its stat, where it is a regular file (symbolic links
+    followed). A folder raises IsADirectoryError (zarr's "no such key"), a missing file
+    FileNotFoundError, anything else VoxpipeIOError at once."""
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode)
+    # O_NONBLOCK: a FIFO that took the name since the stat opens at once, and is refused below.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        os.set_blocking(fd, True)  # network and FUSE file systems may honour it on files
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read(path: Path, byte_range: Any, record: dict[str, Identity] | None) -> bytes:
+    """The bytes zarr's LocalStore would read for ``byte_range`` (None: all), from a regular
+    file only; metadata documents bounded by MAX_METADATA_BYTES."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    name = os.fspath(path)
+    f, st = open_regular(name)
+    with f:
+        if path.name in _METADATA_NAMES and st.st_size > MAX_METADATA_BYTES:
+            raise LimitError(f"{name}: expected a metadata document of at most "
+                             f"{MAX_METADATA_BYTES} bytes, but it has {st.st_size}", path=name,
+                             field=path.name)
+        if record is not None:
+            record[name] = identity_of(st)
+        size = st.st_size
+        if byte_range is None:
+            start, end = 0, size
+        elif isinstance(byte_range, RangeByteRequest):
+            start, end = byte_range.start, min(size, byte_range.end)
+        elif isinstance(byte_range, OffsetByteRequest):
+            start, end = byte_range.offset, size
+        elif isinstance(byte_range, SuffixByteRequest):
+            start, end = max(0, size - byte_range.suffix), size
+        else:
+            raise TypeError(f"Unexpected byte_range, got {byte_range}.")
+        f.seek(start)
+        # Never more than the size the file had when opened: a file growing under the read
+        # sizes nothing.
+        return f.read(max(0, end - start))
+
+
+def _store_class():
+    zarr = require("zarr", "zarr", "NIfTI-Zarr", "zarr")
+    from zarr.core.buffer.core import default_buffer_prototype
+
+    class CheckedLocalStore(zarr.storage.LocalStore):
+        """zarr's LocalStore reading regular files only (module docstring); while ``record``
+        is a dict, the identity of every file read goes into it."""
+
+        record: dict[str, Identity] | None = None
+
+        def _get_checked(self, key: str, prototype, byte_range):
+            if prototype is None:
+                prototype = default_buffer_prototype()
+            try:
+                data = _read(self.root / key, byte_range, self.record)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                return None
+            return prototype.buffer.from_bytes(data)
+
+        def get_sync(self, key, *, prototype=None, byte_range=None):
+            self._ensure_open_sync()
+            return self._get_checked(key, prototype, byte_range)
+
+        async def get(self, key, prototype=None, byte_range=None):
+            if not self._is_open:
+                await self._open()
+            return await asyncio.to_thread(self._get_checked, key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype, key_ranges: Iterable[tuple[str, Any]]):
+            return await asyncio.gather(*(asyncio.to_thread(self._get_checked, key, prototype, r)
+                                          for key, r in key_ranges))
+
+    return CheckedLocalStore
+
+
+_StoreClass: Any = None
+
+
+def local_store(location: str, read_only: bool):
+    """A zarr store over the local folder ``location`` that reads regular files only."""
+    global _StoreClass
+    if _StoreClass is None:
+        _StoreClass = _store_class()
+    return _StoreClass(location, read_only=read_only)
+
+
+class StoreIdentity:
+    """What a local store was when opened: its folder's identity and each recorded file's,
+    by path. ``check`` compares them with the files there now."""
+
+    def __init__(self, root: str, files: dict[str, Identity]):
+        self.root = root
+        self.files = dict(files)
+        self.folder = identity_of(os.stat(root))[0]  # a folder's size and mtime change with use
+
+    def state(self) -> tuple[Any, ...]:
+        """Picklable: (folder inode, ((path relative to the store, identity), ...))."""
+        return (self.folder, tuple(sorted((os.path.relpath(p, self.root), i)
+                                          for p, i in self.files.items())))
+
+    def check(self, name: str) -> None:
+        """VoxpipeIOError naming the store ``name`` and the first file that is not what was
+        recorded at open: one stat per file, and one of the folder."""
+        try:
+            now = os.stat(self.root).st_ino
+        except OSError:
+            now = None
+        if now != self.folder:
+            raise VoxpipeIOError(f"{name}: the store changed since it was opened (its folder "
+                                 f"was replaced or removed)", path=name, field="identity")
+        for path, ident in self.files.items():
+            try:
+                have: Identity | None = identity_of(os.stat(path))
+            except OSError:
+                have = None
+            if have != ident:
+                rel = os.path.relpath(path, self.root)
+                raise VoxpipeIOError(f"{name}: the store changed since it was opened ({rel} was "
+                                     f"{'removed' if have is None else 'rewritten'})", path=name,
+                                     field="identity")
+
+    def check_same(self, name: str, earlier: tuple[Any, ...]) -> None:
+        """VoxpipeIOError naming the store ``name`` where this open found other files than the
+        open whose state() is ``earlier`` (a pickled proxy reopened after a change)."""
+        if self.state() != tuple(earlier):
+            raise VoxpipeIOError(f"{name}: the store changed since it was opened (its metadata "
+                                 f"or header array were rewritten)", path=name, field="identity")
