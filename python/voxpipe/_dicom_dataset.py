@@ -24,7 +24,10 @@ import stat
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt

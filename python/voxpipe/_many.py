@@ -28,7 +28,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Optional, TypeVar, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -45,10 +45,10 @@ if TYPE_CHECKING:
 _ON_ERROR = ("raise", "skip")
 
 # A seek-index choice, as vp.load takes it: None (find one), False (none) or an index file.
-IndexChoice = Literal[False] | StrPath | None
+IndexChoice = Union[Literal[False], StrPath, None]  # Union: evaluated at run time, Python 3.9
 
 # Store configuration for the URLs among the paths, as vp.load(url, storage_options=) takes it.
-StorageOptions = Mapping[str, Any] | None
+StorageOptions = Optional[Mapping[str, Any]]
 
 _T = TypeVar("_T", Array, NiftiImage)
 

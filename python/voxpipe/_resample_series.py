@@ -15,7 +15,10 @@ import os
 import re
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt

@@ -7,7 +7,10 @@ Arrays whose dtype follows a run-time argument (``dtype=None``: the file's own) 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
