@@ -15,6 +15,7 @@
 
 #include <Python.h>
 #include <cxxabi.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 namespace voxpipe::python {
@@ -24,7 +25,18 @@ namespace voxpipe::python {
 }
 
 inline bool interpreter_finalizing() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
+#if defined(Py_LIMITED_API)
+  // The stable ABI (the cp312-abi3 wheel) declares Py_IsFinalizing from 3.13 on only: the
+  // running interpreter's function is looked up once, Py_IsFinalizing (3.13 and later) or
+  // _Py_IsFinalizing (3.12); both are exported by every CPython build.
+  using is_finalizing_fn = int (*)();
+  static const is_finalizing_fn is_finalizing = [] {
+    void* f = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+    if (f == nullptr) f = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+    return reinterpret_cast<is_finalizing_fn>(f);
+  }();
+  return is_finalizing != nullptr && is_finalizing() != 0;
+#elif PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
 #else
   return _Py_IsFinalizing();

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -208,10 +209,16 @@ def cli_not_activated(vp, nifti: Path, work: Path) -> None:
         return r.stdout
 
     ref = nib.load(nifti).get_fdata()
-    store = work / "y.nii.zarr"
-    run(["convert", str(nifti), str(store)], base)
-    info = json.loads(run(["info", "--json", str(store)], base))
-    check(list(info["shape"]) == list(ref.shape), f"`voxpipe info STORE` reads its shape {info['shape']}")
+    # The zarr extra (zarr 3) needs Python 3.11: scripts/test_wheel.sh installs it from there on.
+    if importlib.util.find_spec("zarr") is not None or sys.version_info >= (3, 11):
+        store = work / "y.nii.zarr"
+        run(["convert", str(nifti), str(store)], base)
+        info = json.loads(run(["info", "--json", str(store)], base))
+        check(list(info["shape"]) == list(ref.shape),
+              f"`voxpipe info STORE` reads its shape {info['shape']}")
+    else:
+        print(f"skipped: `voxpipe convert/info` of a NIfTI-Zarr store (zarr 3 needs Python 3.11; "
+              f"this is {sys.version.split()[0]})")
     with s3_server(nifti) as s3:
         url = f"s3://{BUCKET}/{nifti.name}"
         info = json.loads(run(["info", "--json", url], dict(base, **s3)))
