@@ -618,17 +618,32 @@ def _read_header_array(group, name: str) -> bytes:
 
 
 def _header_fields(block: bytes, name: str = "") -> tuple[int, str, int]:
-    """(NIfTI version, byte order '<'/'>', sizeof_hdr) of a stored header block."""
-    if len(block) < 4:
-        raise FormatError(f"{name}: expected a NIfTI header of 348 or 540 bytes, but the 'nifti' "
+    """(NIfTI version, byte order '<'/'>', sizeof_hdr) of a stored header block, decided as the
+    core (and nibabel) decide them when they open the virtual .nii built from it: NIfTI-1 by its
+    magic at 344, else NIfTI-2 by a sizeof_hdr of 540 in either order; the byte order by dim[0]
+    (by sizeof_hdr where dim[0] is 0). Deciding otherwise would write the virtual vox_offset in
+    one version's place and order and have the core read another's: data elsewhere, the
+    header's own bytes read as voxels."""
+    if len(block) >= 348 and block[344:347] in (b"n+1", b"ni1"):
+        version, size = 1, 348
+    elif len(block) >= 4 and 540 in (struct.unpack("<i", block[:4])[0],
+                                     struct.unpack(">i", block[:4])[0]):
+        version, size = 2, 540
+    else:
+        raise FormatError(f"{name}: expected a NIfTI header in the 'nifti' array (a NIfTI-1 "
+                          f"magic at byte 344, or a NIfTI-2 sizeof_hdr of 540), but it holds "
+                          f"{len(block)} bytes starting {block[:4].hex()}", path=name,
+                          field="magic", offset=344 if len(block) >= 348 else 0)
+    if len(block) < size:
+        raise FormatError(f"{name}: expected a NIfTI-2 header of 540 bytes, but the 'nifti' "
                           f"array holds {len(block)}", path=name, field="sizeof_hdr", offset=0)
-    for order in "<>":
-        size = struct.unpack(order + "i", block[:4])[0]
-        if size in (348, 540) and len(block) >= size:
-            return (1 if size == 348 else 2), order, size
-    raise FormatError(f"{name}: expected a NIfTI header (sizeof_hdr 348 or 540, and as many "
-                      f"bytes), but the 'nifti' array holds {len(block)} bytes starting "
-                      f"{block[:4].hex()}", path=name, field="sizeof_hdr", offset=0)
+    dim0 = struct.unpack_from("<h", block, 40)[0] if version == 1 else \
+        struct.unpack_from("<q", block, 16)[0]
+    if dim0 == 0:
+        swapped = struct.unpack(">i", block[:4])[0] == size
+    else:
+        swapped = not 1 <= dim0 <= 7
+    return version, (">" if swapped else "<"), size
 
 
 def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, ...]) -> bytes:

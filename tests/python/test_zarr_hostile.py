@@ -24,7 +24,7 @@ import pytest
 
 import voxpipe as vp
 from voxpipe import _zarr_write
-from voxpipe.errors import CorruptError, LimitError, VoxpipeError, VoxpipeIOError
+from voxpipe.errors import CorruptError, FormatError, LimitError, VoxpipeError, VoxpipeIOError
 
 zarr = pytest.importorskip("zarr")
 
@@ -481,3 +481,31 @@ def test_cli_exit_codes_of_damaged_store_metadata_follow_exit_codes_md(tmp_path,
     assert r.returncode == code, r.stderr
     assert not (tmp_path / "o.nii").exists()
     assert sorted(os.listdir(tmp_path)) == ["s.nii.zarr"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_header_block_is_read_in_the_byte_order_its_dim0_says(tmp_path, version):
+    # A big-endian header whose sizeof_hdr alone is little-endian: the core (as nibabel) takes
+    # the byte order from dim[0], so the virtual .nii's vox_offset must be written in that
+    # order; written in sizeof_hdr's, the core read it swapped and put the data elsewhere.
+    # Found by fuzz_zarr_meta.
+    klass = nib.Nifti1Image if version == 1 else nib.Nifti2Image
+    data = np.arange(60, dtype=">i2").reshape(3, 4, 5)
+    img = klass(data, np.diag([2.0, 3.0, 4.0, 1.0]),
+                klass.header_class(endianness=">"))
+    img.header.set_slope_inter(2.0, 1.0)
+    path = tmp_path / "be.nii.zarr"
+    vp.save(img, path)
+    want = vp.load(path)
+    assert want.header.endianness == ">"
+    np.testing.assert_array_equal(want.get_fdata(), img.get_fdata())
+    chunk = path / "nifti" / "c" / "0"
+    block = bytearray(chunk.read_bytes())
+    assert block[:4] == struct.pack(">i", 348 if version == 1 else 540)
+    block[:4] = struct.pack("<i", 348 if version == 1 else 540)
+    chunk.write_bytes(bytes(block))
+    got = vp.load(path)
+    assert got.header.endianness == ">"
+    np.testing.assert_array_equal(got.get_fdata(), want.get_fdata())
+    np.testing.assert_array_equal(got.affine, want.affine)
+
