@@ -62,7 +62,7 @@ GzipByteSource::GzipByteSource(std::shared_ptr<const core::RandomAccessInput> in
   std::size_t got = file_.read_at(0, std::as_writable_bytes(std::span(head)));
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
     throw Error(ErrorCode::format, file_.path(), "gzip magic",
-                "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
+                "expected a gzip file (1f 8b) because of the .gz name, but it is not a gzip file", 0);
   restart();
 }
 

@@ -28,7 +28,7 @@ GzipSource::GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
   const std::size_t got = file_.read_at(0, std::as_writable_bytes(std::span(head)));
   if (!has_gzip_magic(std::span<const std::uint8_t>(head, got)))
     throw Error(ErrorCode::format, path, "gzip magic",
-                "expected a gzip file (1f 8b) because of the .gz name, but it is not gzip", 0);
+                "expected a gzip file (1f 8b) because of the .gz name, but it is not a gzip file", 0);
   // An object read by ranges with an index skips the member table: finding the members costs
   // a request per member there, the index none (it has a point at every member's start).
   const bool index_first = file_.fetches() && !options.index_path.empty();

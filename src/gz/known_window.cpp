@@ -119,7 +119,7 @@ std::uint64_t read_gzip_header(const core::RandomAccessInput& file, std::uint64_
   if (id1 != 0x1f || id2 != 0x8b) {
     if (first)
       throw Error(ErrorCode::format, file.path(), "gzip magic",
-                  "expected a gzip file (1f 8b), but it is not gzip", offset);
+                  "expected a gzip file (1f 8b), but it is not a gzip file", offset);
     if (id1 == 0x1f && id2 < 0) truncated(file, "gzip header", "a gzip member header", offset);
     throw Error(ErrorCode::corrupt, file.path(), "gzip member",
                 "expected a gzip member (1f 8b) or the end of the file, but found other data",
