@@ -20,7 +20,7 @@
 #      to move out of bin/ (it would leave a shim there whose program no longer finds the
 #      environment's Python);
 #   3. scripts/wheel_licenses.py: those libraries' licenses into the wheel (fails when one has
-#      none).
+#      none), and `auditwheel show` must find the wheel consistent with $PLAT.
 # PLAT: manylinux_2_35_x86_64, the widest tag `auditwheel show` finds for this build on Debian 12
 # (glibc 2.36, gcc 12): gcc 12's libstdc++ symbols (GLIBCXX_3.4.30) and glibc 2.34 symbols set
 # the floor. An older tag needs a build on an older distribution (a manylinux container).
@@ -106,6 +106,10 @@ for v in "${ordered[@]}"; do
   repaired=("$repaired"*.whl)
   [ -e "${repaired[0]}" ] || { echo "auditwheel left no wheel for ${wheels[0]}" >&2; exit 1; }
   .venv/bin/python scripts/wheel_licenses.py "${repaired[0]}"
+  # The tag as auditwheel computes it from the symbol versions of everything in the wheel.
+  shown=$(.venv/bin/auditwheel show "${repaired[0]}")
+  tr -s '\n ' '  ' <<< "$shown" | grep -q "consistent with the following platform tag: \"$PLAT\"" ||
+    { echo "$shown" >&2; echo "auditwheel show: ${repaired[0]} is not $PLAT" >&2; exit 1; }
   mv "${wheels[0]}" "$DIST_DIR/"
   rmdir "$DIST_DIR/py$v"
   echo "built ${repaired[0]} ($(du -k "${repaired[0]}" | cut -f1) KiB) for Python $v in $((SECONDS - start)) s"

@@ -137,7 +137,9 @@ def main(wheel_path: str) -> int:
     contents.update(added)
 
     record_name = f"{dist_info}/RECORD"
-    record = [record_line(n, d) for n, d in contents.items() if n != record_name]
+    # Files only: a directory entry in RECORD (auditwheel's zip has them) breaks `auditwheel show`.
+    record = [record_line(n, d) for n, d in contents.items()
+              if n != record_name and not n.endswith("/")]
     record.append(f"{record_name},,")
     contents[record_name] = ("\n".join(record) + "\n").encode()
 
