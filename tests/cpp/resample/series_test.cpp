@@ -315,11 +315,15 @@ TEST(ResampleSeries, bad_arguments_and_read_errors_reach_the_caller) {
     late.push_back(c);
   }
   EXPECT_VP_ERROR(resample_series(moving, same_grid(), late, out.ref, linear()), ErrorCode::invalid_argument);
-  // A read error stops the run and reaches the caller.
+  // A read error stops the run and reaches the caller: a file cut short before it was opened
+  // (truncated), and one cut after (changed since it was opened: never read under the header).
   const std::string cut = write_moving(dir, "cut.nii", false);
-  const NiftiImage cut_image = open_nifti(cut);
   std::filesystem::resize_file(cut, std::filesystem::file_size(cut) - 100);
-  EXPECT_VP_ERROR(resample_series(cut_image, same_grid(), one, out.ref, linear(2)), ErrorCode::truncated);
+  EXPECT_VP_ERROR(resample_series(open_nifti(cut), same_grid(), one, out.ref, linear(2)), ErrorCode::truncated);
+  const std::string changed = write_moving(dir, "changed.nii", false);
+  const NiftiImage changed_image = open_nifti(changed);
+  std::filesystem::resize_file(changed, std::filesystem::file_size(changed) - 100);
+  EXPECT_VP_ERROR(resample_series(changed_image, same_grid(), one, out.ref, linear(2)), ErrorCode::io);
 }
 
 }  // namespace
