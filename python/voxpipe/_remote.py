@@ -169,7 +169,11 @@ def store_for(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any,
             store = obstore_store.from_url(store_url, config=options or None,
                                            client_options=client or None, retry_config=retry)
     except Exception as exc:  # obstore's configuration errors: an unknown key, a bad value
-        raise InvalidArgumentError(f"{url}: storage_options: {exc}", path=url) from exc
+        failure = InvalidArgumentError(f"{url}: storage_options: {exc}", path=url)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained: obstore's text may name the URL with its credentials
     with _stores_lock:
         if len(_stores) >= 64:
             _stores.clear()
@@ -216,7 +220,11 @@ def get_whole(url: str, store: Any, name: str, *, etag: str | None = None,
         result = obstore.get(store, name, options={"if_match": etag} if etag else None)
         meta = result.meta
     except Exception as exc:  # obstore's errors: denied, unauthenticated, timeout, 5xx after retries
-        raise store_error(url, exc, etag, since=since) from exc
+        failure = store_error(url, exc, etag, since=since)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained, see store_error
     _check_version(url, meta, etag, size, since)
     claimed = int(meta["size"])
     if claimed > max_object_bytes():
@@ -260,7 +268,11 @@ def _read_body(result: Any, url: str, offset: int, expected: int, etag: str | No
     except VoxpipeError:
         raise
     except Exception as exc:  # the connection failed mid-body (obstore resumes it first)
-        raise store_error(url, exc, etag, since=since) from exc
+        failure = store_error(url, exc, etag, since=since)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained, see store_error
     if got != expected:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {expected} bytes from byte {offset}, but the "
                              f"response holds {got}", path=url, offset=offset + got)
@@ -298,7 +310,11 @@ def get_range(url: str, store: Any, name: str, offset: int, size: int, etag: str
         result = obstore.get(store, name, options=options)
         meta, got = result.meta, tuple(result.range)
     except Exception as exc:  # the core's fetcher takes the URL off the message it names
-        raise store_error(url, exc, etag) from exc
+        failure = store_error(url, exc, etag)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained, see store_error
     _check_version(url, meta, etag, object_size)
     if got != (offset, offset + size):
         raise VoxpipeIOError(f"{url}: expected bytes {offset}-{offset + size - 1}, but the "
@@ -394,17 +410,23 @@ class RemoteFile:
         options: dict[str, Any] = {"range": (0, HEAD_BYTES)}
         if etag:
             options["if_match"] = etag
+        failure, ignores_range = None, False
         try:
             result = obstore.get(store, name, options=options)
             meta, got = result.meta, tuple(result.range)
         except Exception as exc:
-            if type(exc).__name__ != "NotSupportedError":
-                raise store_error(url, exc, etag) from exc
+            if type(exc).__name__ == "NotSupportedError":
+                ignores_range = True
+            else:
+                failure = store_error(url, exc, etag)
+        if failure is not None:
+            raise failure  # unchained, see store_error
+        if ignores_range:
             # A server that ignores Range (obstore refuses its 200 answer to a ranged GET): the
             # whole object in one GET, read from memory.
             whole = get_whole(url, store, name, etag=etag)
-            meta, got = {"size": whole.size, "e_tag": whole.etag, "version": whole.version}, None
-            head = whole.data
+            meta = {"size": whole.size, "e_tag": whole.etag, "version": whole.version}
+            got, head = None, whole.data
         self.size = int(meta["size"])
         self.etag = meta.get("e_tag")
         self.version = meta.get("version")
@@ -535,7 +557,13 @@ def store_error(url: str, exc: Exception, etag: str | None, what: str = "read",
     """The voxpipe error for an obstore failure to ``what`` (read, list the objects under it)
     ``url``, naming it and the server's answer: a 404 is VoxpipeFileNotFoundError; a failed
     If-Match (with ``etag``) says the object changed since it was ``since``; anything else is
-    VoxpipeIOError."""
+    VoxpipeIOError.
+
+    Raise it outside the ``except`` block that caught ``exc``, never ``from exc``: obstore's
+    text names the request's URL with its credentials (a presigned URL's signature), and a
+    chained exception travels with the error into tracebacks and into pickles (tblib's, which
+    dask.distributed installs, keep ``__cause__`` and ``__context__``). The message carries the
+    server's answer, redacted."""
     if isinstance(exc, VoxpipeError):
         return exc
     # A listing of a missing bucket is a generic error carrying the server's 404.
@@ -626,5 +654,9 @@ def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -
     try:
         obstore.put(store, name, memoryview(data))
     except Exception as exc:
-        raise VoxpipeIOError(f"{url}: cannot write: {type(exc).__name__}: {_reason(exc)}",
-                             path=url) from exc
+        failure = VoxpipeIOError(f"{url}: cannot write: {type(exc).__name__}: {_reason(exc)}",
+                                 path=url)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained, see store_error

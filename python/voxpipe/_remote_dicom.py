@@ -103,7 +103,11 @@ def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] |
         else:
             metas = list(obstore.list_with_delimiter(store)["objects"])
     except Exception as exc:
-        raise _remote.store_error(prefix_url, exc, None, "list the objects under it") from exc
+        failure = _remote.store_error(prefix_url, exc, None, "list the objects under it")
+    else:
+        failure = None
+    if failure is not None:
+        raise failure  # unchained (_remote.store_error)
     found = sorted((m for m in metas if int(m["size"]) > 0), key=lambda m: m["path"])
     if not found:
         raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",

@@ -292,6 +292,16 @@ def test_credentials_never_reach_an_error_its_repr_or_pickle(server):
     back = pickle.loads(pickle.dumps(exc))
     assert type(back) is VoxpipeIOError and str(back) == str(exc) and back.path == exc.path
     _assert_redacted(pickle.dumps(exc).decode("latin-1"), "wrongSignature9", "AKIDEXAMPLE")
+    # Nor does a traceback, nor a pickle that keeps the exceptions the error was raised from or
+    # during (tblib's, which dask.distributed installs to ship a task's error to its client):
+    # obstore's own error names the URL whole, so it must not travel with voxpipe's.
+    import traceback
+
+    _assert_redacted("".join(traceback.format_exception(exc)), "wrongSignature9", "AKIDEXAMPLE")
+    assert exc.__cause__ is None and exc.__context__ is None
+    tblib_pickling = pytest.importorskip("tblib.pickling_support")
+    tblib_pickling.install(exc)
+    _assert_redacted(pickle.dumps(exc).decode("latin-1"), "wrongSignature9", "AKIDEXAMPLE")
 
     # User-info: the password is never shown.
     url = server.url("data/missing.nii").replace("http://", "http://user:PASSW0RD@")
