@@ -277,8 +277,9 @@ def check_many(directory: Path, problems: list) -> int:
 
 
 def check_index(directory: Path, problems: list) -> int:
-    """The seek-index choice of vp.load(index=...) reaches the device load: an explicit index
-    that went stale after vp.load is refused there as on the host, and index=False reads."""
+    """The seek-index choice of vp.load(index=...) reaches the device load: an explicit index and
+    index=False read there as on the host; a file changed under a loaded image is refused on
+    both paths alike, and the index written for the old file is refused by a new load."""
     import gzip
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -293,20 +294,27 @@ def check_index(directory: Path, problems: list) -> int:
     vp.gz.build_index(gz, output=idx, spacing=4096)
     img_path = vp.load(gz, index=idx)
     img_none = vp.load(gz, index=False)
-    ok_h, host = outcome(lambda: img_none.get_fdata(dtype=np.float32))
-    ok_d, dev = outcome(lambda: img_none.dataobj.read(dtype=np.float32, device="cuda"))
-    why = same(host, dev) if ok_h and ok_d else f"host {host!r}, device {dev!r}"
-    if why:
-        problems.append(f"index=False: {why}")
-    write(41)  # the file changes under the loaded image: its index is stale now
-    ok_h, host = outcome(lambda: vp.load(gz, index=idx) and img_path.get_fdata(dtype=np.float32))
+    for name, img in (("index=path", img_path), ("index=False", img_none)):
+        ok_h, host = outcome(lambda: img.get_fdata(dtype=np.float32))
+        ok_d, dev = outcome(lambda: img.dataobj.read(dtype=np.float32, device="cuda"))
+        why = same(host, dev) if ok_h and ok_d else f"host {host!r}, device {dev!r}"
+        if why:
+            problems.append(f"{name}: {why}")
+    write(41)  # the file changes under the loaded image: the image and its index are stale now
+    # (get_fdata would return the array nibabel cached above)
+    ok_h, host = outcome(lambda: img_path.dataobj.read(dtype=np.float32))
     ok_d, dev = outcome(lambda: img_path.dataobj.read(dtype=np.float32, device="cuda"))
     if ok_h or ok_d:
-        problems.append(f"stale index: host {'read' if ok_h else repr(host)}, device "
+        problems.append(f"changed file: host {'read' if ok_h else repr(host)}, device "
                         f"{'read' if ok_d else repr(dev)}; both should raise")
-    elif type(host) is not type(dev):
-        problems.append(f"stale index: host raised {host!r}, device {dev!r}")
-    return 2
+    elif type(host) is not type(dev) or not isinstance(host, vp.errors.VoxpipeIOError):
+        problems.append(f"changed file: host raised {host!r}, device {dev!r}; both should "
+                        "raise VoxpipeIOError")
+    ok, err = outcome(lambda: vp.load(gz, index=idx))
+    if ok or not isinstance(err, vp.errors.InvalidArgumentError):
+        problems.append(f"stale index: vp.load gave {'an image' if ok else repr(err)}; "
+                        "expected InvalidArgumentError")
+    return 4
 
 
 def main() -> int:
