@@ -173,7 +173,10 @@ def store_for(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any,
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained: obstore's text may name the URL with its credentials
+        try:
+            raise failure  # unchained: obstore's text may name the URL with its credentials
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)
     with _stores_lock:
         if len(_stores) >= 64:
             _stores.clear()
@@ -224,7 +227,10 @@ def get_whole(url: str, store: Any, name: str, *, etag: str | None = None,
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained, see store_error
+        try:
+            raise failure  # unchained, see store_error
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)
     _check_version(url, meta, etag, size, since)
     claimed = int(meta["size"])
     if claimed > max_object_bytes():
@@ -272,7 +278,10 @@ def _read_body(result: Any, url: str, offset: int, expected: int, etag: str | No
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained, see store_error
+        try:
+            raise failure  # unchained, see store_error
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)
     if got != expected:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {expected} bytes from byte {offset}, but the "
                              f"response holds {got}", path=url, offset=offset + got)
@@ -314,7 +323,10 @@ def get_range(url: str, store: Any, name: str, offset: int, size: int, etag: str
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained, see store_error
+        try:
+            raise failure  # unchained, see store_error
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)
     _check_version(url, meta, etag, object_size)
     if got != (offset, offset + size):
         raise VoxpipeIOError(f"{url}: expected bytes {offset}-{offset + size - 1}, but the "
@@ -420,7 +432,10 @@ class RemoteFile:
             else:
                 failure = store_error(url, exc, etag)
         if failure is not None:
-            raise failure  # unchained, see store_error
+            try:
+                raise failure  # unchained, see store_error
+            finally:
+                failure = None  # a frame of its traceback must not hold it (a cycle)
         if ignores_range:
             # A server that ignores Range (obstore refuses its 200 answer to a ranged GET): the
             # whole object in one GET, read from memory.
@@ -659,4 +674,7 @@ def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained, see store_error
+        try:
+            raise failure  # unchained, see store_error
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)

@@ -107,7 +107,10 @@ def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] |
     else:
         failure = None
     if failure is not None:
-        raise failure  # unchained (_remote.store_error)
+        try:
+            raise failure  # unchained (_remote.store_error)
+        finally:
+            failure = None  # a frame of its traceback must not hold it (a cycle)
     found = sorted((m for m in metas if int(m["size"]) > 0), key=lambda m: m["path"])
     if not found:
         raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",
