@@ -42,22 +42,8 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2}
 export PATH=$PWD/.venv/bin:$PATH
 
 read -r -a versions <<< "${*:-${WHEEL_PYTHONS:-3.9 3.10 3.11 3.12}}"
-venv_version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-
-# The interpreter of Python X.Y (prints its path).
-find_python() {  # X.Y
-  local v=$1 p
-  if [ "$v" = "$venv_version" ]; then
-    .venv/bin/python -c 'import sys; print(sys._base_executable)'
-    return
-  fi
-  for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v"; do
-    [ -x "$p" ] && { echo "$p"; return; }
-  done
-  p=$(command -v "python$v") && "$p" -c 'pass' 2>/dev/null && { echo "$p"; return; }
-  echo "no Python $v: install it (pyenv install $v) or leave it out (scripts/build_wheel.sh X.Y ...)" >&2
-  return 1
-}
+# venv_version, find_python X.Y [HINT]
+source scripts/find_python.sh
 
 # The Python that runs the build backend for X.Y (prints its path): the .venv's, or a venv under
 # build/wheel-env with the .venv's nanobind version (2.x for 3.9) and scikit-build-core.
@@ -68,7 +54,7 @@ build_python() {  # X.Y
   site=$env/lib/python$v/site-packages
   if [ ! -x "$env/bin/python" ] || [ "$(readlink "$site/scikit_build_core")" != "$skbuild" ] ||
      ! "$env/bin/python" -c 'import scikit_build_core.build, nanobind' 2>/dev/null; then
-    base=$(find_python "$v")
+    base=$(find_python "$v" ": install it (pyenv install $v) or leave it out (scripts/build_wheel.sh X.Y ...)")
     rm -rf "$env"
     "$base" -m venv "$env" >&2
     nanobind=$(.venv/bin/python -c 'from importlib.metadata import version; print(version("nanobind"))')

@@ -32,21 +32,8 @@ fi
   { echo "PYTHON names one interpreter: give one wheel, not ${#wheels[@]}" >&2; exit 1; }
 # The Pythons voxpipe supports (pyproject.toml's classifiers): those an abi3 wheel is tested with.
 SUPPORTED="3.9 3.10 3.11 3.12 3.13"
-venv_version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-
-find_python() {  # X.Y: prints the interpreter's path (as scripts/build_wheel.sh finds it)
-  local v=$1 p
-  if [ "$v" = "$venv_version" ]; then
-    .venv/bin/python -c 'import sys; print(sys._base_executable)'
-    return
-  fi
-  for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v"; do
-    [ -x "$p" ] && { echo "$p"; return; }
-  done
-  p=$(command -v "python$v") && "$p" -c 'pass' 2>/dev/null && { echo "$p"; return; }
-  echo "no Python $v to test the wheel with" >&2
-  return 1
-}
+# venv_version, find_python X.Y [HINT] (as scripts/build_wheel.sh finds it)
+source scripts/find_python.sh
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/voxpipe-wheel.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -100,7 +87,7 @@ for wheel in "${wheels[@]}"; do
   esac
   for v in "${pys[@]}"; do
     if [ -n "${WHEEL_TEST_PYTHONS:-}" ] && [[ " $WHEEL_TEST_PYTHONS " != *" $v "* ]]; then continue; fi
-    python=$(find_python "$v")
+    python=$(find_python "$v" "to test the wheel with")
     test_one "$wheel" "$python"
   done
 done
