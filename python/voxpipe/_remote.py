@@ -29,9 +29,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,8 @@ from . import _core
 from ._optional import require
 from ._redact import redact
 from .errors import InvalidArgumentError, VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError
+
+_T = TypeVar("_T")
 
 # The schemes obstore's from_url maps to a store (file:// stays a local path for voxpipe).
 _SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure", "http", "https")
@@ -158,25 +160,19 @@ def store_for(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any,
     options = dict(storage_options or {})
     client = {k: options.pop(k) for k in list(options) if k in _CLIENT_OPTIONS}
     retry = options.pop("retry_config", None)  # max_retries, retry_timeout, backoff
-    try:
+    def make() -> Any:
         if not name:  # a URL that carries its own authorisation: sent as it is, never signed
             if options:
                 raise ValueError(f"a URL with a query is read as it is (a presigned URL), with "
                                  f"HTTP client options only, but received {sorted(options)}")
-            store = obstore_store.HTTPStore.from_url(store_url, client_options=client or None,
-                                                     retry_config=retry)
-        else:
-            store = obstore_store.from_url(store_url, config=options or None,
-                                           client_options=client or None, retry_config=retry)
-    except Exception as exc:  # obstore's configuration errors: an unknown key, a bad value
-        failure = InvalidArgumentError(f"{url}: storage_options: {exc}", path=url)
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained: obstore's text may name the URL with its credentials
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+            return obstore_store.HTTPStore.from_url(store_url, client_options=client or None,
+                                                    retry_config=retry)
+        return obstore_store.from_url(store_url, config=options or None,
+                                      client_options=client or None, retry_config=retry)
+
+    # obstore's configuration errors: an unknown key, a bad value
+    store = unchained(make, lambda exc: InvalidArgumentError(f"{url}: storage_options: {exc}",
+                                                             path=url))
     with _stores_lock:
         if len(_stores) >= 64:
             _stores.clear()
@@ -219,18 +215,11 @@ def get_whole(url: str, store: Any, name: str, *, etag: str | None = None,
     max_object_bytes() is refused before anything is allocated; the body must hold exactly
     that size."""
     obstore = client()
-    try:
-        result = obstore.get(store, name, options={"if_match": etag} if etag else None)
-        meta = result.meta
-    except Exception as exc:  # obstore's errors: denied, unauthenticated, timeout, 5xx after retries
-        failure = store_error(url, exc, etag, since=since)
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained, see store_error
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+    # obstore's errors: denied, unauthenticated, timeout, 5xx after retries
+    result = unchained(lambda: obstore.get(store, name,
+                                           options={"if_match": etag} if etag else None),
+                       lambda exc: store_error(url, exc, etag, since=since))
+    meta = result.meta
     _check_version(url, meta, etag, size, since)
     claimed = int(meta["size"])
     if claimed > max_object_bytes():
@@ -255,9 +244,9 @@ def _read_body(result: Any, url: str, offset: int, expected: int, etag: str | No
     chunk goes past them (the rest is never read: the connection is dropped). One chunk is
     returned as it came; more are copied into one buffer of ``expected`` bytes, allocated
     without being touched, so that pages are used only as bytes arrive."""
-    out: Any = None
-    got = 0
-    try:
+    def receive() -> tuple[Any, int]:
+        out: Any = None
+        got = 0
         for chunk in result.stream(min_chunk_size=min(max(expected, 1), _BODY_CHUNK)):
             n = len(chunk)
             if got + n > expected:
@@ -271,17 +260,11 @@ def _read_body(result: Any, url: str, offset: int, expected: int, etag: str | No
                     out = np.empty(expected, np.uint8)
                 out[got:got + n] = np.frombuffer(chunk, np.uint8)
             got += n
-    except VoxpipeError:
-        raise
-    except Exception as exc:  # the connection failed mid-body (obstore resumes it first)
-        failure = store_error(url, exc, etag, since=since)
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained, see store_error
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+        return out, got
+
+    # store_error: the connection failed mid-body (obstore resumes it first); voxpipe's own
+    # errors as they are
+    out, got = unchained(receive, lambda exc: store_error(url, exc, etag, since=since))
     if got != expected:  # a body cut short that the client did not notice
         raise VoxpipeIOError(f"{url}: expected {expected} bytes from byte {offset}, but the "
                              f"response holds {got}", path=url, offset=offset + got)
@@ -315,18 +298,10 @@ def get_range(url: str, store: Any, name: str, offset: int, size: int, etag: str
     options: dict[str, Any] = {"range": (offset, offset + size)}
     if etag:
         options["if_match"] = etag
-    try:
-        result = obstore.get(store, name, options=options)
-        meta, got = result.meta, tuple(result.range)
-    except Exception as exc:  # the core's fetcher takes the URL off the message it names
-        failure = store_error(url, exc, etag)
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained, see store_error
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+    # (the core's fetcher takes the URL off the message it names)
+    result = unchained(lambda: obstore.get(store, name, options=options),
+                       lambda exc: store_error(url, exc, etag))
+    meta, got = result.meta, tuple(result.range)
     _check_version(url, meta, etag, object_size)
     if got != (offset, offset + size):
         raise VoxpipeIOError(f"{url}: expected bytes {offset}-{offset + size - 1}, but the "
@@ -422,23 +397,13 @@ class RemoteFile:
         options: dict[str, Any] = {"range": (0, HEAD_BYTES)}
         if etag:
             options["if_match"] = etag
-        failure, ignores_range = None, False
-        try:
-            result = obstore.get(store, name, options=options)
+        # None: a server that ignores Range (obstore refuses its 200 answer to a ranged GET)
+        result = unchained(lambda: obstore.get(store, name, options=options),
+                           lambda exc: None if type(exc).__name__ == "NotSupportedError"
+                           else store_error(url, exc, etag))
+        if result is not None:
             meta, got = result.meta, tuple(result.range)
-        except Exception as exc:
-            if type(exc).__name__ == "NotSupportedError":
-                ignores_range = True
-            else:
-                failure = store_error(url, exc, etag)
-        if failure is not None:
-            try:
-                raise failure  # unchained, see store_error
-            finally:
-                failure = None  # a frame of its traceback must not hold it (a cycle)
-        if ignores_range:
-            # A server that ignores Range (obstore refuses its 200 answer to a ranged GET): the
-            # whole object in one GET, read from memory.
+        else:  # the whole object in one GET, read from memory
             whole = get_whole(url, store, name, etag=etag)
             meta = {"size": whole.size, "e_tag": whole.etag, "version": whole.version}
             got, head = None, whole.data
@@ -567,6 +532,29 @@ def _reason(exc: Exception) -> str:
     return str(exc).split("\n\nDebug source:", 1)[0].strip()
 
 
+def unchained(call: Callable[[], _T],
+              failure: Callable[[Exception], BaseException | None]) -> _T:
+    """``call()``; an exception it raises is replaced by ``failure(exc)``, raised without
+    ``exc`` chained to it (``failure`` returning None: ``call`` gave None).
+
+    Not ``raise failure(exc) from exc``, nor from inside the ``except``: obstore's text names
+    the request's URL with its credentials (a presigned URL's signature), and a chained or
+    context exception travels with the error into tracebacks and into pickles (tblib's, which
+    dask.distributed installs, keep ``__cause__`` and ``__context__``). And the name that holds
+    the error is cleared as it leaves: a frame of its own traceback holding it would make a
+    cycle that keeps the frames' readers and images alive until the garbage collector runs."""
+    try:
+        return call()
+    except Exception as exc:
+        error = failure(exc)
+    if error is None:
+        return None  # type: ignore[return-value]
+    try:
+        raise error
+    finally:
+        error = None
+
+
 def store_error(url: str, exc: Exception, etag: str | None, what: str = "read",
                 since: str = "opened") -> VoxpipeError:
     """The voxpipe error for an obstore failure to ``what`` (read, list the objects under it)
@@ -574,11 +562,8 @@ def store_error(url: str, exc: Exception, etag: str | None, what: str = "read",
     If-Match (with ``etag``) says the object changed since it was ``since``; anything else is
     VoxpipeIOError.
 
-    Raise it outside the ``except`` block that caught ``exc``, never ``from exc``: obstore's
-    text names the request's URL with its credentials (a presigned URL's signature), and a
-    chained exception travels with the error into tracebacks and into pickles (tblib's, which
-    dask.distributed installs, keep ``__cause__`` and ``__context__``). The message carries the
-    server's answer, redacted."""
+    Raise it with unchained(), never ``from exc``. The message carries the server's answer,
+    redacted."""
     if isinstance(exc, VoxpipeError):
         return exc
     # A listing of a missing bucket is a generic error carrying the server's 404.
@@ -666,15 +651,6 @@ def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -
     """Write ``data`` as the object at ``url`` (one PUT)."""
     obstore = client()
     store, name = store_for(url, storage_options)
-    try:
-        obstore.put(store, name, memoryview(data))
-    except Exception as exc:
-        failure = VoxpipeIOError(f"{url}: cannot write: {type(exc).__name__}: {_reason(exc)}",
-                                 path=url)
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained, see store_error
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+    unchained(lambda: obstore.put(store, name, memoryview(data)),
+              lambda exc: VoxpipeIOError(f"{url}: cannot write: {type(exc).__name__}: "
+                                         f"{_reason(exc)}", path=url))

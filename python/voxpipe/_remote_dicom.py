@@ -97,20 +97,13 @@ def _list(prefix_url: str, recursive: bool, storage_options: Mapping[str, Any] |
     obstore = _remote.client()
     folder = prefix_url.rstrip("/")
     store = _store_at(folder, storage_options, stores)
-    try:
+    def listing() -> list[Any]:
         if recursive:
-            metas = [m for chunk in obstore.list(store, chunk_size=1000) for m in chunk]
-        else:
-            metas = list(obstore.list_with_delimiter(store)["objects"])
-    except Exception as exc:
-        failure = _remote.store_error(prefix_url, exc, None, "list the objects under it")
-    else:
-        failure = None
-    if failure is not None:
-        try:
-            raise failure  # unchained (_remote.store_error)
-        finally:
-            failure = None  # a frame of its traceback must not hold it (a cycle)
+            return [m for chunk in obstore.list(store, chunk_size=1000) for m in chunk]
+        return list(obstore.list_with_delimiter(store)["objects"])
+
+    metas = _remote.unchained(listing, lambda exc: _remote.store_error(
+        prefix_url, exc, None, "list the objects under it"))
     found = sorted((m for m in metas if int(m["size"]) > 0), key=lambda m: m["path"])
     if not found:
         raise VoxpipeFileNotFoundError(f"{prefix_url}: no objects under this prefix",
