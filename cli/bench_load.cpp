@@ -41,7 +41,8 @@ namespace {
 
 const char* kBenchLoadUsage =
     "usage: voxpipe bench-load [--threads N] [--io-threads N] [--repeat R]\n"
-    "                          [--dtype float32|native] [--no-nibabel] [--python PATH] FILES...\n"
+    "                          [--dtype float32|native] [--no-nibabel] [--python PATH]\n"
+    "                          [--progress M] FILES...\n"
     "\n"
     "Loads the full data of every FILE with voxpipe, then with nibabel in a child Python process,\n"
     "and reports for each the median wall time of R rounds over all files, files/s, MB/s on disk\n"
@@ -68,7 +69,9 @@ const char* kBenchLoadUsage =
     "(it imports modules on first use). A file voxpipe cannot load is named on stderr and left\n"
     "out of the timing, the others are still measured, and the exit code is that of the first\n"
     "failing file (docs/exit_codes.md). Without Python or nibabel, voxpipe is reported alone.\n"
-    "A progress bar (loads done of all rounds, ETA) is drawn when stderr is a terminal.\n";
+    "\n"
+    "  --progress M      auto (default), bar, log or none: the progress report on stderr (loads\n"
+    "                    done of all rounds, rate, ETA; docs/cli.md \"Progress\")\n";
 
 // The child's side of the comparison, run as `python -c SCRIPT REPEAT DTYPE PROGRESS FILES...`
 // after kPythonWithoutCwd (the folder the command runs in holds the user's files, not modules).
@@ -593,11 +596,16 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   bool native = false;
   bool nibabel = true;
   std::optional<std::string> python;
+  ProgressMode progress_mode = ProgressMode::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kBenchLoadUsage;
       return 0;
+    }
+    if (a == "--progress") {
+      if (!take_progress_mode(args, i, "voxpipe bench-load", err, progress_mode)) return kUsage;
+      continue;
     }
     if (a == "--threads" || a == "--io-threads" || a == "--repeat" || a == "--dtype" || a == "--python") {
       if (i + 1 >= args.size()) {
@@ -648,7 +656,7 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   std::vector<BenchFile> files;
   for (const auto& p : paths) files.emplace_back().path = p;
   const std::uint64_t n = files.size();
-  Progress progress(err_is_terminal ? &err : nullptr,
+  Progress progress(err, progress_mode, err_is_terminal,
                     n * (1 + static_cast<std::uint64_t>(repeat) * (nibabel ? 2 : 1)), "voxpipe bench-load",
                     "loads");
   BufferPool pool;
@@ -681,9 +689,9 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   if (nibabel && !good.empty()) {
     python_path = find_python(python);
     progress.phase("nibabel");
-    nib = run_nibabel(python_path, good, repeat, native, progress, err_is_terminal);
+    nib = run_nibabel(python_path, good, repeat, native, progress, progress.active());
   }
-  progress.finish();
+  progress.end();
 
   // Errors, in command-line order; the first one decides the exit code.
   int code = 0;

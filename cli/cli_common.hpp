@@ -69,15 +69,18 @@ int exit_code(ErrorCode c);
 // \u00XX (each byte read as Latin-1).
 std::string json_str(const std::string& s);
 
-// voxpipe bench-load (bench_load.cpp). The progress bar is drawn only when `err_is_terminal`.
+// voxpipe bench-load (bench_load.cpp). `err_is_terminal`: whether stderr is a terminal, where
+// --progress auto draws the bar (progress.hpp).
 int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                    bool err_is_terminal);
 
-// voxpipe dcm2nii (dcm2nii.cpp). The progress bar is drawn only when `err_is_terminal`.
+// voxpipe dcm2nii (dcm2nii.cpp). `err_is_terminal`: whether stderr is a terminal, where
+// --progress auto draws the bar (progress.hpp).
 int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 bool err_is_terminal);
 
-// voxpipe resample (resample.cpp). The progress bar is drawn only when `err_is_terminal`.
+// voxpipe resample (resample.cpp). `err_is_terminal`: whether stderr is a terminal, where
+// --progress auto draws the bar (progress.hpp).
 int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                  bool err_is_terminal);
 

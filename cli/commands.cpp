@@ -113,8 +113,10 @@ static const char* const kUsageText =
     "--threads 0, every command's default, means $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS\n"
     "(its first number), else the CPUs this process may run on (taskset, cgroup cpusets).\n"
     "A command that writes refuses an existing output (exit 12) unless given --overwrite (or\n"
-    "--force). Long commands draw a progress bar on stderr when it is a terminal. Exit codes:\n"
-    "docs/exit_codes.md; reference: docs/cli.md.\n";
+    "--force). Long commands (convert, index, bench-load, dcm2nii, resample) report progress on\n"
+    "stderr as --progress says: auto (default: a bar on a terminal, else a line every 5 s once\n"
+    "the command has run that long), bar, log or none. Exit codes: docs/exit_codes.md;\n"
+    "reference: docs/cli.md.\n";
 
 namespace {
 
@@ -146,6 +148,7 @@ const char* const kInfoUsage =
 
 const char* const kConvertUsage =
     "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
+    "                       [--progress M]\n"
     "       voxpipe convert IN OUT.nii.zarr [--chunks X,Y,Z[,T]] [--shards X,Y,Z[,T]] [--levels N]\n"
     "                       [--codec zstd|blosc|gzip|none] [--zarr-format 3|2] [--dtype T] [--level N]\n"
     "\n"
@@ -166,6 +169,8 @@ const char* const kConvertUsage =
     "  --threads N       threads for reading and compressing; 0 (default): $VOXPIPE_NUM_THREADS,\n"
     "                    else $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
+    "  --progress M      auto (default), bar, log or none: the progress report on stderr (bytes\n"
+    "                    written, rate, ETA; docs/cli.md \"Progress\"); none for a .nii.zarr OUT\n"
     "\n"
     "For a .nii.zarr OUT (docs/zarr.md):\n"
     "  --chunks X,Y,Z[,T] chunk sizes in NIfTI axis order (default: one volume per chunk for\n"
@@ -175,12 +180,12 @@ const char* const kConvertUsage =
     "  --codec C         zstd (default, --level 3), blosc (zstd inside, byte shuffle), gzip, none\n"
     "  --zarr-format V   3 (default; OME-NGFF 0.5) or 2 (OME-NGFF 0.4)\n"
     "\n"
-    "OUT appears only once complete (written beside it, then renamed). A progress bar (bytes\n"
-    "written, ETA) is drawn when stderr is a terminal. Exit status: 0, or the code of the error\n"
-    "(docs/exit_codes.md).\n";
+    "OUT appears only once complete (written beside it, then renamed). Exit status: 0, or the\n"
+    "code of the error (docs/exit_codes.md).\n";
 
 const char* const kIndexUsage =
     "usage: voxpipe index FILE [--spacing MIB] [--cache] [--fast] [--threads N] [-o OUT] [--overwrite]\n"
+    "                     [--progress M]\n"
     "\n"
     "Builds the seek index of the gzip file FILE in the GZIDX format that indexed_gzip and\n"
     "rapidgzip read, so that any byte range inflates from the nearest point instead of the start.\n"
@@ -198,9 +203,10 @@ const char* const kIndexUsage =
     "                    $OMP_NUM_THREADS, else the CPUs this process may run on\n"
     "  -o OUT            write the index to OUT\n"
     "  --overwrite, --force  replace an existing FILE.gzidx or OUT (otherwise refused, exit 12)\n"
+    "  --progress M      auto (default), bar, log or none: the progress report on stderr (how far\n"
+    "                    the build is, in compressed bytes, rate, ETA; docs/cli.md \"Progress\")\n"
     "\n"
-    "A progress bar (how far the build is, in compressed bytes, and an ETA) is drawn when stderr\n"
-    "is a terminal. Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
+    "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
 std::string num(double v) {
   if (std::isnan(v)) return "nan";
@@ -703,11 +709,16 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   // gzip ones were given.
   std::vector<std::pair<std::string, std::string>> zarr_options;
   bool level_given = false, layout_given = false;
+  ProgressMode progress_mode = ProgressMode::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kConvertUsage;
       return 0;
+    }
+    if (a == "--progress") {
+      if (!take_progress_mode(args, i, "voxpipe convert", err, progress_mode)) return kUsage;
+      continue;
     }
     if (a == "--chunks" || a == "--shards" || a == "--levels" || a == "--codec" ||
         a == "--zarr-format") {
@@ -834,8 +845,8 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>((64u << 20) / std::max<std::uint64_t>(slab_bytes, 1)));
   NiftiReader reader(img);
   // Counted in output bytes as the writer takes them: a .nii.gz input inflates as it goes.
-  Progress progress(err_is_terminal ? &err : nullptr, img.voxel_count() * out_item, "voxpipe convert",
-                    "bytes");
+  Progress progress(err, progress_mode, err_is_terminal, img.voxel_count() * out_item,
+                    "voxpipe convert", "bytes");
   progress.show();
   std::vector<std::byte> slab;
   std::size_t slab_pos = 0;
@@ -859,7 +870,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     return k;
   };
   write_nifti(paths[1], h, img.extensions, producer, WriteOptions{level, layout, threads});
-  progress.finish();
+  progress.end();
   out << "wrote " << paths[1] << "\n";
   return 0;
 }
@@ -872,11 +883,16 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
   std::vector<std::string> paths;
   bool overwrite = false;
   GzipIndexOptions options;
+  ProgressMode progress_mode = ProgressMode::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kIndexUsage;
       return 0;
+    }
+    if (a == "--progress") {
+      if (!take_progress_mode(args, i, "voxpipe index", err, progress_mode)) return kUsage;
+      continue;
     }
     if (a == "--spacing" || a == "-o" || a == "--threads") {
       if (i + 1 >= args.size()) {
@@ -928,7 +944,7 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
     check_overwrite(options.output, overwrite);
   else if (!options.to_cache && !is_object_url(paths[0]))  // an object's sidecar is replaced
     check_overwrite(gz::sidecar_path(nifti ? open_nifti(paths[0]).data_path : paths[0]), overwrite);
-  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe index", "bytes");
+  Progress progress(err, progress_mode, err_is_terminal, 1, "voxpipe index", "bytes");
   progress.show();
   options.progress = [&progress](std::uint64_t done, std::uint64_t total) {
     progress.expect(total);
@@ -936,7 +952,7 @@ int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostr
   };
   const GzipIndexSummary s =
       nifti ? build_nifti_gzip_index(paths[0], options) : build_gzip_index(paths[0], options);
-  progress.finish();
+  progress.end();
   char line[256];
   std::snprintf(line, sizeof line, "%llu points, index %.1f MiB for %.1f MiB of data (%.1f MiB compressed)",
                 static_cast<unsigned long long>(s.points), s.index_bytes / 1048576.0,

@@ -87,8 +87,8 @@ const char* kDcm2niiUsage =
     "                    skips the series (raise, default) or is written as the decoder recovers\n"
     "                    it, with a warning (warn)\n"
     "  -v, --verbose     list the files that are not DICOM images\n"
-    "\n"
-    "A progress bar (images done, ETA) is drawn when stderr is a terminal.\n"
+    "  --progress M      auto (default), bar, log or none: the progress report on stderr (images\n"
+    "                    done, rate, ETA; docs/cli.md \"Progress\")\n"
     "\n"
     "Exit status: 0 when every series was written; 11 when some series were skipped (they are\n"
     "named on stderr with the reason, e.g. a missing slice or an existing file); 3 for a missing\n"
@@ -427,11 +427,16 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   bool gzip = true, force_float = false, overwrite = false, verbose = false;
   unsigned threads = 0;
   DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise;
+  ProgressMode progress_mode = ProgressMode::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kDcm2niiUsage;
       return 0;
+    }
+    if (a == "--progress") {
+      if (!take_progress_mode(args, i, "voxpipe dcm2nii", err, progress_mode)) return kUsage;
+      continue;
     }
     if (a == "-o" || a == "-f" || a == "-z" || a == "--threads" || a == "--on-corrupt") {
       if (i + 1 >= args.size()) {
@@ -513,7 +518,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
                                                     (ec ? ": " + ec.message() : std::string()));
   }
 
-  Progress progress(err_is_terminal ? &err : nullptr, 1, "voxpipe dcm2nii", "images");
+  Progress progress(err, progress_mode, err_is_terminal, 1, "voxpipe dcm2nii", "images");
   progress.phase("scanning");
   threads = resolve_threads(threads);  // one count for the scan and every series' read and write
   DicomScanOptions scan_options;
@@ -618,7 +623,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     for (const auto& w : warnings) out << "  warning: " << w << "\n";
     progress.tick(s.images.size());
   }
-  progress.finish();
+  progress.end();
   if (verbose)
     for (const auto& [path, why] : scan.skipped)
       err << "voxpipe dcm2nii: skipped file " << path << ": " << why << "\n";

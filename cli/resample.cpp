@@ -55,9 +55,10 @@ const char* const kResampleUsage =
     "  --memory-limit SIZE bytes for volumes in flight (e.g. 512M, 2G; default: one per thread)\n"
     "  -o OUT              output file (.nii, .nii.gz, or a .hdr/.img pair)\n"
     "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
+    "  --progress M        auto (default), bar, log or none: the progress report on stderr\n"
+    "                      (volumes done, rate, ETA; docs/cli.md \"Progress\")\n"
     "\n"
-    "A progress bar (volumes done, ETA) is drawn when stderr is a terminal. Exit status: 0, or\n"
-    "the code of the error (docs/exit_codes.md).\n";
+    "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -132,11 +133,16 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
   std::vector<TransformArg> transforms;
   SeriesResampleOptions options;
   bool overwrite = false;
+  ProgressMode progress_mode = ProgressMode::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
       out << kResampleUsage;
       return 0;
+    }
+    if (a == "--progress") {
+      if (!take_progress_mode(args, i, "voxpipe resample", err, progress_mode)) return kUsage;
+      continue;
     }
     if (a == "--no-prefilter") {
       options.interp.prefilter = false;
@@ -268,12 +274,12 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
   }
 
   options.reference_header = reference.header;
-  Progress progress(err_is_terminal ? &err : nullptr, static_cast<std::uint64_t>(volumes),
+  Progress progress(err, progress_mode, err_is_terminal, static_cast<std::uint64_t>(volumes),
                     "voxpipe resample", "volumes");
   progress.show();
   options.progress = [&](std::int64_t, std::int64_t) { progress.tick(); };
   resample_series_to_file(moving, reference_grid, chains, *out_path, options);
-  progress.finish();
+  progress.end();
 
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
