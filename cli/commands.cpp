@@ -12,11 +12,14 @@
 #include <sstream>
 
 #include "cli_common.hpp"
+#include "foreign_formats.hpp"
+#include "series_nifti.hpp"
 #include "core/file.hpp"
 #include "gz/seek_index.hpp"
 #include "nifti/internal.hpp"
 #include "progress.hpp"
 #include "voxpipe/dicom.hpp"
+#include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
@@ -79,10 +82,12 @@ static const char* const kUsageText =
     "                           header summary: shape, dtype, zooms, units, affine, scaling,\n"
     "                           codes, extensions, storage; for DICOM (\"DICM\" at byte 128, or\n"
     "                           .dcm): transfer syntax, UIDs, image pixel module, geometry,\n"
-    "                           rescale, where the pixel data lies; several FILEs: one line each\n"
-    "                           (as nib-ls), --json: one JSON object per line; see info --help\n"
+    "                           rescale, where the pixel data lies; a DICOM folder: its series\n"
+    "                           (as dcm2nii finds them); several FILEs: one line each (as\n"
+    "                           nib-ls), --json: one JSON object per line; see info --help\n"
     "  convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
-    "                           rewrite IN as OUT (.nii, .nii.gz, .hdr/.img); --dtype float32 or\n"
+    "                           rewrite IN (NIfTI, or a folder of one DICOM series) as OUT (.nii,\n"
+    "                           .nii.gz, .hdr/.img, .nii.zarr); --dtype float32 or\n"
     "                           float64 stores the scaled values, otherwise the stored values and\n"
     "                           scale factors are kept; --level is the gzip level (0-9, default 1);\n"
     "                           --layout members (default: parallel, random access), bgzf, or\n"
@@ -129,14 +134,18 @@ const char* const kInfoUsage =
     "else qform, else the fallback), where the data lies, descrip, extensions, and each header\n"
     "field nibabel fixes on load (\"fixed:\" lines). DICOM (\"DICM\" at byte 128, or a .dcm\n"
     "name): transfer syntax, UIDs, the image pixel module, geometry, rescale and where the pixel\n"
-    "data lies.\n"
+    "data lies. A folder of DICOM files (FILE may be one): its series as dcm2nii finds them, each\n"
+    "as the image dcm2nii writes (number, description, images, shape, dtype, zooms, scaling).\n"
+    "A NIfTI-Zarr store (.nii.zarr): its header, codec, levels and chunks. The byte order is also\n"
+    "given as nibabel's endianness ('<', '>'), as nib-ls shows it in its dtype column.\n"
     "\n"
     "One FILE is described in full; several get one aligned line each, as nibabel's nib-ls:\n"
-    "path, dtype, shape, zooms, scaling (*slope+inter), sform and qform codes (the modality for\n"
-    "DICOM), format.\n"
+    "path, dtype ('>i2' for big-endian data), shape, zooms, scaling (*slope+inter), #exts: N,\n"
+    "sform and qform codes (the modality for DICOM), format; a DICOM folder gets a line per series.\n"
     "\n"
     "  --json            one JSON object per FILE, one per line (JSON Lines), with every field\n"
-    "                    of the full form (\"format\": \"NIfTI-1\", \"NIfTI-2\" or \"DICOM\";\n"
+    "                    of the full form (\"format\": \"NIfTI-1\", \"NIfTI-2\", \"DICOM\" or, one\n"
+    "                    per series of a folder, \"DICOM series\"; \"endianness\", \"extension_count\";\n"
     "                    fixes as \"warnings\")\n"
     "  -l, --long        the full form for every FILE, even several\n"
     "  --brief           the one-line form, even for one FILE\n"
@@ -144,7 +153,8 @@ const char* const kInfoUsage =
     "Only the header is read: a file whose data is short or corrupt is still described. A FILE\n"
     "that cannot be read gets its error line on stderr and the others are still described. Exit\n"
     "status: 0, or the code of the first FILE that failed (docs/exit_codes.md): 3 for a missing\n"
-    "FILE, 5 for one that is neither NIfTI nor DICOM.\n";
+    "FILE, 5 for one that is neither NIfTI nor DICOM (nor a DICOM or NIfTI-Zarr folder), 6 for\n"
+    "Analyze 7.5, MGH/MGZ and MINC files, which nibabel reads (named with the nibabel.load call).\n";
 
 const char* const kConvertUsage =
     "usage: voxpipe convert IN OUT [--dtype T] [--level N] [--layout L] [--threads N] [--overwrite]\n"
@@ -155,8 +165,13 @@ const char* const kConvertUsage =
     "Rewrites the NIfTI image IN as OUT (.nii, .nii.gz, or .hdr/.img by OUT's name), streaming\n"
     "about 64 MiB at a time. The header, affine and extensions are kept. IN may also be a\n"
     "NIfTI-Zarr store (.nii.zarr), and OUT one: Zarr v3 + OME-NGFF 0.5, the header stored as is,\n"
-    "written a few volumes at a time (IN may then also be a DICOM series folder). Stores are read\n"
-    "and written through voxpipe's Python package (pip install 'voxpipe[zarr]').\n"
+    "written a few volumes at a time. Stores are read and written through voxpipe's Python package\n"
+    "(pip install 'voxpipe[zarr]').\n"
+    "\n"
+    "IN may be a folder of one DICOM series: OUT is then the image `voxpipe dcm2nii` writes of it\n"
+    "(no sidecar); --dtype float32/float64 stores the rescaled values. A folder of several series\n"
+    "is refused (exit 10): `voxpipe dcm2nii FOLDER -o OUT_DIR` converts each. Analyze, MGH/MGZ\n"
+    "and MINC inputs are named, with the nibabel call that reads them (exit 6).\n"
     "\n"
     "  --dtype T         float32 or float64 (complex64/complex128 for complex data): store the\n"
     "                    scaled values, with scl_slope 1 and scl_inter 0. Without it (or with\n"
@@ -463,20 +478,54 @@ std::pair<const char*, const char*> xyzt_unit_names(std::int32_t code) {
   return {space, time};
 }
 
-// How the data of the image at `path` are compressed: gzip or none for a file; for a NIfTI-Zarr
-// store, which open_nifti reads as an uncompressed .nii, its chunks' codec as its metadata say.
-std::string data_compression(const std::string& path, const NiftiImage& img) {
-  if (is_zarr_path(path)) {
-    if (const UrlHandlers& handlers = url_handlers(); handlers.zarr_compression)
-      return handlers.zarr_compression(path);
+// How the image at `path` is stored, for info: its data's compression (gzip or none for a file)
+// and, for a NIfTI-Zarr store (which open_nifti reads as an uncompressed .nii), the store's own
+// description as its handler gives it: the chunks' codec as the store's metadata name it on the
+// first line, then "key=value" lines (zarr_format, levels, chunks and shards in NIfTI's axis
+// order, "x,y,z[,t]").
+struct Storage {
+  std::string compression;
+  bool store = false;
+  std::string zarr_format, levels, chunks, shards;
+};
+
+Storage storage_of(const std::string& path, const NiftiImage& img) {
+  Storage st;
+  st.compression = img.data_compression == Compression::gzip ? "gzip" : "none";
+  if (!is_zarr_path(path)) return st;
+  const UrlHandlers& handlers = url_handlers();
+  if (!handlers.zarr_compression) return st;
+  st.store = true;
+  std::istringstream lines(handlers.zarr_compression(path));
+  std::getline(lines, st.compression);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "zarr_format") st.zarr_format = value;
+    else if (key == "levels") st.levels = value;
+    else if (key == "chunks") st.chunks = value;
+    else if (key == "shards") st.shards = value;
   }
-  return img.data_compression == Compression::gzip ? "gzip" : "none";
+  return st;
+}
+
+// "16,14,5" as a JSON array or a text tuple; null or "" when empty.
+std::string sizes(const std::string& csv, bool json) {
+  if (csv.empty()) return json ? "null" : "";
+  std::string o = json ? "[" : "(";
+  for (char c : csv) o += c == ',' ? std::string(", ") : std::string(1, c);
+  return o + (json ? "]" : ")");
 }
 
 void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::ostream& out) {
   const NiftiHeader& h = img.header;
-  const std::string storage = img.header_path == img.data_path ? "single file" : "pair";
-  const std::string compression = data_compression(path, img);
+  const Storage st = storage_of(path, img);
+  const std::string storage = st.store ? "NIfTI-Zarr store"
+                              : img.header_path == img.data_path ? "single file" : "pair";
+  const std::string& compression = st.compression;
+  // nibabel's header.endianness, which nib-ls shows in its dtype column ('>i2').
+  const char* endianness = h.big_endian ? ">" : "<";
   const auto [space_unit, time_unit] = xyzt_unit_names(h.xyzt_units);
   std::vector<double> affine(img.affine.begin(), img.affine.end());
   if (json) {
@@ -488,6 +537,7 @@ void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::
     out << ", \"storage\": " << json_str(storage);
     out << ", \"compression\": " << json_str(compression);
     out << ", \"byte_order\": " << json_str(h.big_endian ? "big" : "little");
+    out << ", \"endianness\": " << json_str(endianness);
     out << ", \"shape\": " << tuple(img.shape, true);
     out << ", \"dtype\": " << json_str(std::string(dtype_name(img.dtype)));
     out << ", \"zooms\": " << tuple(zooms(img), true);
@@ -510,15 +560,29 @@ void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::
     for (std::size_t i = 0; i < img.extensions.size(); ++i)
       out << (i ? ", " : "") << "{\"code\": " << img.extensions[i].code
           << ", \"size\": " << img.extensions[i].content.size() << "}";
-    out << "], \"warnings\": [";
+    out << "], \"extension_count\": " << img.extensions.size();
+    if (st.store)
+      out << ", \"zarr\": {\"zarr_format\": " << (st.zarr_format.empty() ? "null" : st.zarr_format)
+          << ", \"levels\": " << (st.levels.empty() ? "null" : st.levels)
+          << ", \"chunks\": " << sizes(st.chunks, true) << ", \"shards\": " << sizes(st.shards, true)
+          << "}";
+    out << ", \"warnings\": [";
     for (std::size_t i = 0; i < img.warnings.size(); ++i) out << (i ? ", " : "") << json_str(img.warnings[i]);
     out << "]}\n";
     return;
   }
   out << "file:        " << path << "\n";
   if (img.header_path != img.data_path) out << "data file:   " << img.data_path << "\n";
-  out << "format:      NIfTI-" << h.version << ", " << storage << ", "
-      << (h.big_endian ? "big" : "little") << "-endian, compression " << compression << "\n";
+  out << "format:      NIfTI-" << h.version;
+  if (st.store) {
+    out << " in a NIfTI-Zarr store (";
+    if (!st.zarr_format.empty()) out << "Zarr v" << st.zarr_format << ", ";
+    out << (st.levels.empty() ? "?" : st.levels) << (st.levels == "1" ? " level" : " levels") << ")";
+  } else {
+    out << ", " << storage;
+  }
+  out << ", " << (h.big_endian ? "big" : "little") << "-endian (" << endianness << "), compression "
+      << compression << "\n";
   out << "shape:       " << tuple(img.shape, false) << "\n";
   out << "dtype:       " << dtype_name(img.dtype) << "\n";
   out << "zooms:       " << tuple(zooms(img), false) << "\n";
@@ -540,7 +604,15 @@ void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::
     }
     out << " ]\n";
   }
-  out << "data:        " << img.data_bytes() << " bytes at offset " << img.data_offset << "\n";
+  if (st.store) {
+    // Chunks of the finest level, not bytes of a file.
+    out << "data:        " << img.data_bytes() << " bytes";
+    if (!st.chunks.empty()) out << " in chunks of " << sizes(st.chunks, false);
+    if (!st.shards.empty()) out << ", shards of " << sizes(st.shards, false);
+    out << "\n";
+  } else {
+    out << "data:        " << img.data_bytes() << " bytes at offset " << img.data_offset << "\n";
+  }
   if (!cstr(h.descrip).empty()) out << "descrip:     " << cstr(h.descrip) << "\n";
   out << "extensions:  " << img.extensions.size();
   for (const auto& e : img.extensions) out << " [code " << e.code << ", " << e.content.size() << " bytes]";
@@ -572,13 +644,27 @@ InfoRow nifti_row(const std::string& path, const NiftiImage& img) {
     scaling = buf;
   }
   std::string format = "NIfTI-" + std::to_string(h.version);
-  if (img.header_path != img.data_path) format += " pair";
+  if (is_zarr_path(path))
+    format += " zarr";
+  else if (img.header_path != img.data_path)
+    format += " pair";
   if (img.data_compression == Compression::gzip) format += " gz";
+  // nib-ls's dtype column is numpy's str() of the header's dtype: its name in native (little-
+  // endian) order, '>i2', '>f4', ... in big-endian order; and "#exts: N" when there are any.
+  std::string dtype(dtype_name(img.dtype));
+  if (h.big_endian && dtype_component_size(img.dtype) > 1 && !dtype_is_rgb(img.dtype)) {
+    const char kind = dtype_is_complex(img.dtype) ? 'c'
+                      : dtype_is_float(img.dtype) ? 'f'
+                      : dtype.front() == 'u'      ? 'u'
+                                                  : 'i';
+    dtype = ">" + std::string(1, kind) + std::to_string(dtype_size(img.dtype));
+  }
   return {path,
-          std::string(dtype_name(img.dtype)),
+          dtype,
           tuple(img.shape, true),
           zooms_text(zooms(img)),
           scaling,
+          img.extensions.empty() ? "" : "#exts: " + std::to_string(img.extensions.size()),
           "sform " + std::to_string(h.sform_code) + " qform " + std::to_string(h.qform_code),
           format};
 }
@@ -610,7 +696,7 @@ InfoRow dicom_row(const std::string& path, const DicomFile& f) {
   } catch (const Error&) {
   }
   const std::string modality = f.dataset.contains(0x00080060) ? f.dataset.string(0x00080060).value_or("") : "";
-  return {path, dtype, shape, zoom, scaling, modality.empty() ? "-" : modality, "DICOM"};
+  return {path, dtype, shape, zoom, scaling, "", modality.empty() ? "-" : modality, "DICOM"};
 }
 
 // Columns padded to their widest cell, two spaces apart; a column empty on every line is left out.
@@ -630,6 +716,121 @@ void print_rows(const std::vector<InfoRow>& rows, std::ostream& out) {
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << "\n";
+  }
+}
+
+// ---- voxpipe info DIR, voxpipe convert DIR OUT: a folder of DICOM files, scanned into series
+// as dcm2nii scans it (scan_dicom_series), each described as the image dcm2nii writes of it.
+
+bool is_local_folder(const std::string& path) {
+  if (is_object_url(path) || is_zarr_path(path)) return false;
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+// The series of the folder at `path`. Error(format) when it has none: a folder that is neither
+// a DICOM series folder nor a NIfTI-Zarr store (named as the store it may be).
+DicomScanResult scan_folder(const std::string& path) {
+  DicomScanOptions options;
+  options.threads = resolve_threads(0);
+  DicomScanResult scan = scan_dicom_series({path}, options);
+  if (!scan.series.empty()) return scan;
+  std::error_code ec;
+  for (const char* meta : {"zarr.json", ".zgroup", ".zattrs", ".zarray"})
+    if (std::filesystem::exists(std::filesystem::path(path) / meta, ec))
+      throw Error(ErrorCode::format, path, "",
+                  std::string("a Zarr store (it holds ") + meta +
+                      ") whose name does not end in .zarr: voxpipe knows NIfTI-Zarr stores by "
+                      "their name (rename it NAME.nii.zarr)");
+  throw Error(ErrorCode::format, path, "",
+              "neither a folder of DICOM images (" + std::to_string(scan.skipped.size()) +
+                  " files, none a DICOM image) nor a NIfTI-Zarr store (NAME.nii.zarr); info and "
+                  "convert take a DICOM series folder, a NIfTI-Zarr store or a NIfTI or DICOM file");
+}
+
+std::string series_name(const DicomSeries& s) {
+  std::string o = "series " + std::to_string(s.series_number);
+  if (!s.series_description.empty()) o += " \"" + s.series_description + "\"";
+  if (!s.split.empty()) o += " (" + s.split + ")";
+  return o;
+}
+
+// Each series of `scan` as JSON Lines, a text block, or nib-ls rows: the image dcm2nii writes of
+// it (dtype, shape, zooms, scale factors and affine of its NIfTI header).
+void info_dicom_folder(const std::string& path, const DicomScanResult& scan, bool json, bool detailed,
+                       std::ostream& out, std::vector<InfoRow>& rows) {
+  std::size_t images = 0;
+  for (const DicomSeries& s : scan.series) images += s.images.size();
+  if (!json && detailed) {
+    out << "folder:      " << path << "\n";
+    out << "format:      DICOM series folder, " << scan.series.size() << " series, " << images
+        << " images";
+    if (!scan.skipped.empty()) out << " (" << scan.skipped.size() << " other files)";
+    out << "\n";
+  }
+  for (const DicomSeries& s : scan.series) {
+    std::vector<std::string> warnings = s.warnings;
+    const NiftiHeader h = dicom_series_header(s, std::nullopt, warnings);
+    const DType dtype = *dtype_from_nifti_code(h.datatype);
+    std::vector<std::int64_t> shape;
+    for (auto d : s.shape()) shape.push_back(static_cast<std::int64_t>(d));
+    std::vector<double> zoom;
+    for (std::size_t i = 0; i < shape.size(); ++i) zoom.push_back(h.pixdim[i + 1]);
+    const bool scaled = h.scl_slope != 1 || h.scl_inter != 0;
+    const std::array<double, 16> affine = nifti_sform(h);
+    if (json) {
+      out << "{\"path\": " << json_str(path) << ", \"format\": \"DICOM series\"";
+      out << ", \"series_number\": " << s.series_number;
+      out << ", \"series_description\": " << json_str(s.series_description);
+      out << ", \"series_instance_uid\": " << json_str(s.series_instance_uid);
+      out << ", \"modality\": " << json_str(s.modality);
+      out << ", \"split\": " << json_str(s.split);
+      out << ", \"images\": " << s.images.size();
+      out << ", \"shape\": " << tuple(shape, true);
+      out << ", \"dtype\": " << json_str(std::string(dtype_name(dtype)));
+      out << ", \"zooms\": " << tuple(zoom, true);
+      out << ", \"scl_slope\": " << json_num(h.scl_slope);
+      out << ", \"scl_inter\": " << json_num(h.scl_inter);
+      out << ", \"scaled\": " << (scaled ? "true" : "false");
+      out << ", \"affine\": [";
+      for (int r = 0; r < 4; ++r)
+        out << (r ? ", " : "")
+            << tuple(std::vector<double>(affine.begin() + 4 * r, affine.begin() + 4 * r + 4), true);
+      out << "]";
+      out << ", \"problem\": " << (s.problem.empty() ? "null" : json_str(s.problem));
+      out << ", \"warnings\": [";
+      for (std::size_t i = 0; i < warnings.size(); ++i) out << (i ? ", " : "") << json_str(warnings[i]);
+      out << "]}\n";
+    } else if (detailed) {
+      out << series_name(s) << ": " << (s.modality.empty() ? "" : s.modality + ", ") << s.images.size()
+          << " images, shape " << tuple(shape, false) << ", " << dtype_name(dtype) << ", zooms "
+          << tuple(zoom, false);
+      if (scaled) out << ", scl_slope " << num(h.scl_slope) << ", scl_inter " << num(h.scl_inter);
+      out << "\n";
+      if (!s.problem.empty()) out << "  not convertible: " << s.problem << "\n";
+      for (const auto& w : warnings) out << "  warning: " << w << "\n";
+    } else {
+      std::string scaling;
+      if (scaled) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "*%.3g%+.3g", h.scl_slope, h.scl_inter);
+        scaling = buf;
+      }
+      rows.push_back({path, std::string(dtype_name(dtype)), tuple(shape, true), zooms_text(zoom), scaling,
+                      "", s.modality.empty() ? "-" : s.modality,
+                      "DICOM " + series_name(s) + ", " + std::to_string(s.images.size()) + " images"});
+    }
+  }
+}
+
+// The NIfTI image at `path`, or, when it cannot be opened and is a format voxpipe does not read
+// (Analyze, MGH/MGZ, MINC), the error that names that format.
+NiftiImage open_input(const std::string& path) {
+  try {
+    return open_nifti(path);
+  } catch (const Error&) {
+    if (auto foreign = foreign_format_error(path)) throw *foreign;
+    throw;
   }
 }
 
@@ -669,14 +870,16 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
     // half of its block in the output.
     std::ostringstream one;
     try {
-      if (is_dicom_file(path)) {
+      if (is_local_folder(path)) {
+        info_dicom_folder(path, scan_folder(path), json, detailed, one, rows);
+      } else if (is_dicom_file(path)) {
         const DicomFile f = read_dicom(path);
         if (json || detailed)
           info_dicom(path, f, json, one);
         else
           rows.push_back(dicom_row(path, f));
       } else {
-        const NiftiImage img = open_nifti(path);
+        const NiftiImage img = open_input(path);
         if (json || detailed)
           info_nifti(path, img, json, one);
         else
@@ -794,6 +997,9 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
       throw Error(ErrorCode::unsupported, paths[1], "",
                   "NIfTI-Zarr stores are written through voxpipe's Python package (pip install "
                   "'voxpipe[zarr]'; from the shell: python -m voxpipe ...)");
+    // A format voxpipe does not read is named here, before the store's writer opens it.
+    if (!is_object_url(paths[0]) && !is_zarr_path(paths[0]) && !is_local_folder(paths[0]))
+      if (auto foreign = foreign_format_error(paths[0])) throw *foreign;
     if (dtype) zarr_options.emplace_back("dtype", std::string(dtype_name(*dtype)));
     if (level_given) zarr_options.emplace_back("level", std::to_string(level));
     zarr_options.emplace_back("threads", std::to_string(threads));
@@ -806,9 +1012,37 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
         << " is for NIfTI-Zarr outputs (OUT.nii.zarr)\n";
     return kUsage;
   }
+  if (is_local_folder(paths[0])) {
+    // A DICOM series folder: its one series, written as dcm2nii writes it.
+    if (dtype && !dtype_is_float(*dtype)) {
+      err << "voxpipe convert: --dtype for a DICOM folder expects float32 or float64 (the rescaled "
+             "values), but received "
+          << dtype_name(*dtype) << "\n";
+      return kUsage;
+    }
+    check_nifti_overwrite(paths[1], overwrite);
+    const DicomScanResult scan = scan_folder(paths[0]);
+    if (scan.series.size() > 1) {
+      std::string names;
+      for (std::size_t i = 0; i < scan.series.size() && i < 4; ++i)
+        names += (i ? "; " : "") + series_name(scan.series[i]);
+      if (scan.series.size() > 4) names += "; ...";
+      throw Error(ErrorCode::invalid_argument, paths[0], "",
+                  std::to_string(scan.series.size()) + " DICOM series in this folder (" + names +
+                      "); convert writes one image: `voxpipe dcm2nii " + paths[0] +
+                      " -o OUT_DIR` converts each series (`voxpipe info " + paths[0] +
+                      "` lists them)");
+    }
+    threads = resolve_threads(threads);
+    for (const std::string& w : write_dicom_series(scan.series.front(), paths[1], dtype,
+                                                   WriteOptions{level, layout, threads}, threads))
+      err << "voxpipe convert: warning: " << w << "\n";
+    out << "wrote " << paths[1] << "\n";
+    return 0;
+  }
   check_nifti_overwrite(paths[1], overwrite);
   threads = resolve_threads(threads);  // one count for every read and the write
-  NiftiImage img = open_nifti(paths[0]);
+  NiftiImage img = open_input(paths[0]);
   check_data_size(img);
   NiftiHeader h = img.header;
   OutputSpec spec;

@@ -25,6 +25,7 @@
 #include "core/mat3.hpp"
 #include "core/thread_pool.hpp"
 #include "progress.hpp"
+#include "series_nifti.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
@@ -638,6 +639,36 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
         << (verbose ? "" : " (-v lists them)");
   out << ", " << fixed(elapsed, 2) << " s\n";
   return skipped_series ? kPartial : 0;
+}
+
+NiftiHeader dicom_series_header(const DicomSeries& s, std::optional<DType> float_type,
+                                std::vector<std::string>& warnings) {
+  static const DicomDataset kEmpty;
+  const Meta m{s.first_file ? s.first_file->dataset : kEmpty};
+  Plan plan;
+  if (!float_type && s.uniform_rescale) {
+    plan.dtype = s.stored_dtype;
+    plan.scaled = true;
+    plan.slope = s.slope;
+    plan.inter = s.intercept;
+  } else if (float_type) {
+    plan.dtype = *float_type;
+  }
+  return series_header(s, plan, m, warnings);
+}
+
+std::vector<std::string> write_dicom_series(const DicomSeries& s, const std::string& path,
+                                            std::optional<DType> float_type,
+                                            const WriteOptions& options, unsigned threads) {
+  std::vector<std::string> warnings = s.warnings;
+  const NiftiHeader h = dicom_series_header(s, float_type, warnings);
+  const DType dtype = *dtype_from_nifti_code(h.datatype);
+  std::uint64_t voxels = 1;
+  for (auto d : s.shape()) voxels *= d;
+  std::vector<std::uint8_t> data(voxels * dtype_size(dtype));
+  for (std::string& w : read_dicom_series(s, data, dtype, threads)) warnings.push_back(std::move(w));
+  write_nifti(path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))), options);
+  return warnings;
 }
 
 }  // namespace voxpipe::cli

@@ -852,10 +852,30 @@ def compression_of(array) -> str:
 
 
 def _compression_for_core(location: str) -> str:
-    """The core's handler for a store's compression (voxpipe info)."""
-    array = NiftiZarr(location).array
+    """The core's handler for a store's description (voxpipe info): its chunks' compression as
+    :func:`compression_of` names it on the first line, then ``key=value`` lines of what the
+    metadata say of its layout: ``zarr_format``, ``levels`` (the multiscales datasets),
+    ``chunks`` and ``shards`` (of the finest level, in NIfTI's axis order x, y, z, t, c, comma
+    separated; no ``shards`` line for an array without)."""
+    store = NiftiZarr(location)
+    array = store.array
     try:
-        return compression_of(array)
+        lines = [compression_of(array)]
+        lines.append(f"zarr_format={int(getattr(array.metadata, 'zarr_format', 3))}")
+        ms = _multiscales(store.group)
+        datasets = ms[0].get("datasets", []) if ms else []
+        levels = len(datasets) or sum(1 for i in range(64) if str(i) in store.group)
+        lines.append(f"levels={levels}")
+
+        def nifti_order(sizes) -> str:
+            by_axis = dict(zip(store.axes, sizes))
+            return ",".join(str(int(by_axis[a])) for a in sorted(by_axis, key=_NIFTI_AXIS.__getitem__))
+
+        lines.append(f"chunks={nifti_order(array.chunks)}")
+        shards = getattr(array, "shards", None)
+        if shards is not None:
+            lines.append(f"shards={nifti_order(shards)}")
+        return "\n".join(lines)
     except Exception as exc:
         raise _failure(location, "codecs", exc) from exc
 
