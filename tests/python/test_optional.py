@@ -43,3 +43,38 @@ def test_broken_dependency_inside_the_package_is_not_reported_as_missing(tmp_pat
 
 def test_present_package_is_returned():
     assert require("json", "x", "voxpipe.x", "X") is json
+
+
+def test_missing_parent_package_names_the_extra(monkeypatch):
+    # require("obstore.store", ...) without obstore: Python names the package, not the module.
+    monkeypatch.setitem(sys.modules, "vp_absent_framework", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'voxpipe\[fake\]'$") as info:
+        require("vp_absent_framework.store", "fake", "voxpipe.fake", "Fake")
+    assert info.value.name == "vp_absent_framework.store"
+
+
+def test_extra_for_a_newer_python_says_which_python(monkeypatch):
+    # pyproject.toml's markers, as the installed metadata carries them: voxpipe[zarr] installs
+    # nothing before Python 3.11, and the error says so instead of suggesting the extra again.
+    import importlib.metadata
+    from voxpipe import _optional
+
+    reqs = ['numpy>=2.0', 'zarr>=3.1; python_version >= "3.11" and extra == "zarr"',
+            'numcodecs>=0.16; python_version >= "3.11" and extra == "zarr"',
+            'dask[array,distributed]>=2025.1; python_version >= "3.10" and extra == "dask"',
+            'obstore>=0.7; extra == "s3"']
+    monkeypatch.setattr(importlib.metadata, "requires", lambda name: reqs)
+    assert _optional.python_floor("zarr") == (3, 11)
+    assert _optional.python_floor("dask") == (3, 10)
+    assert _optional.python_floor("s3") is None
+    monkeypatch.setitem(sys.modules, "vp_absent_framework", None)
+    monkeypatch.setattr(sys, "version_info", (3, 9, 18, "final", 0))
+    with pytest.raises(ModuleNotFoundError) as info:
+        require("vp_absent_framework", "zarr", "NIfTI-Zarr", "zarr")
+    assert str(info.value) == ("NIfTI-Zarr needs zarr, which needs Python 3.11 or newer (this is "
+                               "Python 3.9): 'voxpipe[zarr]' installs nothing here")
+    with pytest.raises(ModuleNotFoundError, match=r"^Obstore needs obstore: pip install 'voxpipe\[s3\]'$"):
+        require("vp_absent_framework", "s3", "Obstore", "obstore")
+    monkeypatch.setattr(sys, "version_info", (3, 11, 7, "final", 0))
+    with pytest.raises(ModuleNotFoundError, match=r"^NIfTI-Zarr needs zarr: pip install 'voxpipe\[zarr\]'$"):
+        require("vp_absent_framework", "zarr", "NIfTI-Zarr", "zarr")

@@ -1,5 +1,7 @@
 """pyproject.toml against the package: each extra lists every third-party package its framework
-module imports, `all` is every extra, and the version is the one CMakeLists.txt declares."""
+module imports, each with a lower bound (dask and distributed in lockstep), `all` is every extra
+but the PyTorch ones, and the version is the one CMakeLists.txt declares. (scripts/test_extras.sh
+installs each extra from the wheelhouse on the oldest and newest Python.)"""
 
 from __future__ import annotations
 
@@ -19,9 +21,26 @@ PROJECT = PYPROJECT["project"]
 EXTRAS = PROJECT["optional-dependencies"]
 
 
+# A requirement: name, its extras, its version bounds, and an optional environment marker.
+REQUIREMENT = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)(?:\[(?P<extras>[a-z0-9_,-]+)\])?"
+                         r"(?P<bounds>[^;]*)(?:;\s*(?P<marker>.*))?")
+# The packages that come with an extra of another one: dask[distributed] is distributed at
+# dask's own version.
+VIA_EXTRA = {("dask", "distributed"): "distributed"}
+TORCH_EXTRAS = {"torch", "monai", "torchio"}
+
+
 def _names(requirements):
-    # "dask[array]>=2024" -> "dask"; distribution names equal import names for every package here.
-    return {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in requirements}
+    # "dask[array,distributed]>=2025.1" -> {"dask", "distributed"}; distribution names equal
+    # import names for every package here.
+    names = set()
+    for r in requirements:
+        m = REQUIREMENT.fullmatch(r)
+        names.add(m["name"].lower())
+        for extra in (m["extras"] or "").split(","):
+            if (m["name"].lower(), extra) in VIA_EXTRA:
+                names.add(VIA_EXTRA[m["name"].lower(), extra])
+    return names
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -71,10 +90,44 @@ def test_core_modules_import_only_the_base_dependencies():
         assert not extra, f"{path.name} imports {sorted(extra)}, not in project.dependencies"
 
 
-def test_all_is_every_extra():
+def test_all_is_every_extra_but_the_pytorch_ones():
+    # A plain `pip install torch` takes a CUDA build of several GB: README.md says how to get the
+    # CPU build, then the torch extras.
     (all_req,) = EXTRAS["all"]
     listed = set(re.fullmatch(r"voxpipe\[(.*)\]", all_req).group(1).split(","))
-    assert listed == set(EXTRAS) - {"all"}
+    assert listed == set(EXTRAS) - {"all"} - TORCH_EXTRAS
+    assert "torch" not in _names(r for e in listed for r in EXTRAS[e])
+
+
+@pytest.mark.parametrize("extra", sorted(set(EXTRAS) - {"all"}))
+def test_every_requirement_of_an_extra_has_a_lower_bound(extra):
+    # An unbounded requirement lets pip pick any release a mirror holds (distributed 2021 beside
+    # dask 2026, whose dask.distributed then fails to import).
+    for r in EXTRAS[extra]:
+        m = REQUIREMENT.fullmatch(r)
+        assert m and re.fullmatch(r"\s*>=\s*[0-9][0-9.]*\s*", m["bounds"]), \
+            f"voxpipe[{extra}]: {r!r} has no lower bound (>=X.Y)"
+
+
+def test_distributed_comes_with_dask_at_its_version():
+    # dask[distributed] requires distributed==dask's version; a separate "distributed" would not.
+    (req,) = EXTRAS["dask"]
+    m = REQUIREMENT.fullmatch(req)
+    assert m["name"] == "dask" and {"array", "distributed"} <= set(m["extras"].split(","))
+
+
+@pytest.mark.parametrize("extra", sorted(set(EXTRAS) - {"all"}))
+def test_markers_are_python_floors_the_package_reads(extra):
+    # voxpipe._optional.python_floor reads `python_version >= "X.Y"` to say which Python an
+    # extra needs; any other marker would make it wrong. One floor per extra, on every package
+    # of it, so that the extra is all or nothing.
+    markers = {REQUIREMENT.fullmatch(r)["marker"] for r in EXTRAS[extra]}
+    assert len(markers) == 1, f"voxpipe[{extra}]: one marker for all its packages, not {markers}"
+    (marker,) = markers
+    assert marker is None or re.fullmatch(r'python_version >= "3\.1[0-9]"', marker), marker
+    supported = [c.rsplit(" ", 1)[1] for c in PROJECT["classifiers"]
+                 if re.fullmatch(r"Programming Language :: Python :: 3\.[0-9]+", c)]
+    assert marker is None or marker.split('"')[1] in supported
 
 
 def test_version_is_cmakes():
