@@ -212,7 +212,7 @@ def test_info_of_a_store_describes_a_store(tmp_path):
     src = tmp_path / 'src.nii.gz'
     nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 3.0, 1.0])), src)
     store = tmp_path / 'x.nii.zarr'
-    r = cli('convert', src, store, '--levels', '2', '--chunks', '6,5,4,1')
+    r = python_cli('convert', src, store, '--levels', '2', '--chunks', '6,5,4,1')
     assert r.returncode == 0, r.stderr
     array = zarr.open_group(str(store), mode='r')['0']
     assert array.chunks == (1, 4, 5, 6)  # (t, z, y, x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -403,10 +404,14 @@ def test_cli_converts_both_ways_and_describes_stores(tmp_path):
     vp.save(vp.load(src), plain)
     info_zarr, info_nii = _cli("info", out), _cli("info", plain)
     assert info_zarr.returncode == 0, info_zarr.stderr
-    # ... but for the name and how the data are compressed: the store's chunks, blosc's.
+    # ... but for the name, how it is stored and how the data are compressed: a store of two
+    # levels whose chunks are blosc's, not a single file with the data at an offset.
+    nbytes = 16 * 14 * 10 * 5 * 2
     assert (info_zarr.stdout.replace(str(out), "X")
-            == info_nii.stdout.replace(str(plain), "X").replace("compression none",
-                                                                 "compression blosc zstd 5"))
+            == info_nii.stdout.replace(str(plain), "X")
+            .replace("NIfTI-1, single file,", "NIfTI-1 in a NIfTI-Zarr store (Zarr v3, 2 levels),")
+            .replace("compression none", "compression blosc zstd 5")
+            .replace(f"{nbytes} bytes at offset 352", f"{nbytes} bytes in chunks of (16, 14, 5, 1)"))
     back = tmp_path / "back.nii.gz"
     r = _cli("convert", out, back)
     assert r.returncode == 0, r.stderr
@@ -457,8 +462,11 @@ def test_info_reports_the_compression_the_store_metadata_name(tmp_path):
     r = _info("--long", *stores)
     assert r.returncode == 0, r.stderr
     formats = [line for line in r.stdout.splitlines() if line.startswith("format:")]
-    assert formats == [f"format:      NIfTI-1, single file, little-endian, compression {w}"
-                       for w in want]
+    assert [re.sub(r"\(Zarr v[23], 1 level\)", "(Zarr vN, 1 level)", f) for f in formats] == [
+        f"format:      NIfTI-1 in a NIfTI-Zarr store (Zarr vN, 1 level), little-endian (<), "
+        f"compression {w}" for w in want]
+    assert [f"(Zarr v{fmt}," in f for f, (_, _, fmt, _, _) in zip(formats, INFO_STORES)] == [
+        True] * len(INFO_STORES)
 
 
 def test_dicom_series_converts_to_a_store_with_load_dicoms_values(tmp_path):
