@@ -1,7 +1,8 @@
 """The README's first-run job: make a small 4D NIfTI, load it with voxpipe, print its header
 summary, check the values against nibabel and compare load speed.
 
-Run with ``python -m voxpipe.demo [--dir DIR]``.
+Run with ``python -m voxpipe.demo [--dir DIR]``. Without ``--dir`` the sample goes to a temporary
+folder that is removed when the demo ends, also on an error, Ctrl-C (SIGINT) or SIGTERM.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import argparse
 import gzip
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import sys
+import threading
 import time
 
 import numpy as np
@@ -52,12 +55,32 @@ def median_time(fn, repeat=5):
     return float(np.median(times))
 
 
+def _terminated(signum, frame):
+    # SIGTERM's default action ends the process at once, past every `finally`; as an exception it
+    # unwinds like Ctrl-C, and the temporary folder is removed on the way out.
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", help="where to write the sample (default: a temporary folder)")
+    parser.add_argument("--dir", help="where to write the sample (default: a temporary folder, "
+                        "removed at the end)")
     args = parser.parse_args(argv)
-    workdir = args.dir or tempfile.mkdtemp(prefix="voxpipe-demo-")
-    os.makedirs(workdir, exist_ok=True)
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+        return run(args.dir)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="voxpipe-demo-") as workdir:
+            return run(workdir)
+    finally:
+        if on_main_thread:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def run(workdir: str) -> int:
+    """The demo, with its sample written in `workdir`."""
     path = os.path.join(workdir, "demo_bold.nii.gz")
     make_sample(path)
 
