@@ -91,4 +91,11 @@ for wheel in "${wheels[@]}"; do
     test_one "$wheel" "$python"
   done
 done
+# Each extra installed from the same wheelhouse on the oldest and newest Python
+# (scripts/test_extras.sh, about a minute with pip's cache); VOXPIPE_SKIP_EXTRAS=1 leaves it out.
+if [ "${VOXPIPE_SKIP_EXTRAS:-0}" = 1 ]; then
+  echo "scripts/test_extras.sh: skipped (VOXPIPE_SKIP_EXTRAS=1)"
+else
+  scripts/test_extras.sh "$(dirname "${wheels[0]}")"
+fi
 echo "scripts/test_wheel.sh: passed in $((SECONDS - start)) s"
