@@ -1,13 +1,18 @@
 """Smoke test of an installed voxpipe wheel, as a user gets it: run by scripts/test_wheel.sh in a
 fresh virtual environment, from a folder outside the source tree, with no compiler or CMake on
 PATH. Checks that the wheel is self-contained (its native libraries and the `voxpipe` command
-come from the wheel, not from the build machine) and that the first things a user does work:
-import, a NIfTI load equal to nibabel's, compressed DICOM frames decoded by each bundled codec
-library, `voxpipe info` and `voxpipe --version`; and that the `voxpipe` command (one script in
-bin/, which runs the commands inside this Python) works from the environment without activating
-it, with nothing set: `convert` to and `info` of a NIfTI-Zarr store, `info` and `convert` of an
-s3:// object (the zarr and s3 extras installed) and `bench-load` with its nibabel child, from a
-folder whose voxpipe.py, numpy.py, zarr.py and obstore.py it must not import.
+come from the wheel, not from the build machine) and that what a user does works, each value
+against a reference: a NIfTI read equal to nibabel's and a NIfTI write nibabel reads back, a
+.nii.gz seek index (vp.gz.build_index) and a ranged read through it, compressed DICOM frames
+decoded by each bundled codec library (pydicom's values), a resample (scipy.ndimage's values
+where scipy is installed, else a known one), the PNG of vp.view; and every command of
+docs/cli.md and `voxpipe view`, each checked against nibabel, pydicom or the Python API, run
+twice: from the environment activated (`voxpipe` found on PATH, VIRTUAL_ENV set) and not
+activated (bin/voxpipe by its absolute path, PATH without bin/, nothing set), from a folder
+whose voxpipe.py, numpy.py, zarr.py and obstore.py it must not import. Not activated, the
+commands that run Python packages besides voxpipe's own are run too: `convert` to and `info` of
+a NIfTI-Zarr store (the zarr extra, from Python 3.11), `info` and `convert` of an s3:// object
+(the s3 extra) and `bench-load` with its nibabel child.
 
 Usage: python smoke_test.py SOURCE_ROOT   (the checkout the wheel was built from, to assert that
 nothing is imported from it, and whose .venv runs the S3 server: moto)
@@ -22,10 +27,12 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,24 +119,231 @@ def dicom_codecs(vp) -> None:
               f"{name}: pixel_array equals pydicom's (dtype, shape, SHA-256)")
 
 
-def cli(vp, nifti: Path) -> None:
-    exe = shutil.which("voxpipe")
-    check(exe is not None and inside(Path(exe), PREFIX), f"voxpipe command from the venv ({exe})")
-    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-    first = r.stdout.splitlines()[0] if r.stdout else ""
-    check(r.returncode == 0 and first == f"voxpipe {vp.__version__}",
-          f"`voxpipe --version` prints 'voxpipe {vp.__version__}' (got {first!r}, rc {r.returncode}, "
-          f"stderr {r.stderr.strip()[:200]!r})")
-    check("ISA-L" in r.stdout, "`voxpipe --version`: inflate with the bundled ISA-L")
-    check("JPEG-LS (CharLS)" in r.stdout and "JPEG 2000 (OpenJPEG)" in r.stdout
-          and "(libjpeg-turbo)" in r.stdout, "`voxpipe --version`: every DICOM codec built")
-    r = subprocess.run([exe, "info", "--json", str(nifti)], capture_output=True, text=True, timeout=60)
-    check(r.returncode == 0, f"`voxpipe info --json FILE` exits 0 ({r.stderr.strip()[:200]})")
-    info = json.loads(r.stdout.splitlines()[0])
-    check(list(info["shape"]) == [7, 6, 5, 3] and info["dtype"] == "int16",
-          f"`voxpipe info` reads the shape and dtype ({info['shape']}, {info['dtype']})")
-    r = subprocess.run([exe, "info", str(nifti)], capture_output=True, text=True, timeout=60)
-    check(r.returncode == 0 and "int16" in r.stdout, "`voxpipe info FILE` prints the file's dtype")
+def nifti_write_equals_nibabel(vp, nifti: Path, work: Path) -> None:
+    """vp.save of an image vp.load read, as .nii and .nii.gz: nibabel reads back the stored
+    values, scale factors and affine of the original."""
+    import nibabel as nib
+    ref = nib.load(nifti)
+    for name in ("written.nii", "written.nii.gz"):
+        vp.save(vp.load(nifti), work / name)
+        got = nib.load(work / name)
+        check(np.array_equal(np.asanyarray(got.dataobj.get_unscaled()),
+                             np.asanyarray(ref.dataobj.get_unscaled()))
+              and got.dataobj.slope == ref.dataobj.slope and got.dataobj.inter == ref.dataobj.inter
+              and np.array_equal(got.affine, ref.affine),
+              f"vp.save(.., {name}): nibabel reads the stored values, scaling and affine back")
+
+
+def gz_index(vp, work: Path) -> tuple[Path, Path]:
+    """A .nii.gz of one gzip member (as nibabel writes it) read through its seek index: before
+    the index only from its start, with it from a point at each volume. Returns (the file, its
+    index)."""
+    import nibabel as nib
+    data = np.random.default_rng(23).integers(0, 1000, size=(32, 32, 24, 4), dtype=np.int16)
+    path = work / "one_member.nii.gz"
+    nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 2.5, 1.0])), path)
+    check(vp.load(path).dataobj.random_access is False,
+          "a nibabel .nii.gz without an index is read from its start")
+    index = work / "one_member.gzidx"
+    info = vp.gz.build_index(path, output=index)
+    check(info["points"] >= 4 and info["uncompressed_size"] == 352 + data.nbytes
+          and index.stat().st_size == info["index_bytes"],
+          f"vp.gz.build_index: a point at each of 4 volumes, {info['uncompressed_size']} bytes "
+          f"inflated ({info})")
+    img = vp.load(path, index=index)
+    check(img.dataobj.random_access is True
+          and np.array_equal(img.dataobj[..., 2], np.asanyarray(nib.load(path).dataobj)[..., 2]),
+          "volume 2 read through the index equals nibabel's")
+    return path, index
+
+
+def resample(vp) -> None:
+    """vp.affine_transform: scipy.ndimage's values where scipy is installed, and always the
+    known values of a linear interpolation of a ramp (exact at any offset)."""
+    ramp = np.broadcast_to(np.arange(12, dtype=np.float64)[:, None, None] * 10, (12, 5, 4))
+    got = vp.affine_transform(ramp, np.eye(3), offset=(0.5, 0.0, 0.0), order=1)
+    check(np.array_equal(got[:11], ramp[:11] + 5),
+          "vp.affine_transform, order 1, half a voxel: the ramp's midpoints")
+    if importlib.util.find_spec("scipy") is None:
+        print("skipped: vp.affine_transform against scipy.ndimage (scipy is not installed)")
+        return
+    from scipy import ndimage
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((14, 13, 12))
+    matrix = np.array([[0.9, 0.1, 0.0], [-0.1, 1.05, 0.05], [0.0, 0.02, 0.95]])
+    offset = (0.7, -0.4, 1.3)
+    for order in (1, 3):
+        a = vp.affine_transform(data, matrix, offset=offset, order=order)
+        b = ndimage.affine_transform(data, matrix, offset=offset, order=order)
+        check(np.allclose(a, b, rtol=0, atol=1e-9),
+              f"vp.affine_transform, order {order}: scipy.ndimage's values "
+              f"(max diff {np.abs(a - b).max():.2g})")
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) of a well-formed PNG: signature, every chunk's CRC, IHDR first, IEND
+    last, and IDAT inflating to one filtered row per line; SystemExit otherwise."""
+    check(png[:8] == b"\x89PNG\r\n\x1a\n", "PNG signature")
+    pos, chunks = 8, []
+    while pos < len(png):
+        (length,), kind = struct.unpack(">I", png[pos:pos + 4]), png[pos + 4:pos + 8]
+        body = png[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", png[pos + 8 + length:pos + 12 + length])
+        if crc != zlib.crc32(kind + body):
+            raise SystemExit(f"FAIL: PNG chunk {kind!r} at byte {pos}: CRC mismatch")
+        chunks.append((kind, body))
+        pos += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", chunks[0][1][:10])
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
+    raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
+    row = 1 + width * channels * depth // 8
+    check(chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND" and len(raw) == height * row
+          and all(raw[r * row] <= 4 for r in range(height)),
+          f"PNG {width}x{height}: chunks, CRCs and pixel rows well formed")
+    return width, height
+
+
+def dicom_series(work: Path) -> Path:
+    """A folder holding one of pydicom's MR test files (one 64x64 slice)."""
+    from pydicom.data import get_testdata_file
+    folder = work / "dicom"
+    folder.mkdir()
+    shutil.copy(get_testdata_file("MR_small.dcm"), folder / "MR_small.dcm")
+    return folder
+
+
+PLANTED = ("voxpipe", "numpy", "zarr", "obstore", "nibabel", "sitecustomize")
+BUCKET = "voxpipe-wheel"
+
+
+class Commands:
+    """Runs `voxpipe ARGS` in a folder of planted modules that write markers when imported:
+    activated, `voxpipe` is found on PATH (bin/ first) with VIRTUAL_ENV set; not activated, it
+    is bin/voxpipe by its absolute path, with PATH without bin/ and no VIRTUAL_ENV or VOXPIPE_*
+    variable."""
+
+    def __init__(self, work: Path, activated: bool) -> None:
+        exe = Path(sysconfig.get_path("scripts")) / "voxpipe"
+        env = {k: v for k, v in os.environ.items()
+               if k != "VIRTUAL_ENV" and not k.startswith("VOXPIPE_")}
+        path = [p for p in os.environ["PATH"].split(os.pathsep)
+                if p and Path(p).resolve() != exe.parent.resolve()]
+        if activated:
+            env["PATH"] = os.pathsep.join([str(exe.parent), *path])
+            env["VIRTUAL_ENV"] = sys.prefix
+            found = shutil.which("voxpipe", path=env["PATH"])
+            check(found is not None and Path(found) == exe, f"activated: `voxpipe` on PATH is {found}")
+            self.exe = "voxpipe"
+        else:
+            env["PATH"] = os.pathsep.join(path)
+            check(shutil.which("voxpipe", path=env["PATH"]) is None,
+                  "not activated: no `voxpipe` on PATH")
+            self.exe = str(exe)
+        self.env, self.work = env, work
+        self.label = "activated" if activated else "not activated"
+        self.folder = work / ("planted_" + self.label.replace(" ", "_"))
+        self.markers = work / ("markers_" + self.label.replace(" ", "_"))
+        self.folder.mkdir()
+        self.markers.mkdir()
+        for name in PLANTED:
+            (self.folder / f"{name}.py").write_text(
+                f"open({str(self.markers / name)!r}, 'w').write('x')\n")
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None) -> str:
+        r = subprocess.run([self.exe, *args], cwd=self.folder, env={**self.env, **(env or {})},
+                           capture_output=True, text=True, timeout=120)
+        what = "voxpipe " + " ".join(a.replace(str(self.work), "...") for a in args)
+        imported = sorted(p.name for p in self.markers.iterdir())
+        check(r.returncode == 0 and not imported,
+              f"{self.label}: `{what}` exits 0 (rc {r.returncode}, {r.stderr.strip()[-300:]!r}), "
+              f"importing nothing from the working folder ({imported or 'nothing'})")
+        return r.stdout
+
+
+def every_command(vp, run: Commands, nifti: Path, indexed: tuple[Path, Path], dicom: Path) -> None:
+    """Each command of docs/cli.md, and `voxpipe view`, on small files, its output checked
+    against nibabel, pydicom or the Python API."""
+    import nibabel as nib
+    out = run.work / run.label.replace(" ", "_")
+    out.mkdir()
+    ref = nib.load(nifti)
+
+    version = run("--version")
+    check(version.splitlines()[0] == f"voxpipe {vp.__version__}",
+          f"`voxpipe --version` prints 'voxpipe {vp.__version__}' ({version.splitlines()[0]!r})")
+    check("ISA-L" in version, "`voxpipe --version`: inflate with the bundled ISA-L")
+    check("JPEG-LS (CharLS)" in version and "JPEG 2000 (OpenJPEG)" in version
+          and "(libjpeg-turbo)" in version, "`voxpipe --version`: every DICOM codec built")
+
+    info = json.loads(run("info", "--json", str(nifti)).splitlines()[0])
+    check(list(info["shape"]) == list(ref.shape) and info["dtype"] == "int16"
+          and np.allclose(info["affine"], ref.affine),
+          f"`voxpipe info --json`: nibabel's shape, dtype and affine ({info['shape']})")
+    text = run("info", str(nifti))
+    check("int16" in text and "(7, 6, 5, 3)" in text, "`voxpipe info FILE` prints dtype and shape")
+
+    run("convert", str(nifti), str(out / "converted.nii"))
+    got = nib.load(out / "converted.nii")
+    check(np.array_equal(got.get_fdata(), ref.get_fdata()) and np.array_equal(got.affine, ref.affine),
+          "`voxpipe convert IN.nii.gz OUT.nii`: nibabel's values and affine")
+    run("convert", str(nifti), str(out / "float.nii.gz"), "--dtype", "float32")
+    got = nib.load(out / "float.nii.gz")
+    check(got.get_data_dtype() == np.float32
+          and np.array_equal(got.get_fdata(), ref.get_fdata(dtype=np.float32).astype(np.float64)),
+          "`voxpipe convert --dtype float32`: the scaled values as float32")
+
+    path, index = indexed
+    run("index", str(path), "-o", str(out / "cli.gzidx"))
+    check((out / "cli.gzidx").read_bytes() == index.read_bytes(),
+          "`voxpipe index FILE -o OUT`: the index vp.gz.build_index writes, byte for byte")
+
+    # A ramp along x resampled onto a grid half a voxel (1 mm) further: the midpoints.
+    moving, reference = out / "ramp.nii", out / "grid.nii"
+    ramp = np.broadcast_to(np.arange(12, dtype=np.float32)[:, None, None] * 10, (12, 5, 4))
+    nib.save(nib.Nifti1Image(np.ascontiguousarray(ramp), np.diag([2.0, 2.0, 2.0, 1.0])), moving)
+    shifted = np.diag([2.0, 2.0, 2.0, 1.0])
+    shifted[0, 3] = 1.0
+    nib.save(nib.Nifti1Image(np.zeros((12, 5, 4), np.int16), shifted), reference)
+    run("resample", str(moving), "--reference", str(reference), "--order", "1",
+        "-o", str(out / "resampled.nii"))
+    got = nib.load(out / "resampled.nii")
+    check(got.shape == (12, 5, 4) and np.array_equal(got.affine, shifted)
+          and np.array_equal(got.get_fdata()[:11], ramp[:11].astype(np.float64) + 5),
+          "`voxpipe resample --order 1`: the reference's grid, the ramp's midpoints")
+
+    run("dcm2nii", str(dicom), "-o", str(out / "nifti"))
+    (converted,) = (out / "nifti").glob("*.nii.gz")
+    check(converted.with_name(converted.name[:-7] + ".json").is_file(),
+          f"`voxpipe dcm2nii`: {converted.name} and its JSON sidecar")
+    dicom_geometry_equals_pydicom(nib.load(converted), dicom / "MR_small.dcm")
+
+    run("view", str(path), "-o", str(out / "view.png"))
+    png = (out / "view.png").read_bytes()
+    width, height = png_size(png)
+    check(png == vp.view(path), f"`voxpipe view`: vp.view's PNG, byte for byte ({width}x{height})")
+
+    bench = run("bench-load", str(nifti), "--repeat", "1")
+    check(f"nibabel {nib.__version__}, Python" in bench and sys.executable in bench,
+          "`voxpipe bench-load` compares with nibabel in this environment's Python")
+
+
+def dicom_geometry_equals_pydicom(img, dcm: Path) -> None:
+    """A NIfTI of one DICOM slice: pydicom's pixel values, and an affine that puts each voxel
+    where the DICOM's position, orientation and spacing put its pixel (LPS to RAS)."""
+    import pydicom
+    ds = pydicom.dcmread(dcm)
+    data = np.asanyarray(img.dataobj)
+    check(data.shape == (ds.Columns, ds.Rows, 1) and np.array_equal(data[:, :, 0].T, ds.pixel_array),
+          f"`voxpipe dcm2nii`: pydicom's pixel values ({data.shape}, {data.dtype})")
+    ipp = np.array(ds.ImagePositionPatient, float)
+    iop = np.array(ds.ImageOrientationPatient, float)
+    spacing = np.array(ds.PixelSpacing, float)  # between rows, between columns
+    worst = 0.0
+    for i, j in ((0, 0), (5, 9), (ds.Columns - 1, ds.Rows - 1)):
+        lps = ipp + i * spacing[1] * iop[:3] + j * spacing[0] * iop[3:]
+        worst = max(worst, float(np.abs(img.affine @ [i, j, 0, 1] - [-lps[0], -lps[1], lps[2], 1]).max()))
+    check(worst < 1e-3, f"`voxpipe dcm2nii`: the affine places voxels where pydicom's geometry "
+                        f"does (within {worst:.2g} mm)")
 
 
 def one_voxpipe_command() -> None:
@@ -147,10 +361,6 @@ def one_voxpipe_command() -> None:
              if Path(str(f)).name == "voxpipe" and Path(str(dist.locate_file(f))).is_file()]
     check(len(named) == 1 and not (Path(sysconfig.get_path("platlib")) / "voxpipe.scripts").exists(),
           f"the wheel installs one file named voxpipe ({named})")
-
-
-PLANTED = ("voxpipe", "numpy", "zarr", "obstore", "nibabel", "sitecustomize")
-BUCKET = "voxpipe-wheel"
 
 
 @contextlib.contextmanager
@@ -181,54 +391,35 @@ def s3_server(nifti: Path) -> Iterator[dict[str, str]]:
             server.kill()
 
 
-def cli_not_activated(vp, nifti: Path, work: Path) -> None:
-    """The commands that need Python packages besides voxpipe's own, run as from a shell where
-    the environment is not activated: bin/voxpipe by its absolute path, PATH without bin/, no
-    VIRTUAL_ENV or VOXPIPE_* variable, in a folder of planted modules that write markers."""
+def extras_not_activated(run: Commands, nifti: Path) -> None:
+    """The commands that run Python packages besides voxpipe's own (the zarr and s3 extras),
+    not activated: a NIfTI-Zarr store written and described, an s3:// object described and
+    converted."""
     import nibabel as nib
-    exe = str(Path(sysconfig.get_path("scripts")) / "voxpipe")
-    bin_dir = str(Path(exe).parent)
-    base = {k: v for k, v in os.environ.items()
-            if k != "VIRTUAL_ENV" and not k.startswith("VOXPIPE_")}
-    base["PATH"] = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                   if p and Path(p).resolve() != Path(bin_dir).resolve())
-    folder, markers = work / "planted", work / "markers"
-    folder.mkdir()
-    markers.mkdir()
-    for name in PLANTED:
-        (folder / f"{name}.py").write_text(f"open({str(markers / name)!r}, 'w').write('x')\n")
-
-    def run(args: list[str], env: dict[str, str]) -> str:
-        r = subprocess.run([exe, *args], cwd=folder, env=env, capture_output=True, text=True,
-                           timeout=120)
-        what = "voxpipe " + " ".join(a.replace(str(work), "...") for a in args)
-        imported = sorted(p.name for p in markers.iterdir())
-        check(r.returncode == 0 and not imported,
-              f"`{what}` exits 0 (rc {r.returncode}, {r.stderr.strip()[-300:]!r}), importing "
-              f"nothing from the working folder ({imported or 'nothing'})")
-        return r.stdout
-
     ref = nib.load(nifti).get_fdata()
-    # The zarr extra (zarr 3) needs Python 3.11: scripts/test_wheel.sh installs it from there on.
-    if importlib.util.find_spec("zarr") is not None or sys.version_info >= (3, 11):
+    work = run.work
+    # The zarr extra (zarr 3) needs Python 3.11: it installs nothing before.
+    if sys.version_info >= (3, 11):
         store = work / "y.nii.zarr"
-        run(["convert", str(nifti), str(store)], base)
-        info = json.loads(run(["info", "--json", str(store)], base))
+        run("convert", str(nifti), str(store))
+        info = json.loads(run("info", "--json", str(store)))
         check(list(info["shape"]) == list(ref.shape),
               f"`voxpipe info STORE` reads its shape {info['shape']}")
+        run("convert", str(store), str(work / "from_zarr.nii"))
+        check(nib.load(work / "from_zarr.nii").get_fdata().tobytes() == ref.tobytes(),
+              "`voxpipe convert STORE OUT.nii`: the values written to the store")
     else:
+        check(importlib.util.find_spec("zarr") is None,
+              f"voxpipe[zarr] installed no zarr on Python {sys.version.split()[0]}")
         print(f"skipped: `voxpipe convert/info` of a NIfTI-Zarr store (zarr 3 needs Python 3.11; "
               f"this is {sys.version.split()[0]})")
     with s3_server(nifti) as s3:
         url = f"s3://{BUCKET}/{nifti.name}"
-        info = json.loads(run(["info", "--json", url], dict(base, **s3)))
+        info = json.loads(run("info", "--json", url, env=s3))
         check(list(info["shape"]) == list(ref.shape), f"`voxpipe info {url}` reads its shape")
-        run(["convert", url, str(work / "from_s3.nii")], dict(base, **s3))
+        run("convert", url, str(work / "from_s3.nii"), env=s3)
         check(nib.load(work / "from_s3.nii").get_fdata().tobytes() == ref.tobytes(),
               "`voxpipe convert s3://... OUT` writes the object's values")
-    out = run(["bench-load", str(nifti), "--repeat", "1"], base)
-    check(f"nibabel {nib.__version__}, Python" in out and sys.executable in out,
-          "`voxpipe bench-load` compares with nibabel in this environment's Python")
 
 
 def bundled_libraries_resolve_inside_the_wheel(vp) -> None:
@@ -268,11 +459,18 @@ def main() -> None:
     no_build_tools()
     vp = import_voxpipe()
     with tempfile.TemporaryDirectory() as d:
-        nifti = nifti_equals_nibabel(vp, Path(d))
+        work = Path(d)
+        nifti = nifti_equals_nibabel(vp, work)
+        nifti_write_equals_nibabel(vp, nifti, work)
+        indexed = gz_index(vp, work)
         dicom_codecs(vp)
+        resample(vp)
+        dicom = dicom_series(work)
         one_voxpipe_command()
-        cli(vp, nifti)
-        cli_not_activated(vp, nifti, Path(d))
+        every_command(vp, Commands(work, activated=True), nifti, indexed, dicom)
+        not_activated = Commands(work, activated=False)
+        every_command(vp, not_activated, nifti, indexed, dicom)
+        extras_not_activated(not_activated, nifti)
     bundled_libraries_resolve_inside_the_wheel(vp)
     licenses_in_wheel()
     print("wheel smoke test passed")
