@@ -69,6 +69,11 @@ PY
 test_python() {  # X.Y
   local v=$1 t=$SECONDS t1 python dir extra extras clean_env
   python=$(find_python "$v" "to test the extras with")
+  # pip would say only "no matching distribution" without the wheel of this Python.
+  local tag="cp${v/./}-cp${v/./}"
+  [ "${v#3.}" -lt 12 ] || tag="cp3*-abi3"
+  compgen -G "$wheelhouse/voxpipe-$version-$tag-*.whl" > /dev/null ||
+    { echo "no $tag wheel for Python $v in $wheelhouse: scripts/build_wheel.sh $v" >&2; return 1; }
   dir=$tmp/py$v
   mkdir -p "$dir/bin" "$dir/work"
   ln -s "$python" "$dir/bin/python3"
