@@ -5,19 +5,56 @@
 #include <cctype>
 #include <cstdlib>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace voxpipe::core {
 
 namespace {
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The CPU's features read with CPUID and XGETBV here rather than __builtin_cpu_supports: that
+// builtin's data come from the compiler's runtime library (libgcc's __cpu_model), and the
+// runtime of the manylinux build (zig's compiler-rt) reports no feature at all, which would run
+// every kernel scalar. A feature counts only when the OS saves its registers (XCR0), as libgcc
+// checks too.
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512 = false;  // F, BW, DQ and VL: what the avx512 kernels use
+};
+
+CpuFeatures read_cpu_features() noexcept {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = (ecx & bit_OSXSAVE) != 0, avx = (ecx & bit_AVX) != 0;
+  const bool fma = (ecx & bit_FMA) != 0;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_saved = (xcr0_lo & 0x6) == 0x6;            // SSE and AVX state
+  const bool zmm_saved = ymm_saved && (xcr0_lo & 0xe0) == 0xe0;  // opmask, ZMM0-15 high, ZMM16-31
+  if (!ymm_saved || __get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  f.avx2 = (ebx & bit_AVX2) != 0;
+  f.fma = f.avx2 && fma;
+  f.avx512 = zmm_saved && (ebx & bit_AVX512F) && (ebx & bit_AVX512BW) && (ebx & bit_AVX512DQ) &&
+             (ebx & bit_AVX512VL);
+  return f;
+}
+
+const CpuFeatures& cpu_features() noexcept {
+  static const CpuFeatures f = read_cpu_features();
+  return f;
+}
+#endif
+
 SimdLevel detect() noexcept {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  // libgcc's (and compiler-rt's) cpu model checks XCR0 too: a feature the OS does not save the
-  // registers of is reported absent.
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return SimdLevel::avx512;
-  if (__builtin_cpu_supports("avx2")) return SimdLevel::avx2;
+  if (cpu_features().avx512) return SimdLevel::avx512;
+  if (cpu_features().avx2) return SimdLevel::avx2;
 #endif
   return SimdLevel::scalar;
 }
@@ -44,6 +81,14 @@ SimdLevel simd_requested() noexcept {
 
 void set_simd_level(SimdLevel level) noexcept {
   requested().store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
+bool cpu_has_avx2_fma() noexcept {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return cpu_features().fma;
+#else
+  return false;
+#endif
 }
 
 SimdLevel simd_level() noexcept { return std::min(simd_detected(), simd_requested()); }

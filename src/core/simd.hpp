@@ -26,6 +26,10 @@ enum class SimdLevel { scalar = 0, avx2 = 1, avx512 = 2 };
 // needs AVX-512 F, BW, DQ and VL. scalar off x86-64 or with compilers without the builtins.
 SimdLevel simd_detected() noexcept;
 
+// Whether the CPU (and the OS) has AVX2 and FMA, for the resampler's FMA kernels. Like
+// simd_detected(), read with CPUID whatever compiler runtime the build links.
+bool cpu_has_avx2_fma() noexcept;
+
 // The level kernels are chosen for from now on: min(simd_detected(), simd_requested()).
 // Thread-safe; a kernel already chosen stays what it is.
 SimdLevel simd_level() noexcept;

@@ -829,13 +829,7 @@ inline bool use_avx512() { return core::simd_level() >= core::SimdLevel::avx512;
 // level is never above what the CPU has).
 inline bool use_avx2() { return core::simd_level() >= core::SimdLevel::avx2; }
 
-inline bool cpu_has_fma() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
-  }();
-  return yes;
-}
+inline bool cpu_has_fma() { return core::cpu_has_avx2_fma(); }
 #endif
 
 template <typename T, int ORDER>
