@@ -3,22 +3,29 @@
 //
 // Once the interpreter finalizes (the main thread ended or called sys.exit), CPython 3.8-3.13
 // ends any other thread that then takes the GIL, such as a daemon thread returning from a read,
-// with pthread_exit. Its forced unwinding through C++ frames kills the process: std::terminate
-// ("terminate called without an active exception", SIGABRT) at the first noexcept frame on its
-// way (nanobind's guards restore the GIL in a destructor), abort() at a catch (...) that does not
-// rethrow (the thread pool's tasks). These guards stop that unwinding where the GIL is taken and
-// park the thread for good instead, as CPython 3.14 itself does: the thread then holds no GIL
-// and nothing the exiting main thread waits for, and the process exits with its own status. No nanobind object (an nb::ndarray argument taken by value, say) may be
-// copied or destroyed while the GIL is released: nanobind takes the GIL back for that itself,
-// unguarded, so arguments of functions under nb::call_guard<GilRelease> are taken by reference.
+// with pthread_exit, whose forced unwinding would walk up through our C++ frames: with
+// libstdc++, std::terminate at the first noexcept frame (nanobind's guards restore the GIL in a
+// destructor) or abort() at a catch (...) that does not rethrow; with libc++abi and LLVM's
+// unwinder linked statically (the manylinux wheels), a crash, since glibc unwinds with
+// libgcc_s, whose contexts that personality routine cannot read. So the GIL is taken inside
+// outermost_call (gil.cpp), a frame whose unwind information marks it as the outermost one:
+// the unwinding stops there, below every C++ frame, and glibc ends the thread as it ends a
+// thread at the end of its stack, the way CPython means to. Nothing of ours is unwound or run:
+// the thread's C++ objects are left as they are, and it holds no GIL and nothing the exiting
+// main thread waits for, so the process exits with its own status. No nanobind object (an
+// nb::ndarray argument taken by value, say) may be copied or destroyed while the GIL is released:
+// nanobind takes the GIL back for that itself, unguarded, so arguments of functions under
+// nb::call_guard<GilRelease> are taken by reference.
 #pragma once
 
 #include <Python.h>
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
 namespace voxpipe::python {
+
+// Calls fn(arg) from a frame that unwinders take for the outermost one of the thread (gil.cpp).
+extern "C" void voxpipe_outermost_call(void (*fn)(void*), void* arg) noexcept;
 
 [[noreturn]] inline void park_thread() noexcept {
   for (;;) pause();
@@ -48,13 +55,10 @@ class GilRelease {
  public:
   GilRelease() noexcept : state_(PyEval_SaveThread()) {}
   ~GilRelease() {
-    // No check before: CPython alone knows whether this thread is the one finalizing (which
-    // goes on) or one it ends, and it judges without touching the thread's state.
-    try {
-      PyEval_RestoreThread(state_);
-    } catch (abi::__forced_unwind&) {
-      park_thread();  // never leaves the handler: the unwinding is neither resumed nor ended
-    }
+    // CPython alone knows whether this thread is the one finalizing (which goes on) or one it
+    // ends, and it judges without touching the thread's state.
+    voxpipe_outermost_call([](void* state) { PyEval_RestoreThread(static_cast<PyThreadState*>(state)); },
+                           state_);
   }
   GilRelease(const GilRelease&) = delete;
   GilRelease& operator=(const GilRelease&) = delete;
@@ -71,11 +75,8 @@ class GilAcquire {
     // as in GilRelease. Any other (a pool worker) cannot be the finalizing thread, and once
     // finalization is done PyGILState_Ensure has no interpreter left to attach it to.
     if (PyGILState_GetThisThreadState() == nullptr && interpreter_finalizing()) park_thread();
-    try {
-      state_ = PyGILState_Ensure();
-    } catch (abi::__forced_unwind&) {
-      park_thread();
-    }
+    voxpipe_outermost_call([](void* state) { *static_cast<PyGILState_STATE*>(state) = PyGILState_Ensure(); },
+                           &state_);
   }
   ~GilAcquire() { PyGILState_Release(state_); }
   GilAcquire(const GilAcquire&) = delete;
