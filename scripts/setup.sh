@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 demo=1
 [ "${1:-}" = "--no-demo" ] && demo=0
 
+# nasm assembles ISA-L's and libjpeg-turbo's SIMD code for the manylinux build
+# (scripts/build_deps.sh), and dpkg-dev unpacks Debian's source packages there;
 # pigz, isal (igzip) and libdeflate-tools are gzip producers for the differential tests;
 # libtsan2 is gcc's ThreadSanitizer runtime (the tsan stage of scripts/test.sh); libjpeg-turbo,
 # CharLS and OpenJPEG decode the JPEG, JPEG-LS and JPEG 2000 frames of DICOM files; libpng writes
@@ -13,7 +15,7 @@ demo=1
 packages=(build-essential libtsan2 libisal-dev libdeflate-dev zlib1g-dev libgtest-dev clang libclang-rt-14-dev
           python3-venv python3-dev pigz isal libdeflate-tools
           pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libcharls-dev libopenjp2-7-dev libpng-dev
-          libzstd-dev libblosc-dev)
+          libzstd-dev libblosc-dev nasm dpkg-dev xz-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -28,14 +30,16 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-dev.txt
-# No build isolation: the build tools above are already in .venv and CI has no network besides
-# the registries. build-dir keeps the CMake tree for fast rebuilds. The wheel is built once, into
-# dist/, and that file is installed: scripts/build_wheel.sh then repairs it without compiling again.
-# JOBS, when set, caps the compile jobs.
-rm -f dist/voxpipe-*.whl
-env ${JOBS:+CMAKE_BUILD_PARALLEL_LEVEL=$JOBS} .venv/bin/python -m pip wheel -q --no-build-isolation \
-  --no-deps -C build-dir=build/python -C cmake.build-type=Release -w dist .
-.venv/bin/python -m pip install -q --force-reinstall --no-deps dist/voxpipe-*.whl
+# The .venv's voxpipe is the manylinux_2_28 wheel of its Python, the very file users install:
+# scripts/build_wheel.sh builds the static libraries once (build/deps), compiles the core into
+# build/manylinux (kept for fast rebuilds; the wheels of the other Pythons reuse it), repairs and
+# checks the wheel; it goes into .venv from dist/wheelhouse. JOBS, when set, caps the compile jobs.
+venv_version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+JOBS=${JOBS:-2} scripts/build_wheel.sh "$venv_version"
+wheels=(dist/wheelhouse/voxpipe-*manylinux*.whl)
+[ ${#wheels[@]} -eq 1 ] && [ -e "${wheels[0]}" ] ||
+  { echo "setup.sh: expected the one wheel of Python $venv_version in dist/wheelhouse, found: ${wheels[*]}" >&2; exit 1; }
+.venv/bin/python -m pip install -q --force-reinstall --no-deps "${wheels[0]}"
 
 if [ "$demo" -eq 1 ]; then
   .venv/bin/python -m voxpipe.demo

@@ -7,15 +7,18 @@
 #           build/tsan; the slowest single-path data sweeps are left to unit and asan
 #           (TSAN_SKIP below)
 #   fuzz    libFuzzer targets (clang, ASan+UBSan) for FUZZ_SECONDS each on their seed corpora
-#   python  the Python tests (pytest tests/python) against the package installed in .venv, then
+#   python  the Python tests (pytest tests/python) against the package installed in .venv (the
+#           manylinux_2_28 wheel of its Python that scripts/setup.sh built and installed), then
 #           nibabel's own test suite with and without vp.accelerate_nibabel()
 #           (scripts/nibabel_suite.py, its NIfTI modules: about a minute); scripts/setup.sh
 #           --no-demo runs first when .venv or the package is missing, or the package is older
 #           than the sources
-#   wheel   the self-contained binary wheel: scripts/build_wheel.sh repairs the wheel setup built
-#           (auditwheel: its native libraries and their licenses inside), scripts/test_wheel.sh
-#           installs it into a fresh virtual environment without build tools and runs
-#           tests/wheel/smoke_test.py from outside the source tree
+#   wheel   the self-contained binary wheels: scripts/build_wheel.sh builds those of Python 3.9,
+#           3.10, 3.11 and the cp312-abi3 one in setup's tree (the core compiled once; the static
+#           libraries of build/deps reused) and checks their manylinux_2_28 tag and licenses;
+#           scripts/test_wheel.sh installs each into a fresh virtual environment of each Python
+#           (3.9 to 3.13) without build tools and runs tests/wheel/smoke_test.py from outside the
+#           source tree, then the extras on the oldest and newest Python (scripts/test_extras.sh)
 # Usage: scripts/test.sh [STAGE...]   (no argument: all six, in this order)
 # Environment: FUZZ_SECONDS (default 20), JOBS (parallel build/test jobs, default 2).
 # Build directories are reused when present, so a second run only rebuilds what changed.

@@ -75,7 +75,7 @@ for wheel in "${wheels[@]}"; do
     test_one "$wheel" "$PYTHON"
     continue
   fi
-  # voxpipe-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl: cp311 and its ABI tag
+  # voxpipe-0.1.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl: cp311 and its ABI tag
   tag=$(basename "$wheel" | cut -d- -f3,4)
   case $tag in
     cp3*-abi3) first=${tag%%-*}; first=3.${first#cp3} pys=()

@@ -1,9 +1,20 @@
 #!/usr/bin/env python3
-"""Adds the licenses of the native libraries `auditwheel repair` grafted into a wheel.
+"""Adds the licenses of the native code a wheel carries.
 
-Usage: wheel_licenses.py WHEEL   (rewrites WHEEL in place; scripts/build_wheel.sh runs it)
+Usage: wheel_licenses.py --static PREFIX WHEEL   (the manylinux build: scripts/build_wheel.sh)
+       wheel_licenses.py WHEEL                   (a wheel auditwheel grafted system libraries into)
+Both rewrite WHEEL in place.
 
-Each grafted library (<pkg>.libs/lib<name>-<hash>.so.N) is traced back to the system file it
+--static: the libraries scripts/build_deps.sh built into PREFIX and linked into _core. Each
+PREFIX/share/licenses/<library>/ holds its license files and Debian's copyright file of the
+source package it was built from (PREFIX/share/licenses/VERSIONS names the versions); zig's
+libc++, libc++abi and libunwind, linked statically too, add LLVM's license. They go into the wheel
+as <dist-info>/licenses/third_party/<library>/<file>, listed in THIRD_PARTY_NOTICES.txt and as
+License-File entries in METADATA (PEP 639). Exits non-zero, changing nothing, when a library has
+no license file.
+
+Without --static:
+each grafted library (<pkg>.libs/lib<name>-<hash>.so.N) is traced back to the system file it
 was copied from: auditwheel names the copy after that file and the first 8 hex digits of its
 SHA-256, so the match is exact. `dpkg -S` names the Debian package that installed the file, and
 that package's /usr/share/doc/<package>/copyright goes into the wheel as
@@ -85,12 +96,101 @@ def record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def main(wheel_path: str) -> int:
+def static_licenses(prefix: Path) -> tuple[dict[str, bytes], list[str]] | str:
+    """(files under licenses/third_party/, notice lines) for PREFIX's libraries, or an error."""
+    root = prefix / "share" / "licenses"
+    versions = {}
+    vfile = root / "VERSIONS"
+    if vfile.is_file():
+        for line in vfile.read_text().splitlines():
+            name, _, version = line.partition(" ")
+            versions[name] = version
+    files, lines = {}, ["Third-party code linked statically into voxpipe/_core (scripts/build_deps.sh:",
+                        "built from Debian's source packages). Each library's license files, and",
+                        "Debian's copyright file where its source package has one, are in the folder",
+                        "named after it, next to this file.", ""]
+    libs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not libs:
+        return f"{root}: no license folders (run scripts/build_deps.sh)"
+    source_of = {"isa-l": "libisal", "openjpeg": "openjpeg2", "libpng": "libpng1.6", "zstd": "libzstd"}
+    for lib in libs:
+        texts = sorted(p for p in lib.iterdir() if p.is_file())
+        if not [p for p in texts if p.name != "debian-copyright"]:
+            return f"{lib}: no license file"
+        for p in texts:
+            files[f"{lib.name}/{p.name}"] = p.read_bytes()
+        version = versions.get(source_of.get(lib.name, lib.name), "?")
+        lines.append(f"{lib.name}  (Debian source {source_of.get(lib.name, lib.name)} {version})\n"
+                     f"    {', '.join(p.name for p in texts)}")
+    # libc++, libc++abi, libunwind: zig's copies, the same LLVM license (Apache-2.0 WITH
+    # LLVM-exception) in each of its folders.
+    try:
+        import ziglang  # noqa: PLC0415 (the build's own .venv has it)
+    except ImportError:
+        return "the ziglang package is not installed: its libc++ license cannot be added"
+    zig_lib = Path(ziglang.__file__).parent / "lib"
+    for part in ("libcxx", "libcxxabi", "libunwind"):
+        lic = zig_lib / part / "LICENSE.TXT"
+        if not lic.is_file():
+            return f"{lic}: missing"
+        files[f"llvm-{part}/LICENSE.TXT"] = lic.read_bytes()
+    lines.append("llvm-libcxx, llvm-libcxxabi, llvm-libunwind  (LLVM's C++ runtime, as the ziglang "
+                 "package ships it)\n    LICENSE.TXT: Apache-2.0 WITH LLVM-exception")
+    return files, lines
+
+
+def write_wheel(wheel: Path, infos: list[zipfile.ZipInfo], contents: dict[str, bytes],
+                dist_info: str, added: dict[str, bytes]) -> None:
+    """Rewrites WHEEL with the files ADDED (License-File fields and RECORD updated)."""
+    # PEP 639: every file under licenses/ is named by a License-File field.
+    meta_name = f"{dist_info}/METADATA"
+    meta = contents[meta_name].decode()
+    new_fields = "".join(f"License-File: {n[len(dist_info) + len('/licenses/'):]}\n"
+                         for n in sorted(added) if n not in contents)
+    head, sep, body = meta.partition("\n\n")
+    contents[meta_name] = (head + "\n" + new_fields.rstrip("\n") + sep + body).encode()
+    contents.update(added)
+
+    record_name = f"{dist_info}/RECORD"
+    # Files only: a directory entry in RECORD (auditwheel's zip has them) breaks `auditwheel show`.
+    record = [record_line(n, d) for n, d in contents.items()
+              if n != record_name and not n.endswith("/")]
+    record.append(f"{record_name},,")
+    contents[record_name] = ("\n".join(record) + "\n").encode()
+
+    # Rewritten in the original order (dist-info last, as wheels must be), new files before RECORD.
+    order = [i.filename for i in infos if i.filename != record_name]
+    order += [n for n in added if n not in order] + [record_name]
+    modes = {i.filename: i.external_attr for i in infos}
+    dates = {i.filename: i.date_time for i in infos}
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n in order:
+            info = zipfile.ZipInfo(n, date_time=dates.get(n, (2026, 1, 1, 0, 0, 0)))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = modes.get(n, 0o644 << 16)
+            zf.writestr(info, contents[n])
+    tmp.replace(wheel)
+
+
+def main(wheel_path: str, static_prefix: Path | None = None) -> int:
     wheel = Path(wheel_path)
     with zipfile.ZipFile(wheel) as zf:
         infos = zf.infolist()
         contents = {i.filename: zf.read(i) for i in infos}
     dist_info = next(n.split("/", 1)[0] for n in contents if n.split("/", 1)[0].endswith(".dist-info"))
+    if static_prefix is not None:
+        got = static_licenses(static_prefix)
+        if isinstance(got, str):
+            print(f"no license found for linked code: {got}", file=sys.stderr)
+            return 1
+        files, lines = got
+        prefix = f"{dist_info}/licenses/third_party"
+        added = {f"{prefix}/{name}": data for name, data in files.items()}
+        added[f"{prefix}/THIRD_PARTY_NOTICES.txt"] = ("\n".join(lines) + "\n").encode()
+        write_wheel(wheel, infos, contents, dist_info, added)
+        print(f"licenses: {len(files)} files of {len(lines) - 5} libraries into {wheel.name}")
+        return 0
     grafted = sorted(n for n in contents if re.match(r"^[^/]+\.libs/[^/]+$", n))
     if not grafted:
         print(f"{wheel.name}: no grafted libraries (run auditwheel repair first)", file=sys.stderr)
@@ -127,41 +227,16 @@ def main(wheel_path: str) -> int:
         added[f"{prefix}/{pkg}.copyright"] = text.encode()
     added[f"{prefix}/THIRD_PARTY_NOTICES.txt"] = ("\n".join(lines) + "\n").encode()
 
-    # PEP 639: every file under licenses/ is named by a License-File field.
-    meta_name = f"{dist_info}/METADATA"
-    meta = contents[meta_name].decode()
-    new_fields = "".join(f"License-File: {n[len(dist_info) + len('/licenses/'):]}\n"
-                         for n in sorted(added) if n not in contents)
-    head, sep, body = meta.partition("\n\n")
-    contents[meta_name] = (head + "\n" + new_fields.rstrip("\n") + sep + body).encode()
-    contents.update(added)
-
-    record_name = f"{dist_info}/RECORD"
-    # Files only: a directory entry in RECORD (auditwheel's zip has them) breaks `auditwheel show`.
-    record = [record_line(n, d) for n, d in contents.items()
-              if n != record_name and not n.endswith("/")]
-    record.append(f"{record_name},,")
-    contents[record_name] = ("\n".join(record) + "\n").encode()
-
-    # Rewritten in the original order (dist-info last, as wheels must be), new files before RECORD.
-    order = [i.filename for i in infos if i.filename != record_name]
-    order += [n for n in added if n not in order] + [record_name]
-    modes = {i.filename: i.external_attr for i in infos}
-    dates = {i.filename: i.date_time for i in infos}
-    tmp = wheel.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n in order:
-            info = zipfile.ZipInfo(n, date_time=dates.get(n, (2026, 1, 1, 0, 0, 0)))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = modes.get(n, 0o644 << 16)
-            zf.writestr(info, contents[n])
-    tmp.replace(wheel)
+    write_wheel(wheel, infos, contents, dist_info, added)
     for lib, src, pkg, version in rows:
         print(f"license: {lib} <- {src} ({pkg} {version})")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--static":
+        sys.exit(main(args[2], Path(args[1])))
+    if len(args) != 1 or args[0].startswith("-"):
         sys.exit(__doc__.split("\n\n")[1])
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(args[0]))

@@ -2,7 +2,8 @@
 
 - ``program``: the executable of a C++ build (cli/main.cpp), which hands URLs and stores to
   Python: $VOXPIPE_CLI or .venv/bin/voxpipe when either is that executable, else
-  build/python/voxpipe (scripts/setup.sh's CMake tree). Run with $VOXPIPE_PYTHON naming this
+  build/manylinux/voxpipe (scripts/setup.sh's CMake tree; build/python/voxpipe of an older
+  setup). Run with $VOXPIPE_PYTHON naming this
   Python, as the python3 next to an installed program would be found.
 - ``pip``: the command the wheel installs (cli/python_launcher.py), run by this Python as pip's
   bin/voxpipe runs it, without $VOXPIPE_PYTHON.
@@ -26,7 +27,7 @@ def _is_executable_file(path: Path) -> bool:
 
 def cxx_program() -> Path | None:
     for candidate in (os.environ.get("VOXPIPE_CLI"), REPO / ".venv" / "bin" / "voxpipe",
-                      REPO / "build" / "python" / "voxpipe"):
+                      REPO / "build" / "manylinux" / "voxpipe", REPO / "build" / "python" / "voxpipe"):
         if candidate and _is_executable_file(Path(candidate)):
             return Path(candidate)
     return None
@@ -41,7 +42,7 @@ def command(kind: str, env: dict[str, str] | None = None) -> tuple[list[str], di
         return [sys.executable, str(LAUNCHER)], env
     program = cxx_program()
     if program is None:
-        raise FileNotFoundError("no voxpipe executable built (.venv/bin, build/python)")
+        raise FileNotFoundError("no voxpipe executable built (.venv/bin, build/manylinux)")
     env["VOXPIPE_PYTHON"] = sys.executable
     return [str(program)], env
 
