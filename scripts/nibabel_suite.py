@@ -129,6 +129,10 @@ def start_run(name: str, targets: list[str], extra: list[str], workdir: str, acc
     # temporary output of this repository or of the other run is seen.
     cwd = os.path.join(workdir, name)
     os.makedirs(cwd)
+    # Temporary files too: some of nibabel's tests leave theirs (test_cifti2io_axes makes 144
+    # with tempfile.mkstemp and never removes them); they go with the work folder.
+    env["TMPDIR"] = os.path.join(workdir, f"{name}-tmp")
+    os.makedirs(env["TMPDIR"])
     log = open(os.path.join(workdir, f"{name}.log"), "w")
     return subprocess.Popen(args, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT), log
 
