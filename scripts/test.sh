@@ -18,7 +18,9 @@
 #           libraries of build/deps reused) and checks their manylinux_2_28 tag and licenses;
 #           scripts/test_wheel.sh installs each into a fresh virtual environment of each Python
 #           (3.9 to 3.13) without build tools and runs tests/wheel/smoke_test.py from outside the
-#           source tree, then the extras on the oldest and newest Python (scripts/test_extras.sh)
+#           source tree, then the extras on the oldest and newest Python (scripts/test_extras.sh);
+#           last, scripts/test_sdist.sh builds the sdist, a wheel from it alone (the documented
+#           compiler and -dev packages) and runs that wheel (about two minutes)
 # Usage: scripts/test.sh [STAGE...]   (no argument: all six, in this order)
 # Environment: FUZZ_SECONDS (default 20), JOBS (parallel build/test jobs, default 2).
 # Build directories are reused when present, so a second run only rebuilds what changed.
@@ -194,6 +196,7 @@ stage_python() {
 stage_wheel() {
   JOBS=$JOBS scripts/build_wheel.sh
   scripts/test_wheel.sh
+  JOBS=$JOBS scripts/test_sdist.sh
 }
 
 declare -A result duration

@@ -5,7 +5,7 @@
 # Ninja, and the documented compiler and -dev packages), installs the wheel into a fresh virtual
 # environment and there loads a NIfTI file as nibabel does, decodes a JPEG-LS DICOM frame and runs
 # `voxpipe --version`. It compiles the whole core from the sdist (no tree of the checkout is
-# reused), so it is a separate check rather than a stage of scripts/test.sh.
+# reused): about two minutes on 2 cores, run at the end of scripts/test.sh's wheel stage.
 # Usage: scripts/test_sdist.sh   Environment: DIST_DIR (default dist), JOBS (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
