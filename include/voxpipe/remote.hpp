@@ -111,9 +111,12 @@ struct UrlHandlers {
   std::function<void(const std::string& input, const std::string& output,
                      const std::vector<std::pair<std::string, std::string>>& options)>
       write_zarr;
-  // How the chunks of the NIfTI-Zarr store at `path` (its finest level) are compressed, as its
-  // metadata name it: "blosc zstd 5", "gzip 1", "zstd 3 (sharded)"; "none" when they are stored
-  // as they are. open() reads a store as an uncompressed .nii: `voxpipe info` asks this instead.
+  // The description of the NIfTI-Zarr store at `path` for `voxpipe info`: on its first line how
+  // the chunks of its finest level are compressed, as its metadata name it ("blosc zstd 5",
+  // "gzip 1", "zstd 3 (sharded)"; "none" when they are stored as they are), then key=value
+  // lines of its layout: zarr_format, levels, chunks and shards (x,y,z,t,c order; no shards line
+  // for an unsharded array). open() reads a store as an uncompressed .nii: `voxpipe info` asks
+  // this instead.
   std::function<std::string(const std::string& path)> zarr_compression;
 };
 // Process-wide; call before the threads that open URLs start (the Python package does so at
