@@ -72,8 +72,20 @@ def main(argv=None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
-        with tempfile.TemporaryDirectory(prefix="voxpipe-demo-") as workdir:
+        workdir = tempfile.mkdtemp(prefix="voxpipe-demo-")
+        try:
             return run(workdir)
+        finally:
+            # A second Ctrl-C or SIGTERM (a user pressing twice, a scheduler repeating itself)
+            # must not cut the removal short: both wait until it is done.
+            held = ({s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+                    if on_main_thread else {})
+            try:
+                shutil.rmtree(workdir, ignore_errors=True)
+            finally:
+                for s, handler in held.items():
+                    if handler is not None:  # None: set outside Python, cannot be put back
+                        signal.signal(s, handler)
     finally:
         if on_main_thread:  # None: a handler set outside Python, which cannot be put back
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
