@@ -28,9 +28,6 @@ using namespace voxpipe;
 
 namespace {
 
-using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using ConstByteArray = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
 std::atomic<long> g_frees{0};  // Memory objects destroyed (the test hook)
 
 class Memory {
@@ -157,7 +154,7 @@ void bind_device(nb::module_& m) {
           "A DLPack-exporting view (strides in elements) that keeps this memory alive.")
       .def(
           "copy_to_host",
-          [](Memory& mem, std::uint64_t offset, const ByteArray& out) {
+          [](Memory& mem, std::uint64_t offset, const python::ByteArray& out) {
             mem.check_range(offset, out.size(), "copy");
             auto* dst = reinterpret_cast<std::byte*>(out.data());
             if (!mem.on_device()) {
@@ -170,7 +167,7 @@ void bind_device(nb::module_& m) {
           "Copy bytes [offset, offset + out.size) into `out` (synchronous).")
       .def(
           "copy_from_host",
-          [](Memory& mem, std::uint64_t offset, const ConstByteArray& data) {
+          [](Memory& mem, std::uint64_t offset, const python::ConstByteArray& data) {
             mem.check_range(offset, data.size(), "copy");
             const auto* src = reinterpret_cast<const std::byte*>(data.data());
             if (!mem.on_device()) {

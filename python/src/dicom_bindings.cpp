@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 
+#include "conversions.hpp"
 #include "gil.hpp"
 #include "voxpipe/dicom.hpp"
 #include "voxpipe/dicom_series.hpp"
@@ -19,26 +20,6 @@
 
 namespace nb = nanobind;
 using namespace voxpipe;
-
-// bindings.cpp
-std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes);
-
-namespace {
-
-nb::bytes value_bytes(const std::vector<std::uint8_t>& v) {
-  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size());
-}
-
-// bindings.cpp's hold_buffer, for the DICOM API's byte type: `object`'s buffer held in place
-// until the last copy of the owner ends (a series' image).
-std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::uint8_t>& bytes) {
-  std::span<const std::byte> raw;
-  std::shared_ptr<const void> owner = ::hold_buffer(object, raw);
-  bytes = std::span(reinterpret_cast<const std::uint8_t*>(raw.data()), raw.size());
-  return owner;
-}
-
-}  // namespace
 
 void bind_dicom(nb::module_& m) {
   constexpr auto internal = nb::rv_policy::reference_internal;
@@ -63,7 +44,7 @@ void bind_dicom(nb::module_& m) {
       .def_ro("value_read", &DicomElement::value_read)
       .def_prop_ro("value", [](const DicomElement& e) -> nb::object {
         if (!e.value_read) return nb::none();
-        return value_bytes(e.value);
+        return python::to_bytes(e.value);
       }, "The value bytes as stored, or None when they were not read.")
       .def_prop_ro("is_sequence", [](const DicomElement& e) {
         return e.vr == DicomVR::SQ || !e.items.empty();
@@ -148,7 +129,7 @@ void bind_dicom(nb::module_& m) {
         std::size_t i = 0;
         for (nb::handle buffer : buffers) {
           held[i].name = names[i];
-          held[i].owner = hold_buffer(buffer, held[i].bytes);
+          held[i].owner = python::hold_buffer(buffer, held[i].bytes);
           ++i;
         }
         DicomScanOptions options;

@@ -17,21 +17,17 @@
 #include <string>
 #include <vector>
 
+#include "conversions.hpp"
 #include "gil.hpp"
 #ifdef VOXPIPE_PYTHON_CLI
 #include "commands.hpp"  // the CLI's entry (cli/), for python -m voxpipe
 #endif
 #include "voxpipe/error.hpp"
-#include "voxpipe/gzip.hpp"
 #include "voxpipe/nifti.hpp"
 #include "voxpipe/remote.hpp"
 
 namespace nb = nanobind;
 using namespace voxpipe;
-
-// bindings.cpp
-std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes);
-nb::dict index_summary_dict(const GzipIndexSummary& s);
 
 namespace {
 
@@ -85,7 +81,7 @@ RangeFetcher python_fetcher(nb::handle fetch, std::string name) {
       nb::object result = nb::handle(fn.get())(args);
       for (nb::handle item : result) {
         FetchedBytes f;
-        f.owner = hold_buffer(item, f.bytes);
+        f.owner = python::hold_buffer(item, f.bytes);
         out.push_back(std::move(f));
       }
     } catch (nb::python_error& e) {
@@ -107,7 +103,7 @@ void bind_remote(nb::module_& m) {
              nb::handle initial, std::uint64_t min_request, std::uint64_t coalesce_gap,
              std::uint64_t part_size, std::uint64_t max_cached_bytes, const std::string& version) {
             FetchedBytes first;
-            if (!initial.is_none()) first.owner = hold_buffer(initial, first.bytes);
+            if (!initial.is_none()) first.owner = python::hold_buffer(initial, first.bytes);
             RemoteInputOptions options;
             options.min_request = min_request;
             options.coalesce_gap = coalesce_gap;
@@ -158,28 +154,6 @@ void bind_remote(nb::module_& m) {
       "'path' with a GZIDX file checked against the object's size and last 64 KiB.");
 
   m.def(
-      "build_remote_index",
-      [](const NiftiImage& image, const std::string& output, std::uint64_t spacing, bool exact,
-         unsigned threads) {
-        GzipIndexOptions options;
-        options.spacing = spacing;
-        options.output = output;
-        options.exact = exact;
-        options.threads = threads;
-        GzipIndexSummary s;
-        {
-          python::GilRelease release;
-          s = build_nifti_gzip_index(image, options);
-        }
-        return index_summary_dict(s);
-      },
-      nb::arg("image"), nb::arg("output"), nb::arg("spacing"), nb::arg("exact") = true,
-      nb::arg("threads") = 0,
-      "Build the seek index of a gzip NIfTI object opened with open_remote (a point per volume), "
-      "reading it once front to back, and write it to `output` keyed by the object's size and "
-      "last 64 KiB; returns a summary dict.");
-
-  m.def(
       "set_url_handlers",
       [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all,
          nb::handle write_zarr, nb::handle zarr_compression) {
@@ -225,7 +199,7 @@ void bind_remote(nb::module_& m) {
           try {
             for (nb::handle item : nb::handle(a)(url)) {
               FetchedBytes f;
-              f.owner = hold_buffer(item[1], f.bytes);
+              f.owner = python::hold_buffer(item[1], f.bytes);
               out.emplace_back(nb::cast<std::string>(item[0]), std::move(f));
             }
           } catch (nb::python_error& e) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "conversions.hpp"
 #include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/view.hpp"
@@ -50,7 +51,7 @@ void bind_view(nb::module_& m) {
           python::GilRelease release;
           png = encode_png(render_view(to_volume(data, affine), options(mosaic), name));
         }
-        return nb::bytes(reinterpret_cast<const char*>(png.data()), png.size());
+        return python::to_bytes(png);
       },
       nb::arg("data"), nb::arg("affine"), nb::arg("mosaic"), nb::arg("name"),
       "The PNG bytes of render_view(data, affine): data a Fortran-ordered float32 3-D array.");

@@ -22,12 +22,7 @@
 namespace nb = nanobind;
 using namespace voxpipe;
 
-// bindings.cpp
-std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::byte>& bytes);
-
 namespace {
-
-using ByteArray = nb::ndarray<std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 [[noreturn]] void bad_spec(const std::string& name, const std::string& what) {
   throw Error(ErrorCode::invalid_argument, name, "spec", what);
@@ -76,7 +71,7 @@ ZarrArraySpec parse_spec(const nb::dict& d) {
   spec.compressor =
       parse_compressor(cast_part<std::string>(get("compressor"), "spec['compressor']", "str"), name);
   std::span<const std::byte> fill;
-  const std::shared_ptr<const void> held = hold_buffer(get("fill_value"), fill);
+  const std::shared_ptr<const void> held = python::hold_buffer(get("fill_value"), fill);
   spec.fill_value.assign(fill.begin(), fill.end());
   return spec;
 }
@@ -89,7 +84,7 @@ void bind_zarr(nb::module_& m) {
       [](const nb::dict& spec_dict, const nb::list& chunk_list,
          const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>>& selection,
          const std::string& out_dtype, bool apply_scaling, bool file_byte_order, bool real_part,
-         double slope, double inter, const ByteArray& out,
+         double slope, double inter, const python::ByteArray& out,
          const std::vector<std::int64_t>& dest_strides, unsigned threads) {
         // `out` by reference: a copy would be released inside the GIL-free scope, taking the GIL
         // back in nanobind's code (gil.hpp).
@@ -112,7 +107,7 @@ void bind_zarr(nb::module_& m) {
             if (!path.is_none())
               throw Error(ErrorCode::invalid_argument, spec.name, "chunk",
                           chunk.key + ": expected a path or a buffer, but received both");
-            held.push_back(hold_buffer(buffer, chunk.bytes));
+            held.push_back(python::hold_buffer(buffer, chunk.bytes));
           }
           chunk.missing = path.is_none() && buffer.is_none();
           chunks.push_back(std::move(chunk));
