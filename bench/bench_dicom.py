@@ -41,10 +41,7 @@ pydicom's.
 Usage: .venv/bin/python bench/bench_dicom.py [--repeat N] [--wait-idle [--max-wait S]]
        [--output PATH]
 """
-import argparse
 import copy
-import datetime
-import json
 import os
 import resource
 import shutil
@@ -53,11 +50,10 @@ import subprocess
 import sys
 import time
 
-from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
-                      wait_idle, warm, write_section)
+from benchlib import (HERE, MIB, Parser, cpu_snapshot, git_state, medians, ms, other_work,
+                      other_work_brief, prime_memory, publish, reset_peak_rss, run_child, settle,
+                      stamp, versions, versions_text, vm, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 DICOM = os.path.join(HERE, "data", "dicom")
 FOLDERS = {name: os.path.join(DICOM, name) for name in ("explicit", "jpegls", "j2k")}
 SYNTAX_NAMES = {"explicit": "Explicit VR Little Endian", "jpegls": "JPEG-LS Lossless",
@@ -326,7 +322,7 @@ def prepare_first_call(spec, threads):
         Nifti1Image(np.zeros((2, 2, 2), np.float32), np.eye(4))
         took = {"warm_threads": t1 - t0, "warm_nibabel": time.perf_counter() - t1}
     if spec.get("prefault"):
-        from voxpipe import _pool
+        from voxpipe._foundation import pool as _pool
         buf = _pool.empty(SHAPE, np.float32, "F")
         buf.fill(0)
         del buf
@@ -404,32 +400,25 @@ def child(spec):
         info["second"] = time.perf_counter() - t0
         info["peak2_mib"] = (vm("VmHWM") - base2) / MIB
         info["faults2"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-    print(json.dumps(info))
-    sys.stdout.flush()
-    os._exit(0)  # interpreter shutdown is not measured
+    return info
 
 
 # --------------------------------------------------------------------------------------------
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def run_child(spec):
+def one_child(spec):
     """One fresh child process for `spec`, page cache warm and memory primed just before it."""
     warm(*series_files(spec["folder"]))
     prime_memory(PRIME_MIB)
-    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                       capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise RuntimeError(f"{spec}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_child(__file__, spec)
 
 
 def summarize(runs):
     """Medians over the processes of one case."""
-    med = {k: statistics.median(r[k] for r in runs)
-           for k in ("first", "second", "peak_mib", "peak2_mib", "base_mib", "faults", "faults2",
-                     "anon_mib", "file_mib", "modules", "warm_threads", "warm_nibabel")
-           if k in runs[0]}
+    med = medians(runs, ("first", "second", "peak_mib", "peak2_mib", "base_mib", "faults",
+                         "faults2", "anon_mib", "file_mib", "modules", "warm_threads",
+                         "warm_nibabel"))
     med["runs"] = [round(r["first"], 4) for r in runs]
     if "second" in runs[0]:  # each process's own first - second, then the median
         med["gaps"] = sorted(r["first"] - r["second"] for r in runs)
@@ -440,7 +429,7 @@ def summarize(runs):
 
 
 def measure(spec, repeat):
-    return summarize([run_child(spec) for _ in range(repeat)])
+    return summarize([one_child(spec) for _ in range(repeat)])
 
 
 def measure_interleaved(specs, repeat):
@@ -449,7 +438,7 @@ def measure_interleaved(specs, repeat):
     runs = {key: [] for key in specs}
     for _ in range(repeat):
         for key, spec in specs.items():
-            runs[key].append(run_child(spec))
+            runs[key].append(one_child(spec))
     return {key: summarize(r) for key, r in runs.items()}
 
 
@@ -517,28 +506,11 @@ def tool_versions():
     return out
 
 
-def git_state():
-    def git(*a):
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src", "include", "python")
-    return git("rev-parse", "--short", "HEAD") + (" (library sources modified)" if dirty else "")
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait (up to --max-wait s) for the load average to drop below 0.5")
-    ap.add_argument("--max-wait", type=float, default=600,
-                    help="longest wait of --wait-idle, in seconds (default 600)")
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    ap = Parser(__doc__, repeat=5, wait_idle=True)
+    args = ap.parse(child)
     make_inputs()
-    waited = wait_idle(max_wait=args.max_wait) if args.wait_idle else (os.getloadavg()[0], 0.0)
+    waited = settle(args)
     cpu0 = cpu_snapshot()
     rep = args.repeat
     cores = os.cpu_count()
@@ -563,9 +535,7 @@ def main():
     res.update({("first", key): r for key, r in first.items()})
     cpu1 = cpu_snapshot()
     checks = check(res)
-    text = report(res, checks, rep, cores, waited, (cpu0, cpu1))
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, report(res, checks, rep, cores, waited, (cpu0, cpu1)), BEGIN, END)
 
 
 def report(res, checks, rep, cores, waited, cpu):
@@ -574,20 +544,16 @@ def report(res, checks, rep, cores, waited, cpu):
     frame_mib = SHAPE[0] * SHAPE[1] * 2 / MIB
     sizes = {name: sum(os.path.getsize(p) for p in series_files(f)) / MIB
              for name, f in FOLDERS.items()}
-    (b0, st0, o0, w0), (b1, st1, o1, w1) = cpu
-    other = max(0.0, (b1 - b0) - (o1 - o0))
-    ms = lambda x: f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"  # noqa: E731
+    use = other_work(*cpu, cores)
     goals = []
 
     lines = [BEGIN, "", "## DICOM series: bench/bench_dicom.py", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{cores} cores; commit {git_state()}; medians of {rep} fresh processes per row, page "
-             f"cache warm and {PRIME_MIB} MiB primed before each. " +
-             ", ".join(f"{k} {v}" for k, v in tool_versions().items()) + ".", "",
+             f"{stamp(cores)}; commit {git_state()}; medians of {rep} fresh processes per row, "
+             f"page cache warm and {PRIME_MIB} MiB primed before each. "
+             + versions_text(tool_versions()) + ".", "",
              f"Load average {waited[0]:.2f} when the measurements started (after waiting "
              f"{waited[1]:.0f} s for it to fall below 0.5); other work on the machine during the "
-             f"run: {other:.0f} CPU-s in {w1 - w0:.0f} s ({100 * other / ((w1 - w0) * cores):.0f}% "
-             f"of the cores; steal {st1 - st0:.0f} s).", "",
+             f"run: {other_work_brief(use)}.", "",
              f"Input: an MR series of {n} sagittal slices, 256x256 int16, one file per slice "
              "(about 80 typical MR elements, a sequence, an 8 KiB private value; rescale slope "
              f"{SLOPE}, intercept {INTERCEPT}; file names not in spatial order), as Explicit VR "
@@ -689,7 +655,7 @@ def report(res, checks, rep, cores, waited, cpu):
                               f"{r['peak_mib']:.1f} MiB ({r['file_mib']:.1f} MiB of it "
                               "file-backed: code run for the first time, section 5)",
                               over <= allowance * cores * frame_mib))
-    lines += [""] + first_call_section(res, cores, vol_mib, ms)
+    lines += [""] + first_call_section(res, cores, vol_mib)
     lines += ["", "### Goals", "", "| goal | measured | status |", "|---|---|---|"]
     lines += [f"| {g} | {m} | {'**met**' if ok else '**not met**'} |" for g, m, ok in goals]
     lines += ["", "### Agreement", "", "| check | result |", "|---|---|"]
@@ -698,7 +664,7 @@ def report(res, checks, rep, cores, waited, cpu):
     return "\n".join(lines)
 
 
-def first_call_section(res, cores, vol_mib, ms):
+def first_call_section(res, cores, vol_mib):
     """Section 5: the first call's extra time and memory, taken apart by the FIRST_CALL_CASES
     rows (each the median of its fresh processes)."""
     rows = [("nothing", cores, res[("first", "plain")]),

@@ -20,23 +20,15 @@ memory are touched in a throwaway process right before it (see prime_memory). Me
 Usage: .venv/bin/python bench/bench_gzip.py [--repeat N] [--output PATH] [--save-only]
   --save-only  only the writers (section 4), printed; BENCHMARKS.md is left as it is
 """
-import argparse
-import datetime
 import gzip
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 
-from benchlib import (MIB, cpu_name, prime_memory, reset_peak_rss, versions, vm, warm,
-                      write_section)
+from benchlib import (DATA, MIB, Parser, measured, medians, prime_memory, publish, run_child,
+                      stamp, versions, versions_text, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 GZ = os.path.join(DATA, "gz")
 RAW = os.path.join(DATA, "bold_4d.nii")
 INPUTS = {
@@ -115,19 +107,14 @@ def child(spec):
                                stdout=f, check=True)
     else:
         raise ValueError(tool)
-    base = vm("VmRSS")
-    reset_peak_rss()
-    t0 = time.perf_counter()
-    result = call()
-    seconds = time.perf_counter() - t0
-    peak = vm("VmHWM") - base
-    info = {"seconds": seconds, "peak_mib": peak / MIB}
+    result, seconds, peak_mib = measured(call)
+    info = {"seconds": seconds, "peak_mib": peak_mib}
     if isinstance(result, dict):
         info["points"] = result.get("points")
         info["index_bytes"] = result.get("index_bytes")
     if op == "save":
         info["size"] = os.path.getsize(out_path)
-    print(json.dumps(info))
+    return info
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,12 +128,8 @@ def measure(spec, repeat):
             warm(spec["path"])
         warm(RAW)
         prime_memory()
-        r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                           capture_output=True, text=True, cwd=REPO)
-        if r.returncode != 0:
-            raise RuntimeError(f"{spec}: {r.stderr[-2000:]}")
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    med = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "peak_mib")}
+        runs.append(run_child(__file__, spec))
+    med = medians(runs, ("seconds", "peak_mib"))
     for k in ("size", "points", "index_bytes"):
         if k in runs[0]:
             med[k] = runs[0][k]
@@ -212,16 +195,10 @@ def writer_table(res):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
+    ap = Parser(__doc__, repeat=3)
     ap.add_argument("--save-only", action="store_true",
                     help="measure and print the writers only; BENCHMARKS.md is not written")
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    args = ap.parse(child)
     global LOAD_BEFORE
     LOAD_BEFORE = f"{os.getloadavg()[0]:.2f}"
     make_inputs()
@@ -268,9 +245,7 @@ def main():
     measure_writers(res, tmp, rep)
     shutil.rmtree(tmp, ignore_errors=True)
 
-    text = report(res, rep)
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, report(res, rep), BEGIN, END)
 
 
 def report(res, rep):
@@ -282,9 +257,8 @@ def report(res, rep):
 
     out_mib = 96 * 96 * 60 * 300 * 4 / MIB
     lines = [BEGIN, "", "## gzip (.nii.gz): bench/bench_gzip.py", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{os.cpu_count()} cores; medians of {rep} fresh processes, memory primed before each. " +
-             ", ".join(f"{k} {v}" for k, v in tool_versions().items()) + ".",
+             f"{stamp()}; medians of {rep} fresh processes, memory primed before each. "
+             + versions_text(tool_versions()) + ".",
              "", "Input: bench/data/bold_4d.nii (96x96x60x300 int16, 316 MiB, scaled) compressed by "
              "`gzip -6` (gzip6), Python's gzip at level 1 as nibabel writes (nib1), `pigz -6` (pigz) "
              "and `vp.save` (vp1: voxpipe's sized members, level 1). Sizes: " +

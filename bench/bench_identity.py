@@ -28,8 +28,6 @@ kept reader N and 2N times; the difference, per read, by call.
 Usage: .venv/bin/python bench/bench_identity.py [--rounds R] [--reads N] [--threads T]
        [--wait-idle [--max-wait S]] [--output PATH]
 """
-import argparse
-import datetime
 import os
 import re
 import shutil
@@ -40,11 +38,11 @@ import time
 
 import numpy as np
 
-from benchlib import cpu_name, cpu_snapshot, versions, wait_idle, warm, write_section
+import benchlib
+from benchlib import (Parser, cpu_snapshot, other_work, publish, settle, stamp, table_head,
+                      versions_text, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data", "identity_256.nii")
+DATA = os.path.join(benchlib.DATA, "identity_256.nii")
 N = 256
 BEGIN = "<!-- identity benchmark: begin -->"
 END = "<!-- identity benchmark: end -->"
@@ -173,10 +171,8 @@ def count_syscalls(reads):
 def report(per_read, syscalls, rounds, reads, threads, busy):
     us = 1e6
     lines = [BEGIN, "", "## File identity check: bench/bench_identity.py", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{os.cpu_count()} cores; " +
-             ", ".join(f"{k} {v}" for k, v in versions(["numpy", "voxpipe"]).items()) +
-             f"; reader threads={threads}. Other work on the machine during the run: "
+             f"{stamp()}; " + versions_text(["numpy", "voxpipe"]) + f"; reader threads={threads}. "
+             "Other work on the machine during the run: "
              f"{busy:.0f}% of the cores.", "",
              "Every read checks that the data file is the one the image was opened from "
              "(docs/nifti.md, \"Files changed under an image\"). One 2-D slice (128 KiB of int16) "
@@ -184,8 +180,8 @@ def report(per_read, syscalls, rounds, reads, threads, busy):
              f"{rounds} interleaved rounds of {reads} reads, the image as opened (checked) and a "
              "copy without its identity (unchecked); the difference is the median of the "
              "per-round differences.", "",
-             "| read | slice | checked | unchecked | check's cost | share of the read |",
-             "|---|---|---|---|---|---|"]
+             *table_head("read", "slice", "checked", "unchecked", "check's cost",
+                         "share of the read")]
     labels = {"reader": "kept `_core.Reader`, into one buffer",
               "proxy": "`proxy[...]`, keep_file_open=None (an open per access)",
               "kept": "`proxy[...]`, keep_file_open=True"}
@@ -205,29 +201,20 @@ def report(per_read, syscalls, rounds, reads, threads, busy):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(__doc__, wait_idle=True)
     ap.add_argument("--rounds", type=int, default=101)
     ap.add_argument("--reads", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait for the 1-minute load average to fall below 0.5")
-    ap.add_argument("--max-wait", type=float, default=600)
-    args = ap.parse_args()
+    args = ap.parse()
     make_data()
-    if args.wait_idle:
-        wait_idle(max_wait=args.max_wait)
+    settle(args)
     warm(DATA)
     before = cpu_snapshot()
     per_read = measure(args.rounds, args.reads, args.threads)
-    after = cpu_snapshot()
-    wall = after[3] - before[3]
-    other = max(0.0, (after[0] - before[0]) - (after[2] - before[2]))
-    busy = 100 * other / (wall * (os.cpu_count() or 1))
+    busy = other_work(before, cpu_snapshot())["share"]
     syscalls = count_syscalls(2000)
     text = report(per_read, syscalls, args.rounds, args.reads, args.threads, busy)
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, text, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -22,20 +22,14 @@ ways, the runs of all cases interleaved (--repeat rounds, medians):
 
 Usage: .venv/bin/python bench/bench_many.py [--files N] [--repeat R] [--output PATH]
 """
-import argparse
-import datetime
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from benchlib import MIB, cpu_name, reset_peak_rss, versions, vm, warm, write_section
+from benchlib import (DATA, MIB, Parser, measured, publish, run_child, stamp, versions_text,
+                      warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 MANY = os.path.join(DATA, "many")
 SOURCE = os.path.join(DATA, "t1_3d.nii")
 BEGIN = "<!-- many-files benchmark: begin -->"
@@ -154,26 +148,14 @@ def child(spec):
         # Right before the timed call, in this process: the pages it maps next are warm.
         import numpy as np
         np.ones(int(spec["prime_mib"]) << 20, np.uint8)
-    base = vm("VmRSS")
-    reset_peak_rss()
-    t0 = time.perf_counter()
-    run()
-    seconds = time.perf_counter() - t0
+    _, seconds, peak_mib = measured(run)
     assert consumed[0] == len(paths), consumed
-    print(json.dumps({"seconds": seconds, "peak_mib": (vm("VmHWM") - base) / MIB}))
+    return {"seconds": seconds, "peak_mib": peak_mib}
 
 
 # --------------------------------------------------------------------------------------------
 # Parent.
 # --------------------------------------------------------------------------------------------
-
-def run_child(spec):
-    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                       capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise RuntimeError(f"{spec['case']}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
 
 def measure_all(cases, repeat, prime_mib):
     """{(key, mode): {seconds, peak_mib, runs}}: every case in both modes, one run of each per
@@ -184,23 +166,17 @@ def measure_all(cases, repeat, prime_mib):
             for mode in ("first", "primed"):
                 warm(*spec["paths"])
                 spec = {**spec, "prime_mib": prime_mib if mode == "primed" else 0}
-                runs.setdefault((key, mode), []).append(run_child(spec))
+                runs.setdefault((key, mode), []).append(run_child(__file__, spec))
     return {k: {"seconds": statistics.median(r["seconds"] for r in v),
                 "peak_mib": statistics.median(r["peak_mib"] for r in v),
                 "runs": [round(r["seconds"], 2) for r in v]} for k, v in runs.items()}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child")
+    ap = Parser(__doc__, repeat=3, repeat_help="rounds, every case once in each mode")
     ap.add_argument("--files", type=int, default=40)
-    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--prime", type=int, default=2048, help="MiB a primed child touches first")
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    args = ap.parse(child)
     paths = make_inputs(args.files)
     cores = os.cpu_count()
     rep = args.repeat
@@ -236,11 +212,10 @@ def main():
 
     lines = [
         BEGIN, "", "## Many files: bench/bench_many.py", "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-        f"{cores} cores; median of {rep} rounds, every case once per round in each mode, each "
+        f"{stamp(cores)}; median of {rep} rounds, every case once per round in each mode, each "
         f"run in a fresh process after warming the page cache; load average {load0:.2f} at the "
-        f"start, {took:.0f} s in all. " +
-        ", ".join(f"{k} {v}" for k, v in versions(("voxpipe", "nibabel", "numpy", "torch")).items()) + ".", "",
+        f"start, {took:.0f} s in all. "
+        + versions_text(("voxpipe", "nibabel", "numpy", "torch")) + ".", "",
         f"Input: {n} variants of the 256x256x176 int16 volume saved by nibabel (.nii.gz, gzip "
         f"level 1), {disk / n / MIB:.1f} MiB each on disk, {out_bytes / n / MIB:.0f} MiB each as "
         "float32. Every case decodes every file to float32 (scaled as get_fdata) and hands it to "
@@ -282,9 +257,7 @@ def main():
         "- Runs (s), first touch / primed: " + "; ".join(
             f"{k} {res[(k, 'first')]['runs']} / {res[(k, 'primed')]['runs']}" for k in cases) + ".",
         "", END, ""]
-    text = "\n".join(lines)
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, "\n".join(lines), BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -23,20 +23,15 @@ The section also says how much other work ran on the machine meanwhile (benchlib
 
 Usage: .venv/bin/python bench/bench_monai.py [--files N] [--repeat R] [--wait-idle] [--output PATH]
 """
-import argparse
-import datetime
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
-                      wait_idle, warm, write_section)
+from benchlib import (MIB, Parser, cpu_snapshot, other_work, other_work_sentence, prime_memory,
+                      publish, reset_peak_rss, run_child, settle, stamp, table_head,
+                      versions_text, vm, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 BEGIN = "<!-- monai benchmark: begin -->"
 END = "<!-- monai benchmark: end -->"
 CASES = {
@@ -91,18 +86,15 @@ def child(spec):
         t0 = time.perf_counter()
         load(p)
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"seconds": sum(times), "per_file": statistics.median(times),
-                      "peak_mib": (vm("VmHWM") - base) / MIB}))
+    return {"seconds": sum(times), "per_file": statistics.median(times),
+            "peak_mib": (vm("VmHWM") - base) / MIB}
 
 
-def run_child(spec):
+def measure(spec):
+    """One child, the page cache warm and memory primed right before it."""
     warm(*spec["paths"])
     prime_memory()
-    r = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                       capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise RuntimeError(f"{spec['case']}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_child(__file__, spec)
 
 
 def check_agreement(path):
@@ -130,34 +122,24 @@ def check_agreement(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child")
+    ap = Parser(__doc__, repeat=3, repeat_help="fresh processes per case", wait_idle=True)
     ap.add_argument("--files", type=int, default=40)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--wait-idle", action="store_true")
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    args = ap.parse(child)
     paths = make_inputs(args.files)
     import voxpipe as vp
 
     cases = [c for c in CASES if c != "accelerated" or hasattr(vp, "accelerate_nibabel")]
-    if args.wait_idle:
-        wait_idle()
+    settle(args)
     cpu0 = cpu_snapshot()
     runs = {c: [] for c in cases}
     for r in range(args.repeat):
         for case in cases:  # interleaved: drifts in the machine's state hit every case alike
-            runs[case].append(run_child({"paths": paths, "case": case}))
+            runs[case].append(measure({"paths": paths, "case": case}))
             print(f"run {r + 1}/{args.repeat} {case}: {runs[case][-1]['seconds']:.2f} s",
                   flush=True)
     res = {c: {k: statistics.median(x[k] for x in runs[c])
                for k in ("seconds", "per_file", "peak_mib")} for c in cases}
-    (b0, s0, o0, t0), (b1, s1, o1, t1) = cpu0, cpu_snapshot()
-    capacity = (t1 - t0) * os.cpu_count()
-    others = max(b1 - b0 - (o1 - o0), 0.0)
+    use = other_work(cpu0, cpu_snapshot())
     agree = check_agreement(paths[0])
 
     n = len(paths)
@@ -165,23 +147,18 @@ def main():
     nib_s = res["nibabel"]["seconds"]
     lines = [
         BEGIN, "", "## MONAI LoadImage: bench/bench_monai.py", "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-        f"{os.cpu_count()} cores; median of {args.repeat} runs per case, interleaved, each in a "
-        "fresh process after warming the page cache and priming memory. " +
-        ", ".join(f"{k} {v}" for k, v in versions(
-            ("voxpipe", "monai", "nibabel", "numpy", "torch")).items()) + ".", "",
+        f"{stamp()}; median of {args.repeat} runs per case, interleaved, each in a "
+        "fresh process after warming the page cache and priming memory. "
+        + versions_text(("voxpipe", "monai", "nibabel", "numpy", "torch")) + ".", "",
         f"Input: {n} variants of the 256x256x176 volume saved by nibabel as scaled int16 (.nii.gz, "
         f"gzip level 1, {disk / n / MIB:.1f} MiB each on disk). Each case calls LoadImage with "
         "its defaults (a float32 MetaTensor with metadata) on every file in turn, in one process, "
         "and reads one value of the result. Time per file: the median over the files of a run. "
         "Peak RSS: growth over the process's baseline after one untimed load.", "",
-        f"Other work on the machine during the run: {others:.0f} CPU-seconds, "
-        f"{100 * others / capacity:.0f}% of the cores (this benchmark used "
-        f"{100 * (o1 - o0) / capacity:.0f}%; hypervisor steal {100 * (s1 - s0) / capacity:.0f}%)."
-        + (" **The machine was busy: the numbers are noisy, multi-threaded voxpipe's most.**"
-           if others > 0.1 * capacity else ""), "",
-        "| case | total | per file | files/s | peak RSS | vs NibabelReader (total, per file) |",
-        "|---|---|---|---|---|---|",
+        other_work_sentence(use, busy="The machine was busy: the numbers are noisy, "
+                                      "multi-threaded voxpipe's most."), "",
+        *table_head("case", "total", "per file", "files/s", "peak RSS",
+                    "vs NibabelReader (total, per file)"),
     ]
     nib_f = res["nibabel"]["per_file"]
     for case in cases:
@@ -199,9 +176,7 @@ def main():
         "- Image and metadata of VoxpipeReader equal NibabelReader's on "
         f"{os.path.basename(paths[0])}: {'yes' if agree else '**NO**'}.",
         "", END, ""]
-    text = "\n".join(lines)
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, "\n".join(lines), BEGIN, END)
     if not agree:
         sys.exit("VoxpipeReader and NibabelReader disagree")
 

@@ -13,28 +13,23 @@ The files are read once by the parent before each case, so both tools see a warm
 Usage: .venv/bin/python bench/bench_nifti.py [--repeat N] [--quick] [--output PATH] [--no-verify]
 Inputs come from bench/make_data.py.
 """
-import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
-import subprocess
 import re
 import sys
 import time
 
-from benchlib import cpu_snapshot
+from benchlib import (DATA, MIB, REPO, Parser, command, cpu_name, cpu_snapshot, errors_lines,
+                      fmt_t, interleaved, memory_bytes, other_work, prime_memory, python,
+                      reset_peak_rss, targets_lines, try_child, vm, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 FILES = {
     "gz4d": os.path.join(DATA, "bold_4d.nii.gz"),
     "nii4d": os.path.join(DATA, "bold_4d.nii"),
     "gz3d": os.path.join(DATA, "t1_3d.nii.gz"),
 }
-MIB = 1024 * 1024
 
 # Targets (from the project's goals). Speed-ups are nibabel time / voxpipe time.
 TARGET_SPEEDUP = 3.0
@@ -47,15 +42,6 @@ TARGET_NATIVE_FRACTION = 0.8  # voxpipe raw read vs plain f.readinto, as a fract
 # the other tool's modules do not inflate the baseline RSS.
 # --------------------------------------------------------------------------------------------
 
-def proc_status(field):
-    """A /proc/self/status field in bytes (VmRSS, VmHWM, RssFile are given in kB)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
 def proc_rchar():
     """Bytes this process got from read()/pread() so far. mmap page-ins are not counted here,
     which is why the child also reports the RssFile growth (file pages mapped in)."""
@@ -64,16 +50,6 @@ def proc_rchar():
             if line.startswith("rchar:"):
                 return int(line.split()[1])
     return None
-
-
-def reset_peak_rss():
-    """Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def make_call(spec, np):
@@ -130,7 +106,7 @@ def materialize(out, np):
     return np.asarray(out), False
 
 
-def run_child(spec):
+def measure(spec):
     import numpy as np
     raw_call = make_call(spec, np)
     res = {"warm_mode": None, "was_mmap": False}
@@ -140,8 +116,8 @@ def run_child(spec):
         res["was_mmap"] |= was_mmap
         return a
 
-    rss0 = proc_status("VmRSS")
-    file0 = proc_status("RssFile")
+    rss0 = vm("VmRSS")
+    file0 = vm("RssFile")
     res["hwm_reset"] = reset_peak_rss()
     io0 = proc_rchar()
     t0 = time.perf_counter()
@@ -149,9 +125,9 @@ def run_child(spec):
     t1 = time.perf_counter()
     res["first_s"] = t1 - t0
     res["rss_before"] = rss0
-    res["peak_rss"] = proc_status("VmHWM")
+    res["peak_rss"] = vm("VmHWM")
     res["rchar"] = proc_rchar() - io0
-    res["rssfile_delta"] = proc_status("RssFile") - file0
+    res["rssfile_delta"] = vm("RssFile") - file0
     res["out_nbytes"] = int(out.nbytes)
     res["out_dtype"] = str(out.dtype)
     res["out_shape"] = list(out.shape)
@@ -172,7 +148,7 @@ def run_child(spec):
                 pass
         if t is None:
             del out
-            io0, file0 = proc_rchar(), proc_status("RssFile")
+            io0, file0 = proc_rchar(), vm("RssFile")
             t0 = time.perf_counter()
             out = call(None)
             t = time.perf_counter() - t0
@@ -180,7 +156,7 @@ def run_child(spec):
             # Bytes read by the warm call alone: the first call's numbers also include the code
             # pages of modules that the libraries import lazily on first use.
             res["warm_rchar"] = proc_rchar() - io0
-            res["warm_rssfile_delta"] = proc_status("RssFile") - file0
+            res["warm_rssfile_delta"] = vm("RssFile") - file0
         res["warm_s"] = t
     return res
 
@@ -289,43 +265,15 @@ def header_agrees(v, n, np):
 # Parent side: schedule children, summarise, write the report.
 # --------------------------------------------------------------------------------------------
 
-def child(spec, timeout=600):
-    """Run one measurement in a fresh interpreter; returns its JSON or {'error': ...}."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-        if p.returncode < 0:
-            tail = f"killed by signal {-p.returncode}; {tail}"
-        return {"error": tail, "stderr": p.stderr[-3000:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-PRIME_CODE = "import numpy as np, sys; np.ones(int(sys.argv[1]) << 20, np.uint8)"
-
-
-def prime_memory(mib):
-    """Touch `mib` MiB in a throwaway process right before each timed child.
-
-    On this kind of VM, memory that nobody touched for a few seconds is handed back to the host
-    (free page reporting), and the next process to touch it pays up to ~10x more per page fault:
-    the same nibabel read measured 0.6 s right after a big allocation and 8.8 s after 20 s idle.
-    That penalty would land on whichever row happens to run after a pause. Priming makes the
-    condition the same for every row; the first call still pays the guest's own page faults.
-    """
-    if mib > 0:
-        subprocess.run([sys.executable, "-c", PRIME_CODE, str(mib)], check=True)
-
-
-def warm_page_cache(path):
-    """Read the whole file once so that neither tool pays for storage I/O."""
-    buf = bytearray(16 * MIB)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
+def child(spec):
+    """The child's side of --child: one measurement, the run's facts (info) or the check
+    (verify)."""
+    op = spec.get("op")
+    if op == "info":
+        return run_info()
+    if op == "verify":
+        return run_verify(spec)
+    return measure(spec)
 
 
 def summarise(results, key):
@@ -336,27 +284,24 @@ def summarise(results, key):
 
 
 def run_case(rows, repeat, log, warmup, prime_mib):
-    """rows: list of (label, spec). Alternates the order of the rows each repeat so that slow
-    drift of the machine (thermal, other load) does not favour one tool."""
+    """rows: list of (label, spec), interleaved (benchlib.interleaved) so that slow drift of the
+    machine (thermal, other load) does not favour one tool."""
     results = {label: [] for label, _ in rows}
-    for path in {spec["path"] for _, spec in rows}:
-        warm_page_cache(path)
+    warm(*{spec["path"] for _, spec in rows})
     if warmup:
         # One discarded round: the first large allocations after the page cache was filled are
         # much slower on this kind of VM (the kernel/hypervisor still has to back that memory),
         # and that penalty would land on whichever tool happens to run first.
         for label, spec in rows:
             prime_memory(prime_mib)
-            child(spec)
-    for r in range(repeat):
-        order = rows if r % 2 == 0 else rows[::-1]
-        for label, spec in order:
-            prime_memory(prime_mib)
-            res = child(spec)
-            results[label].append(res)
-            log(f"  [{r + 1}/{repeat}] {label}: " + (f"error: {res['error']}" if "error" in res else
-                f"first {res['first_s']:.3f} s" + (f", warm {res['warm_s']:.3f} s" if "warm_s" in res else "")
-                + f", peak RSS {res['peak_rss'] / MIB:.0f} MiB"))
+            try_child(__file__, spec)
+    for r, label, spec in interleaved(rows, repeat):
+        prime_memory(prime_mib)
+        res = try_child(__file__, spec)
+        results[label].append(res)
+        log(f"  [{r + 1}/{repeat}] {label}: " + (f"error: {res['error']}" if "error" in res else
+            f"first {res['first_s']:.3f} s" + (f", warm {res['warm_s']:.3f} s" if "warm_s" in res else "")
+            + f", peak RSS {res['peak_rss'] / MIB:.0f} MiB"))
     out = {}
     for label, _ in rows:
         rs = [x for x in results[label] if "error" not in x]
@@ -382,10 +327,6 @@ def fmt_s(s):
     if s is None:
         return "n/a"
     return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.3f} s"
-
-
-def fmt_t(st):
-    return "n/a" if st is None else f"{fmt_s(st['median'])} ({fmt_s(st['min'])})"
 
 
 def fmt_mib(b):
@@ -421,50 +362,30 @@ def overhead_target(what, v):
 
 
 def machine_info():
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
             thp = f.read().strip()
     except OSError:
         thp = "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable": len(os.sched_getaffinity(0)),
-            "mem_gib": mem / 2**30, "thp": thp, "kernel": platform.release()}
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "usable": len(os.sched_getaffinity(0)),
+            "mem_gib": memory_bytes() / 2**30, "thp": thp, "kernel": platform.release()}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=5, help="fresh processes per measurement (default 5)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: 1 repeat, report to bench/data/BENCHMARKS-quick.md unless --output")
-    ap.add_argument("--output", help="report path (default: BENCHMARKS.md at the repository root)")
+    ap = Parser(__doc__, repeat=5, repeat_help="fresh processes per measurement",
+                quick="smoke test: 1 repeat, report to bench/data/BENCHMARKS-quick.md unless "
+                      "--output")
     ap.add_argument("--no-verify", action="store_true", help="skip the voxpipe == nibabel check")
     ap.add_argument("--prime-mib", type=int, default=3072,
                     help="MiB touched in a throwaway process before each measurement (0: off; see prime_memory)")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-
-    if args.child is not None:
-        spec = json.loads(args.child)
-        result = {"info": run_info, "verify": lambda: run_verify(spec)}.get(spec.get("op"), lambda: run_child(spec))()
-        print(json.dumps(result), flush=True)
-        # Skip interpreter shutdown: only the read is measured, and voxpipe 0.1.0 hangs at exit
-        # after a threaded read (its static thread pool destroys a condition variable that its
-        # detached workers still wait on). The parent's timeout reports any other hang.
-        os._exit(0)
-
+    # The children skip interpreter shutdown (benchlib.child_main): only the read is measured,
+    # and voxpipe 0.1.0 hangs at exit after a threaded read (its static thread pool destroys a
+    # condition variable that its detached workers still wait on). The parent's timeout
+    # reports any other hang.
+    args = ap.parse(child)
     if args.quick:
         args.repeat = 1
-    output = args.output or (os.path.join(DATA, "BENCHMARKS-quick.md") if args.quick else os.path.join(REPO, "BENCHMARKS.md"))
+    output = args.output
     missing = [p for p in FILES.values() if not os.path.exists(p)]
     if missing:
         sys.exit(f"missing {', '.join(missing)}: run .venv/bin/python bench/make_data.py first")
@@ -479,7 +400,7 @@ def main():
     nbytes4 = int(np.prod(shape4)) * 2
     vol_bytes = int(np.prod(shape4[:3])) * 2
 
-    info = child({"op": "info"})
+    info = try_child(__file__, {"op": "info"})
     have_vp = bool(info.get("voxpipe"))
     if not have_vp:
         log(f"voxpipe unavailable ({info.get('voxpipe_error') or info.get('error')}); measuring nibabel only")
@@ -511,9 +432,8 @@ def main():
     checks = None
     if have_vp and not args.no_verify:
         log("verifying voxpipe == nibabel")
-        for p in FILES.values():
-            warm_page_cache(p)
-        checks = child({"op": "verify", "t": t_mid})
+        warm(*FILES.values())
+        checks = try_child(__file__, {"op": "verify", "t": t_mid})
 
     info["cpu_after"] = cpu_snapshot()
     report = render(args, info, res, checks, dict(shape4=shape4, t=t_mid, vol_bytes=vol_bytes, nbytes4=nbytes4),
@@ -537,9 +457,7 @@ def main():
 def render(args, info, res, checks, facts, elapsed):
     import numpy as np
     m = machine_info()
-    py = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(REPO) else sys.executable
-    argv = " ".join(a for a in sys.argv[1:])
-    cmd = f"{py} bench/bench_nifti.py {argv}".strip()
+    py, cmd = python(), command()
     L = []
     w = L.append
     w("# Benchmarks: voxpipe vs nibabel (NIfTI reads)\n")
@@ -557,13 +475,12 @@ def render(args, info, res, checks, facts, elapsed):
     w(f"- Command: `{cmd}` (data: `{py} bench/make_data.py`)")
     w(f"- Repeats: {args.repeat} fresh process(es) per row{', after one discarded warm-up round per case' if not args.quick else ''}; "
       "times are **median (min)** of the timed call only.")
-    (b0, s0, o0, t0), (b1, s1, o1, t1) = info["cpu_before"], info["cpu_after"]
-    capacity = (t1 - t0) * m["usable"]
-    others = max(b1 - b0 - (o1 - o0), 0.0)
-    w(f"- Other work on the machine during the run: {others:.0f} CPU-seconds, {100 * others / capacity:.0f}% of the "
-      f"{m['usable']} cores (this benchmark used {100 * (o1 - o0) / capacity:.0f}%; hypervisor steal "
-      f"{100 * (s1 - s0) / capacity:.0f}%).")
-    if others > 0.1 * capacity:
+    use = other_work(info["cpu_before"], info["cpu_after"], m["usable"])
+    capacity = use["capacity"]
+    w(f"- Other work on the machine during the run: {use['others']:.0f} CPU-seconds, {use['share']:.0f}% of the "
+      f"{m['usable']} cores (this benchmark used {100 * use['ours'] / capacity:.0f}%; hypervisor steal "
+      f"{100 * use['steal'] / capacity:.0f}%).")
+    if use["others"] > 0.1 * capacity:
         w("- **Warning: the machine was busy during this run.** The numbers are pessimistic and noisy, most of all for "
           "multi-threaded voxpipe, which competes with the other work for every core; rerun on a quiet machine.")
     w("")
@@ -610,10 +527,10 @@ def render(args, info, res, checks, facts, elapsed):
                 w(f"| {label} | error: `{x['error']['error']}` | | | | |")
                 continue
             thr_ = f"{x['out']['out_nbytes'] / x['first']['median'] / MB:.0f} MB/s" if x["first"] else "n/a"
-            wm = fmt_t(x["warm"]) + (" (reused buffer)" if x["warm_mode"] == "reused buffer" else "")
+            wm = fmt_t(x["warm"], fmt_s) + (" (reused buffer)" if x["warm_mode"] == "reused buffer" else "")
             if x["was_mmap"]:
                 label += " (returned a memmap; timed incl. copying it)"
-            w(f"| {label} | {fmt_t(x['first'])} | {wm} | {fmt_mib(x['peak'])} | {fmt_mib(x['overhead'])} | {thr_} |")
+            w(f"| {label} | {fmt_t(x['first'], fmt_s)} | {wm} | {fmt_mib(x['peak'])} | {fmt_mib(x['overhead'])} | {thr_} |")
         v, n = r.get("voxpipe"), r.get(ref)
         w("")
         if v and n:
@@ -666,7 +583,7 @@ def render(args, info, res, checks, facts, elapsed):
             w(f"| {label} | error: `{x['error']['error']}` | | | | |")
             continue
         o = x["out"]
-        w(f"| {label} | {fmt_t(x['first'])} | {fmt_t(x['warm'])} | {x['rchar']:,} | {x['rssfile']:,} | "
+        w(f"| {label} | {fmt_t(x['first'], fmt_s)} | {fmt_t(x['warm'], fmt_s)} | {x['rchar']:,} | {x['rssfile']:,} | "
           f"{o['out_dtype']} {tuple(o['out_shape'])} |")
     w("")
     v, n = r.get("voxpipe"), r.get("nibabel")
@@ -684,12 +601,7 @@ def render(args, info, res, checks, facts, elapsed):
     targets.append(("3D .nii.gz -> float32 speed-up (first; no target set)", fmt_x(sp),
                     "not measured" if sp is None else ("info: >= 3x" if sp >= TARGET_SPEEDUP else "info: < 3x")))
 
-    w("## Targets\n")
-    w("| target | measured | status |")
-    w("|---|---|---|")
-    for t_, m_, s_ in targets:
-        w(f"| {t_} | {m_} | {s_} |")
-    w("")
+    L += targets_lines("## Targets", targets)
 
     w("## Agreement with nibabel\n")
     if checks is None:
@@ -703,14 +615,8 @@ def render(args, info, res, checks, facts, elapsed):
             w(f"| {name} | {'ok' if ok else '**MISMATCH**'}: {msg} |")
         w("")
 
-    errors = [(c, l, x["error"]) for c, rr in res.items() for l, x in rr.items() if x["error"]]
-    if errors:
-        w("## Errors\n")
-        for c, l, e in errors:
-            w(f"- case {c}, {l}: `{e['error']}`")
-            if e.get("stderr"):
-                w("  ```\n  " + e["stderr"].strip().replace("\n", "\n  ")[-1500:] + "\n  ```")
-        w("")
+    L += errors_lines("## Errors", [(c, l, x["error"]) for c, rr in res.items()
+                                    for l, x in rr.items() if x["error"]], prefix="case ")
     if not all(x["hwm_reset"] for rr in res.values() for x in rr.values() if x["out"]):
         w("Note: /proc/self/clear_refs was not writable, so peak RSS may include import-time peaks.\n")
     return "\n".join(L) + "\n"

@@ -39,24 +39,21 @@ Inputs: .venv/bin/python bench/make_data.py (bold_4d.nii.gz, t1_3d.nii).
 """
 import argparse
 import collections
-import datetime
 import json
 import logging
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 
-from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
-                      wait_idle, write_section)
+from benchlib import (DATA, MIB, Parser, command, cpu_snapshot, errors_lines, fmt_mb, fmt_s, fmt_t,
+                      fmt_x, interleaved, measured, other_work, other_work_sentence,
+                      prime_memory, publish, ratio, run_log, settle, stamp, summarise_rows,
+                      targets_lines, try_child, versions_text)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 INDEX_CACHE = os.path.join(DATA, "remote", "index-cache")
 SERIES = os.path.join(DATA, "bold_4d.nii.gz")
 # The series as it is uploaded: the file (a hard link) and its seek index next to it, so that
@@ -314,7 +311,8 @@ def make_call(spec):
     raise ValueError(f"no measurement {case}/{tool}/{spec.get('op')}")
 
 
-def run_child(spec):
+def measure(spec):
+    """One measurement in this (child) process: its first call, and its warm one where asked."""
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     call = make_call(spec)
     warmup = spec.get("warmup")
@@ -323,14 +321,9 @@ def run_child(spec):
     res = {}
     for name in ("first", "warm")[:2 if spec.get("warm") else 1]:
         c0 = counters(endpoint)
-        base = vm("VmRSS")
-        reset_peak_rss()
-        t0 = time.perf_counter()
-        out = call()
-        seconds = time.perf_counter() - t0
-        peak = vm("VmHWM") - base
+        out, seconds, peak_mib = measured(call)
         c1 = counters(endpoint)
-        res[name] = {"seconds": seconds, "peak_mib": peak / MIB,
+        res[name] = {"seconds": seconds, "peak_mib": peak_mib,
                      **{k: c1[k] - c0[k] for k in ("requests", "bytes", "body_bytes", "GET",
                                                    "HEAD", "ranged_GET")}}
         if name == "first":  # the many-files loops return their results' CRCs, not the results
@@ -339,6 +332,10 @@ def run_child(spec):
                              else sum(memoryview(a).nbytes for a in out))
         del out
     return res
+
+
+def child(spec):
+    return probe_iter_load(spec) if spec.get("probe") else measure(spec)
 
 
 def probe_iter_load(spec):
@@ -356,68 +353,55 @@ def probe_iter_load(spec):
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def child(spec, timeout=600):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-        return {"error": tail, "stderr": p.stderr[-3000:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def run_case(name, rows, repeat, log):
-    """rows: [(label, spec)]. Interleaved, the order reversed every other repeat, so that a
-    slow drift of the machine does not favour one row."""
+    """rows: [(label, spec)], interleaved (benchlib.interleaved), memory primed before each."""
     runs = {label: [] for label, _ in rows}
-    for r in range(repeat):
-        for label, spec in (rows if r % 2 == 0 else rows[::-1]):
-            prime_memory(PRIME_MIB[name])
-            res = child(dict(spec, case=name))
-            runs[label].append(res)
-            log(f"  [{r + 1}/{repeat}] {label}: " + (
-                f"error: {res['error']}" if "error" in res else
-                ", ".join(f"{k} {res[k]['seconds']:.3f} s, {res[k]['requests']} req, "
-                          f"{res[k]['bytes'] / 1e6:.1f} MB"
-                          for k in ("first", "warm") if k in res)))
-    out = {}
-    for label, _ in rows:
+    for r, label, spec in interleaved(rows, repeat):
+        prime_memory(PRIME_MIB[name])
+        res = try_child(__file__, dict(spec, case=name))
+        runs[label].append(res)
+        log(run_log(r, repeat, label, res,
+                    lambda x: f", {x['requests']} req, {x['bytes'] / 1e6:.1f} MB"))
+    out = summarise_rows(runs, ("requests", "bytes", "body_bytes", "GET", "HEAD", "ranged_GET",
+                                "peak_mib"), [label for label, _ in rows])
+    for label, s in out.items():
         ok = [x for x in runs[label] if "error" not in x]
-        errors = [x for x in runs[label] if "error" in x]
-        s = {"error": errors[0] if errors else None, "n": len(ok)}
-        for k in ("first", "warm"):
-            xs = [x[k] for x in ok if k in x]
-            if xs:
-                times = [x["seconds"] for x in xs]
-                s[k] = {"median": statistics.median(times), "min": min(times),
-                        **{c: statistics.median(x[c] for x in xs)
-                           for c in ("requests", "bytes", "body_bytes", "GET", "HEAD",
-                                     "ranged_GET", "peak_mib")}}
         if ok:
             s["crc"], s["nbytes"] = ok[0]["crc"], ok[0]["nbytes"]
-        out[label] = s
     return out
 
 
-def stage_series(log):
-    """bench/data/remote/: a hard link to the series and its exact seek index next to it."""
+def stage(gz, folder, log):
+    """`folder`/NAME.nii.gz, a hard link to `gz` (a copy where links fail), and its exact seek
+    index next to it, as the series is uploaded: the sidecar never lies beside the input the
+    other cases (and benchmarks) read, so their .nii.gz stays a plain single-stream file.
+    Returns (path, index path)."""
     import voxpipe as vp
-    os.makedirs(STAGE, exist_ok=True)
-    path = os.path.join(STAGE, os.path.basename(SERIES))
-    if not os.path.exists(path) or not os.path.samefile(path, SERIES):
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, os.path.basename(gz))
+    if not os.path.exists(path) or not os.path.samefile(path, gz):
         if os.path.exists(path):
             os.remove(path)
         try:
-            os.link(SERIES, path)
+            os.link(gz, path)
         except OSError:
-            shutil.copyfile(SERIES, path)
+            shutil.copyfile(gz, path)
     index = path + ".gzidx"
-    if not os.path.exists(index) or os.path.getmtime(index) < os.path.getmtime(SERIES):
+    if not os.path.exists(index) or os.path.getmtime(index) < os.path.getmtime(gz):
         log(f"building the seek index {index} ...")
         vp.gz.build_index(path)
     return path, index
+
+
+def client_environment(endpoint):
+    """The environment the clients are configured by, as users' code is: the server's endpoint
+    over plain HTTP, dummy keys and a region. The user's own AWS profile settings are dropped
+    from os.environ, so that none of them reaches a client."""
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        os.environ.pop(k, None)
+    return dict(AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="bench",
+                AWS_SECRET_ACCESS_KEY="bench", AWS_REGION="us-east-1",
+                AWS_DEFAULT_REGION="us-east-1")
 
 
 def upload(endpoint, objects, log):
@@ -438,33 +422,18 @@ def upload(endpoint, objects, log):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=3, help="fresh processes per row (default 3)")
+    ap = Parser(__doc__, repeat=3, wait_idle=True,
+                quick="smoke test: 1 repeat, 8 files, report to bench/data/BENCHMARKS-quick.md "
+                      "unless --output")
     ap.add_argument("--files", type=int, default=40, help="T1-size files in case 3 (default 40)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: 1 repeat, 8 files, report to bench/data/BENCHMARKS-quick.md "
-                         "unless --output")
-    ap.add_argument("--output", help="report path (default: BENCHMARKS.md at the repository root)")
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait for the load average to fall below 0.5")
     ap.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse(child)
     if args.server:
         serve()
         return
-    if args.child:
-        spec = json.loads(args.child)
-        result = probe_iter_load(spec) if spec.get("probe") else run_child(spec)
-        print(json.dumps(result), flush=True)
-        # As bench_nifti.py: interpreter shutdown is not measured (nor waited for).
-        os._exit(0)
-
     if args.quick:
         args.repeat, args.files = 1, min(args.files, 8)
-    output = args.output or (os.path.join(DATA, "BENCHMARKS-quick.md") if args.quick
-                             else os.path.join(REPO, "BENCHMARKS.md"))
+    output = args.output
     if not os.path.exists(SERIES):
         sys.exit(f"missing {SERIES}: run .venv/bin/python bench/make_data.py first")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
@@ -473,21 +442,16 @@ def main():
     import nibabel as nib
     import numpy as np
     t1_paths = bench_monai.make_inputs(args.files)
-    series, index = stage_series(log)
+    series, index = stage(SERIES, STAGE, log)
     shape = nib.load(series).shape
     t_mid = shape[3] // 2
     rng = np.random.default_rng(20261204)
     raw = rng.bytes(RAW_BYTES)
     starts = [int(x) for x in rng.integers(0, RAW_BYTES - RANGE_BYTES, N_RANGES)]
 
-    if args.wait_idle:
-        wait_idle()
+    settle(args)
     server = Server()
-    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-        os.environ.pop(k, None)
-    os.environ.update(AWS_ENDPOINT_URL=server.endpoint, AWS_ALLOW_HTTP="true",
-                      AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                      AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
+    os.environ.update(client_environment(server.endpoint))
     many_keys = [f"many/{os.path.basename(p)}" for p in t1_paths]
     try:
         upload(server.endpoint, [(SERIES_KEY, series), (SERIES_KEY + ".gzidx", index),
@@ -514,11 +478,11 @@ def main():
                     for tool in ("obstore", "s3fs")]
             + [("s3fs ranges_file", dict(raw_spec, tool="s3fs", op="ranges_file", warm=True))],
         }
-        iter_load_note = child({"probe": True, "urls": many_urls})
+        iter_load_note = try_child(__file__, {"probe": True, "urls": many_urls})
         # The index of this version of the series in the shared cache, as after a first read.
         shutil.rmtree(INDEX_CACHE, ignore_errors=True)
-        child({"tool": "voxpipe", "case": "volume", "urls": [series_url], "t": t_mid,
-               "cache": "shared"})
+        try_child(__file__, {"tool": "voxpipe", "case": "volume", "urls": [series_url],
+                             "t": t_mid, "cache": "shared"})
         if isinstance(iter_load_note, dict):
             iter_load_note = iter_load_note["error"]
         if iter_load_note is None:
@@ -535,35 +499,13 @@ def main():
                  index_bytes=os.path.getsize(index), files=len(t1_paths),
                  many_bytes=sum(os.path.getsize(p) for p in t1_paths),
                  iter_load_note=iter_load_note, elapsed=time.time() - started)
-    text = render(args, res, facts, (cpu0, cpu1))
-    write_section(output, text, BEGIN, END)
-    print(text)
+    publish(output, render(args, res, facts, (cpu0, cpu1)), BEGIN, END)
     log(f"wrote {output}")
 
 
 # --------------------------------------------------------------------------------------------
 # Report.
 # --------------------------------------------------------------------------------------------
-
-def fmt_s(s):
-    return f"{s * 1000:.1f} ms" if s < 0.1 else f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
-
-
-def fmt_t(x):
-    return "n/a" if not x else f"{fmt_s(x['median'])} ({fmt_s(x['min'])})"
-
-
-def fmt_mb(b):
-    return f"{b / 1e6:.3f}" if b < 1e6 else f"{b / 1e6:.1f}"
-
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-
-def fmt_x(x):
-    return "n/a" if x is None else f"**{x:.2f}x**" if x < 100 else f"**{x:.0f}x**"
-
 
 def verdict(x, ok):
     return "not measured" if x is None else ("met" if ok else "**not met**")
@@ -573,12 +515,7 @@ def render(args, res, facts, cpu):
     import numpy as np
     L = []
     w = L.append
-    (b0, s0, o0, t0), (b1, s1, o1, t1) = cpu
-    capacity = (t1 - t0) * os.cpu_count()
-    others = max(b1 - b0 - (o1 - o0), 0.0)
-    py = (os.path.relpath(sys.executable, REPO) if sys.executable.startswith(REPO)
-          else sys.executable)
-    cmd = f"{py} bench/bench_remote.py {' '.join(sys.argv[1:])}".strip()
+    cmd = command()
     errors = []
 
     def get(case, label, key="first"):
@@ -595,12 +532,11 @@ def render(args, res, facts, cpu):
     w("")
     w("## Object storage (S3): bench/bench_remote.py")
     w("")
-    w(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-      f"{os.cpu_count()} cores; `{cmd}`"
+    w(f"{stamp()}; `{cmd}`"
       + (" (**--quick smoke test: not for quoting**)" if args.quick else "") + "; "
       f"median (min) of {args.repeat} fresh process(es) per row, rows interleaved, memory primed "
       f"before each; the measurements took {facts['elapsed']:.0f} s. "
-      + ", ".join(f"{k} {v}" for k, v in versions(VERSIONED).items()) + ".")
+      + versions_text(VERSIONED) + ".")
     w("")
     w("- Server: moto's S3 in its own process on 127.0.0.1 (plain HTTP, keep-alive), sharing the "
       f"{os.cpu_count()} cores with the client. Loopback adds no latency: few large requests and "
@@ -615,10 +551,7 @@ def render(args, res, facts, cpu):
       "s3fs's defaults: `readahead` cache, 50 MiB blocks). voxpipe: `vp.load(url)`. Both make "
       "their client inside the timed call, as a script does; **first** = the first call in a "
       "fresh process, **warm** = the same call again in that process.")
-    w(f"- Other work on the machine during the run: {others:.0f} CPU-seconds, "
-      f"{100 * others / capacity:.0f}% of the cores (this benchmark, server included, used "
-      f"{100 * (o1 - o0) / capacity:.0f}%; hypervisor steal {100 * (s1 - s0) / capacity:.0f}%)."
-      + (" **The machine was busy: the numbers are noisy.**" if others > 0.1 * capacity else ""))
+    w("- " + other_work_sentence(other_work(*cpu), "this benchmark, server included"))
     w("")
     targets = []
     shape, t = facts["shape"], facts["t"]
@@ -755,12 +688,7 @@ def render(args, res, facts, cpu):
         targets.append(("obstore vs s3fs, the same operations (issue 20 point 5: choose by "
                         "measurement)", summary, "info"))
 
-    w("### Targets\n")
-    w("| target | measured | status |")
-    w("|---|---|---|")
-    for name, m, s in targets:
-        w(f"| {name} | {m} | {s} |")
-    w("")
+    L += targets_lines("### Targets", targets)
 
     w("### Agreement\n")
     checks = (("volume", "1. the volume", lambda label: ""),
@@ -778,13 +706,7 @@ def render(args, res, facts, cpu):
                            "**readers differ**: " + "; ".join(
                                " = ".join(v) for v in groups.values())))
     w("")
-    if errors:
-        w("### Errors\n")
-        for case, label, e in errors:
-            w(f"- {case}, {label}: `{e['error']}`")
-            if e.get("stderr"):
-                w("  ```\n  " + e["stderr"].strip().replace("\n", "\n  ")[-1500:] + "\n  ```")
-        w("")
+    L += errors_lines("### Errors", errors)
     w(END)
     w("")
     return "\n".join(L)

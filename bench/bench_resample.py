@@ -31,22 +31,16 @@ they took CPU from the timed call that followed (scipy's, then voxpipe's).
 Usage: .venv/bin/python bench/bench_resample.py [--repeat N] [--series-repeat N] [--volumes N]
        [--wait-idle] [--output PATH]
 """
-import argparse
-import datetime
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS (see above)
 
-from benchlib import MIB, cpu_name, cpu_snapshot, versions, vm, wait_idle, write_section
+from benchlib import (DATA, MIB, Parser, cpu_snapshot, git_state, medians, ms,  # noqa: E402
+                      other_work, other_work_brief, publish, run_child, settle, stamp,
+                      versions_text, vm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 SHAPE = (96, 96, 60)
 BEGIN = "<!-- resample benchmark: begin -->"
 END = "<!-- resample benchmark: end -->"
@@ -221,19 +215,14 @@ def child(spec):
     peak = vm("VmHWM")
     if spec.get("save"):  # after the timing: the outputs compared in the report
         np.save(spec["save"], data if data is not None else np.asanyarray(nib.load(spec["out"]).dataobj))
-    print(json.dumps({"time": elapsed, "peak": peak, "base": base}))
+    return {"time": elapsed, "peak": peak, "base": base}
 
 
-def run_child(spec, repeat, save=None):
-    runs = []
-    for k in range(repeat):
-        one = dict(spec, save=save) if save and k == 0 else spec
-        r = subprocess.run([sys.executable, __file__, "--child", json.dumps(one)],
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit(f"child {spec} failed:\n{r.stderr}")
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    return {k: statistics.median(r[k] for r in runs) for k in ("time", "peak", "base")}
+def measure(spec, repeat, save=None):
+    """Medians of `repeat` fresh children; the first saves its output to `save`, if given."""
+    runs = [run_child(__file__, dict(spec, save=save) if save and k == 0 else spec)
+            for k in range(repeat)]
+    return medians(runs, ("time", "peak", "base"))
 
 
 def series_cases(volumes, repeat, nit_repeat, cores):
@@ -242,13 +231,13 @@ def series_cases(volumes, repeat, nit_repeat, cores):
     saved = {t: os.path.join(DATA, f"resample_check_{t}.npy") for t in ("nit", "vp")}
     # nitransforms holds every volume's coordinates at once (minutes and GiB for a long
     # series): one process, unless --nitransforms-repeat says otherwise.
-    res = {"nitransforms": run_child({"tool": "nitransforms", "volumes": volumes,
+    res = {"nitransforms": measure({"tool": "nitransforms", "volumes": volumes,
                                       "threads": cores}, nit_repeat, save=saved["nit"]),
-           "vp_memory": run_child({"tool": "vp_memory", "volumes": volumes, "threads": cores},
+           "vp_memory": measure({"tool": "vp_memory", "volumes": volumes, "threads": cores},
                                   repeat),
-           "vp_memory1": run_child({"tool": "vp_memory", "volumes": volumes, "threads": 1},
+           "vp_memory1": measure({"tool": "vp_memory", "volumes": volumes, "threads": 1},
                                    repeat),
-           "vp_file": run_child({"tool": "vp_file", "volumes": volumes, "threads": cores,
+           "vp_file": measure({"tool": "vp_file", "volumes": volumes, "threads": cores,
                                  "out": out_nii}, repeat, save=saved["vp"])}
     import nibabel as nib
     a, b = np.load(saved["nit"], mmap_mode="r"), np.load(saved["vp"], mmap_mode="r")
@@ -272,21 +261,14 @@ def series_cases(volumes, repeat, nit_repeat, cores):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child")
-    ap.add_argument("--repeat", type=int, default=11)
+    ap = Parser(__doc__, repeat=11, repeat_help="interleaved rounds of the kernel calls",
+                wait_idle=True)
     ap.add_argument("--series-repeat", type=int, default=3)
     ap.add_argument("--nitransforms-repeat", type=int, default=1)
     ap.add_argument("--volumes", type=int, default=300)
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait (up to 10 min) for the load average to drop below 0.5")
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    args = ap.parse(child)
     make_series(args.volumes)
-    load, _ = wait_idle() if args.wait_idle else (os.getloadavg()[0], 0.0)
+    load, _ = settle(args)
     cores = os.cpu_count()
     cpu0 = cpu_snapshot()
     kernel = kernel_cases(args.repeat, cores)
@@ -294,23 +276,15 @@ def main():
                                             args.nitransforms_repeat, cores)
     cpu1 = cpu_snapshot()
     text = report(kernel, series, diff, data_range, args, cores, load, (cpu0, cpu1))
-    write_section(args.output, text, BEGIN, END)
-    print(text)
+    publish(args.output, text, BEGIN, END)
 
 
 def report(kernel, series, diff, data_range, args, cores, load, cpu):
-    (b0, st0, o0, w0), (b1, st1, o1, w1) = cpu
-    other = max(0.0, (b1 - b0) - (o1 - o0))
-    ms = lambda x: f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"  # noqa: E731
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=REPO).stdout.strip()
-    vers = versions(("voxpipe", "numpy", "scipy", "nitransforms", "nibabel"))
+    vers = versions_text(("voxpipe", "numpy", "scipy", "nitransforms", "nibabel"))
     lines = [BEGIN, "", "## Resampling: bench/bench_resample.py", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{cores} cores; commit {git}; " + ", ".join(f"{k} {v}" for k, v in vers.items()) +
-             f". Load average {load:.2f} at the start; other work on the machine during the run: "
-             f"{other:.0f} CPU-s in {w1 - w0:.0f} s "
-             f"({100 * other / ((w1 - w0) * cores):.0f}% of the cores).", "",
+             f"{stamp(cores)}; commit {git_state()}; {vers}. Load average {load:.2f} at the "
+             "start; other work on the machine during the run: "
+             f"{other_work_brief(other_work(*cpu, cores), steal=False)}.", "",
              f"### 1. Interpolation kernel: 96x96x60 float32, 3-D rotation, float32 out "
              f"(medians of {args.repeat} interleaved rounds; ratios are medians of the per-round "
              f"ratios; outputs equal to scipy's bit for bit, checked)", "",
@@ -382,5 +356,4 @@ def report(kernel, series, diff, data_range, args, cores, load, cpu):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     main()

@@ -50,10 +50,7 @@ Usage: .venv/bin/python bench/bench_zarr.py [--threads N] [--repeat N] [--files 
 Inputs: .venv/bin/python bench/make_data.py (bold_4d.nii.gz, t1_3d.nii); needs zarr, nifti-zarr,
 dask, distributed, moto and obstore (requirements-dev.txt).
 """
-import argparse
 import collections
-import datetime
-import json
 import os
 import resource
 import shutil
@@ -62,14 +59,12 @@ import subprocess
 import sys
 import time
 
-# The report's number formats are bench_remote.py's (one look across the tables).
-from bench_remote import fmt_mb, fmt_s, fmt_t, fmt_x, ratio
-from benchlib import (MIB, cpu_name, cpu_snapshot, prime_memory, reset_peak_rss, versions, vm,
-                      wait_idle, warm, write_section)
+import bench_remote
+from benchlib import (DATA, MIB, REPO, Parser, command, cpu_snapshot, errors_lines, fmt_mb, fmt_s,
+                      fmt_t, fmt_x, interleaved, measured, other_work, other_work_sentence,
+                      prime_memory, publish, ratio, run_log, settle, stamp, summarise_rows,
+                      targets_lines, try_child, versions_text, warm)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
 SERIES = os.path.join(DATA, "bold_4d.nii.gz")
 BEGIN = "<!-- zarr benchmark: begin -->"
 END = "<!-- zarr benchmark: end -->"
@@ -160,27 +155,6 @@ def quick_inputs(folder, n, log):
         if not os.path.exists(p):
             _variant(source, p, k)
     return series, paths
-
-
-def stage(gz, folder, log):
-    """`folder`/NAME.nii.gz, a hard link to `gz`, and its exact seek index next to it, as
-    bench_remote.py uploads its series: the sidecar never lies beside the input the other cases
-    (and benchmarks) read, so their .nii.gz stays a plain single-stream file."""
-    import voxpipe as vp
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, os.path.basename(gz))
-    if not os.path.exists(path) or not os.path.samefile(path, gz):
-        if os.path.exists(path):
-            os.remove(path)
-        try:
-            os.link(gz, path)
-        except OSError:
-            shutil.copyfile(gz, path)
-    index = path + ".gzidx"
-    if not os.path.exists(index) or os.path.getmtime(index) < os.path.getmtime(gz):
-        log(f"building the seek index {index} ...")
-        vp.gz.build_index(path)
-    return path, index
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,7 +292,7 @@ def configure_threads(threads):
     dask.config.set(scheduler="threads", num_workers=threads)
 
 
-def run_child(spec):
+def measure(spec):
     """One measurement: {"first": {...}[, "warm": {...}], "check": ...}."""
     from bench_remote import counters, sample_crc
     case, tool, threads = spec["case"], spec["tool"], spec["threads"]
@@ -363,13 +337,8 @@ def run_child(spec):
     res = {}
     for name in ("first", "warm")[:2 if spec.get("warm") else 1]:
         c0 = counters(endpoint) if endpoint else None
-        base = vm("VmRSS")
-        reset_peak_rss()
-        t0 = time.perf_counter()
-        out = call()
-        seconds = time.perf_counter() - t0
-        peak = vm("VmHWM") - base
-        res[name] = {"seconds": seconds, "peak_mib": peak / MIB}
+        out, seconds, peak_mib = measured(call)
+        res[name] = {"seconds": seconds, "peak_mib": peak_mib}
         if tool == "cli":  # the command's own peak (whole process), not this process's
             res[name]["peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             res[name]["whole_process"] = True
@@ -405,12 +374,12 @@ def nib_mean(path):
 
 
 def find_to_dask():
-    """vp.to_dask, else voxpipe._dask.to_dask, else None."""
+    """vp.to_dask, else voxpipe._many.dask.to_dask, else None."""
     import voxpipe as vp
     fn = getattr(vp, "to_dask", None)
     if fn is None:
         try:
-            from voxpipe._dask import to_dask as fn
+            from voxpipe._many.loading.dask import to_dask as fn
         except ImportError:
             return None
     return fn
@@ -456,12 +425,8 @@ def run_dask_child(spec):
     else:
         raise ValueError(f"no dask tool {tool}")
     for name in ("first", "warm"):
-        base = vm("VmRSS")
-        reset_peak_rss()
-        t0 = time.perf_counter()
-        out = call()
-        seconds = time.perf_counter() - t0
-        res[name] = {"seconds": seconds, "peak_mib": (vm("VmHWM") - base) / MIB}
+        out, seconds, peak_mib = measured(call)
+        res[name] = {"seconds": seconds, "peak_mib": peak_mib}
         if name == "first":
             res["check"] = [float(x) for x in out]
     if client is not None:
@@ -512,90 +477,53 @@ def reference(spec):
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def child(spec, timeout=CHILD_TIMEOUT):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-        return {"error": tail, "stderr": p.stderr[-3000:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+def child(spec):
+    if spec.get("probe"):
+        return probe_to_dask(spec)
+    if spec.get("reference"):
+        return reference(spec)
+    if spec["case"] == "dask_many":
+        return run_dask_child(spec)
+    return measure(spec)
 
 
 def run_case(name, rows, repeat, prime_mib, log):
-    """rows: [(label, spec)]. Interleaved, the order reversed every other repeat, so that a
-    slow drift of the machine does not favour one row; each row's inputs are read right before
-    it (warm page cache for every tool)."""
+    """rows: [(label, spec)], interleaved (benchlib.interleaved), memory primed before each and
+    each row's inputs read right before it (warm page cache for every tool)."""
     runs = {label: [] for label, _ in rows}
-    for r in range(repeat):
-        for label, spec in (rows if r % 2 == 0 else rows[::-1]):
-            for p in spec.get("warm_paths", spec["paths"]):
-                warm(*tree_files(p))
-            prime_memory(prime_mib)
-            res = child(dict(spec, case=name))
-            runs[label].append(res)
-            log(f"  [{r + 1}/{repeat}] {label}: " + (
-                f"error: {res['error']}" if "error" in res else
-                ", ".join(f"{k} {res[k]['seconds']:.3f} s" + (
-                    f", {res[k]['requests']} req, {res[k]['bytes'] / 1e6:.2f} MB"
-                    if "requests" in res[k] else "") for k in ("first", "warm") if k in res)))
-    out = {}
-    for label, _ in rows:
+    for r, label, spec in interleaved(rows, repeat):
+        for p in spec.get("warm_paths", spec["paths"]):
+            warm(*tree_files(p))
+        prime_memory(prime_mib)
+        res = try_child(__file__, dict(spec, case=name), timeout=CHILD_TIMEOUT)
+        runs[label].append(res)
+        log(run_log(r, repeat, label, res,
+                    lambda x: f", {x['requests']} req, {x['bytes'] / 1e6:.2f} MB"
+                    if "requests" in x else ""))
+    out = summarise_rows(runs, ("requests", "bytes", "GET", "HEAD", "ranged_GET", "peak_mib"),
+                         [label for label, _ in rows])
+    for label, s in out.items():
         ok = [x for x in runs[label] if "error" not in x]
-        errors = [x for x in runs[label] if "error" in x]
-        s = {"error": errors[0] if errors else None, "n": len(ok)}
-        for k in ("first", "warm"):
-            xs = [x[k] for x in ok if k in x]
-            if xs:
-                times = [x["seconds"] for x in xs]
-                s[k] = {"median": statistics.median(times), "min": min(times),
-                        "whole_process": xs[0].get("whole_process", False),
-                        **{c: statistics.median(x[c] for x in xs)
-                           for c in ("requests", "bytes", "GET", "HEAD", "ranged_GET",
-                                     "peak_mib") if c in xs[0]}}
         if ok:
             s["check"] = ok[0]["check"]
             s["sizes"] = ok[0].get("sizes")
             starts = [x["start_seconds"] for x in ok if "start_seconds" in x]
             s["start"] = statistics.median(starts) if starts else None
-        out[label] = s
     return out
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(__doc__, repeat=3, wait_idle=True,
+                quick="smoke test: tiny inputs, 1 repeat, 4 files, report to "
+                      "bench/data/BENCHMARKS-quick.md unless --output")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="threads for every tool and workers of the Dask cluster (default: "
                          "every core, %(default)s)")
-    ap.add_argument("--repeat", type=int, default=3, help="fresh processes per row (default 3)")
     ap.add_argument("--files", type=int, default=40, help="T1-size files (default 40)")
     ap.add_argument("--cases", default="read,convert,s3,dask",
                     help="comma-separated groups of cases to run (default: all: "
                          "read,convert,s3,dask)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: tiny inputs, 1 repeat, 4 files, report to "
-                         "bench/data/BENCHMARKS-quick.md unless --output")
-    ap.add_argument("--output", help="report path (default: BENCHMARKS.md at the repository root)")
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait for the load average to fall below 0.5")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        spec = json.loads(args.child)
-        if spec.get("probe"):
-            result = probe_to_dask(spec)
-        elif spec.get("reference"):
-            result = reference(spec)
-        elif spec["case"] == "dask_many":
-            result = run_dask_child(spec)
-        else:
-            result = run_child(spec)
-        print(json.dumps(result), flush=True)
-        # As bench_nifti.py: interpreter shutdown is not measured (nor waited for).
-        os._exit(0)
+    args = ap.parse(child)
 
     groups = [g.strip() for g in args.cases.split(",") if g.strip()]
     unknown = [g for g in groups if g not in CASE_GROUPS]
@@ -605,8 +533,7 @@ def main():
         sys.exit(f"--threads: expected a count >= 1, but received {args.threads}")
     if args.quick:
         args.repeat, args.files = 1, min(args.files, 4)
-    output = args.output or (os.path.join(DATA, "BENCHMARKS-quick.md") if args.quick
-                             else os.path.join(REPO, "BENCHMARKS.md"))
+    output = args.output
     folder = os.path.join(DATA, "zarr-quick" if args.quick else "zarr")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
@@ -625,7 +552,7 @@ def main():
         ensure_store(gz, st, args.threads, log)
     shape = nib.load(series).shape
     t_mid = shape[3] // 2
-    staged, index = (stage(series, os.path.join(folder, "remote"), log)
+    staged, index = (bench_remote.stage(series, os.path.join(folder, "remote"), log)
                      if "s3" in groups else (None, None))
     cli = os.environ.get("VOXPIPE_CLI") or os.path.join(REPO, ".venv", "bin", "voxpipe")
     # Every child: zarr's pool (also for `voxpipe convert`'s own Python) and Dask's scheduler
@@ -639,12 +566,12 @@ def main():
                       VOXPIPE_BENCH_CLI=cli)
     prime = (lambda case: QUICK_PRIME_MIB) if args.quick else PRIME_MIB.get  # noqa: E731
     log("reference values (nibabel on the .nii.gz files) ...")
-    ref = child({"reference": True, "series": series, "files": t1_gz, "t": t_mid})
+    ref = try_child(__file__, {"reference": True, "series": series, "files": t1_gz, "t": t_mid},
+                    timeout=CHILD_TIMEOUT)
     if "error" in ref:
         sys.exit(f"the reference child failed: {ref['error']}\n{ref.get('stderr', '')}")
 
-    if args.wait_idle:
-        wait_idle()
+    settle(args)
     started, cpu0 = time.time(), cpu_snapshot()
     base = {"threads": args.threads}
     out_root = os.path.join(folder, "out")
@@ -683,14 +610,8 @@ def main():
         shutil.rmtree(out_root, ignore_errors=True)
     facts = {}
     if "s3" in groups:
-        import bench_remote
         server = bench_remote.Server()
-        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE",
-                  "AWS_SHARED_CREDENTIALS_FILE"):
-            os.environ.pop(k, None)
-        env = dict(AWS_ENDPOINT_URL=server.endpoint, AWS_ALLOW_HTTP="true",
-                   AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
-                   AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
+        env = bench_remote.client_environment(server.endpoint)
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
@@ -705,8 +626,9 @@ def main():
             cache = os.path.join(folder, "index-cache")
             shutil.rmtree(cache, ignore_errors=True)
             # The index of this series in the shared cache, as after a first read.
-            first = child(dict(base, case="s3_volume", tool="voxpipe", paths=[gz_url], t=t_mid,
-                               cache=cache))
+            first = try_child(__file__, dict(base, case="s3_volume", tool="voxpipe",
+                                             paths=[gz_url], t=t_mid, cache=cache),
+                              timeout=CHILD_TIMEOUT)
             if "error" in first:
                 log(f"filling the index cache failed: {first['error']}")
             cold = os.path.join(folder, "index-cache-cold")
@@ -733,7 +655,7 @@ def main():
                 else:
                     os.environ[k] = v
     if "dask" in groups:
-        note = child({"probe": True, "paths": t1_gz})
+        note = try_child(__file__, {"probe": True, "paths": t1_gz}, timeout=CHILD_TIMEOUT)
         note = note.get("error") if isinstance(note, dict) else note
         tools = [("nib_cluster", t1_gz), ("nib_loop", t1_gz)]
         if note is None:
@@ -750,9 +672,7 @@ def main():
                  files=len(t1_gz), files_bytes=sum(os.path.getsize(p) for p in t1_gz),
                  stores_bytes=sum(tree_size(p)[0] for p in t1_stores),
                  file_shape=nib.load(t1_gz[0]).shape, elapsed=time.time() - started, cli=cli)
-    text = render(args, res, ref, notes, facts, (cpu0, cpu1))
-    write_section(output, text, BEGIN, END)
-    print(text)
+    publish(output, render(args, res, ref, notes, facts, (cpu0, cpu1)), BEGIN, END)
     log(f"wrote {output}")
 
 
@@ -793,12 +713,7 @@ def render(args, res, ref, notes, facts, cpu):
     import numpy as np
     L = []
     w = L.append
-    (b0, s0, o0, t0), (b1, s1, o1, t1) = cpu
-    capacity = (t1 - t0) * os.cpu_count()
-    others = max(b1 - b0 - (o1 - o0), 0.0)
-    py = (os.path.relpath(sys.executable, REPO) if sys.executable.startswith(REPO)
-          else sys.executable)
-    cmd = f"{py} bench/bench_zarr.py {' '.join(sys.argv[1:])}".strip()
+    cmd = command()
     n_thr = args.threads
     errors = []
 
@@ -821,12 +736,11 @@ def render(args, res, ref, notes, facts, cpu):
     w("")
     w("## NIfTI-Zarr: bench/bench_zarr.py")
     w("")
-    w(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-      f"{os.cpu_count()} cores; **{n_thr} threads for every tool**; `{cmd}`"
+    w(f"{stamp()}; **{n_thr} threads for every tool**; `{cmd}`"
       + (" (**--quick smoke test on tiny inputs: not for quoting**)" if args.quick else "")
       + f"; median (min) of {args.repeat} fresh process(es) per row, rows interleaved, memory "
       f"primed and inputs read before each; the measurements took {facts['elapsed']:.0f} s. "
-      + ", ".join(f"{k} {v}" for k, v in versions(VERSIONED).items()) + ".")
+      + versions_text(VERSIONED) + ".")
     w("")
     shape = facts["shape"]
     shape_s = "x".join(map(str, shape))
@@ -848,10 +762,7 @@ def render(args, res, ref, notes, facts, cpu):
       "the first call in a fresh process, **warm** = the same call again in it. Peak RSS: growth "
       "of the process during the call. Ratios: the other tool's median / voxpipe's (above 1: "
       "voxpipe is faster).")
-    w(f"- Other work on the machine during the run: {others:.0f} CPU-seconds, "
-      f"{100 * others / capacity:.0f}% of the cores (this benchmark used "
-      f"{100 * (o1 - o0) / capacity:.0f}%; hypervisor steal {100 * (s1 - s0) / capacity:.0f}%)."
-      + (" **The machine was busy: the numbers are noisy.**" if others > 0.1 * capacity else ""))
+    w("- " + other_work_sentence(other_work(*cpu)))
     w("")
     targets = []
 
@@ -1040,12 +951,7 @@ def render(args, res, ref, notes, facts, cpu):
             targets.append((f"to_dask reduction over {nf} files vs nibabel on the same cluster "
                             f"({what}; no target)", fmt_x(x) if n else "n/a", "info"))
 
-    w("### Targets\n")
-    w("| target | measured | status |")
-    w("|---|---|---|")
-    for name, m, s in targets:
-        w(f"| {name} | {m} | {s} |")
-    w("")
+    L += targets_lines("### Targets", targets)
 
     w("### Agreement\n")
     w("Reference: nibabel on the .nii.gz files (`get_fdata(dtype=np.float32)`, the stored values, "
@@ -1105,13 +1011,7 @@ def render(args, res, ref, notes, facts, cpu):
               ("all within 1e-9 (largest relative difference " if ok else "**differ**: ") +
               ", ".join(f"{k} {d:.1e}" for k, d in worst.items()) + (")" if ok else ""))
     w("")
-    if errors:
-        w("### Errors\n")
-        for case, label, e in errors:
-            w(f"- {case}, {label}: `{e['error']}`")
-            if e.get("stderr"):
-                w("  ```\n  " + e["stderr"].strip().replace("\n", "\n  ")[-1500:] + "\n  ```")
-        w("")
+    L += errors_lines("### Errors", errors)
     w(END)
     w("")
     return "\n".join(L)

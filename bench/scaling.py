@@ -37,9 +37,6 @@ Usage: .venv/bin/python bench/scaling.py [--quick] [--repeat R] [--threads 1,2,4
 --quick: small inputs and 2 rounds, a few minutes on 2 cores; the default is 3 rounds on the
 full inputs.
 """
-import argparse
-import datetime
-import json
 import os
 import statistics
 import subprocess
@@ -47,12 +44,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-DATA = os.path.join(HERE, "data")
-sys.path.insert(0, HERE)
-
-from benchlib import MIB, cpu_name, cpu_snapshot, versions, wait_idle, write_section  # noqa: E402
+from benchlib import (HERE, REPO, Parser, cpu_snapshot, git_state, memory_bytes, other_work,
+                      other_work_brief, publish, run_child, settle, stamp, versions_text)
 
 CASES = ("decode", "many", "index", "index_fast", "resample", "dicom")
 LABELS = {
@@ -211,46 +204,17 @@ def child(spec):
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"seconds": statistics.median(times)}))
-
-
-def run_child(spec):
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                       capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise RuntimeError(f"{spec['case']} threads={spec['threads']}: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])["seconds"]
+    return {"seconds": statistics.median(times)}
 
 
 # --------------------------------------------------------------------------------------------
 # Parent.
 # --------------------------------------------------------------------------------------------
 
-def git_state():
-    def git(*a):
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src", "include", "python")
-    head = git("rev-parse", "--short", "HEAD") or "?"
-    return head + (" (library sources modified)" if dirty else "")
-
-
-def memory_gib():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return 0.0
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--child")
-    ap.add_argument("--quick", action="store_true",
-                    help="small inputs (T1-size file, 8 files, 12 volumes) and 2 rounds")
+    # --quick writes its section of BENCHMARKS.md too (bench/gpu/run.sh runs it so).
+    ap = Parser(__doc__, wait_idle=True, quick_output=False,
+                quick="small inputs (T1-size file, 8 files, 12 volumes) and 2 rounds")
     ap.add_argument("--repeat", type=int, help="rounds (default 3; --quick 2)")
     ap.add_argument("--threads",
                     help="thread counts, comma-separated (default 1, 2, 4, ..., cores)")
@@ -259,13 +223,7 @@ def main():
     ap.add_argument("--plain", help="the plain .nii.gz of the decode and index cases")
     ap.add_argument("--files", type=int, help="many-files inputs (default 40; --quick 8)")
     ap.add_argument("--volumes", type=int, help="resampled series length (default 60; --quick 12)")
-    ap.add_argument("--wait-idle", action="store_true",
-                    help="first wait (up to 10 min) for the load average to drop below 0.5")
-    ap.add_argument("--output", default=os.path.join(REPO, "BENCHMARKS.md"))
-    args = ap.parse_args()
-    if args.child:
-        child(json.loads(args.child))
-        return
+    args = ap.parse(child)
     if args.repeat is None:
         args.repeat = 2 if args.quick else 3
     if args.files is None:
@@ -281,7 +239,7 @@ def main():
     t_start = time.perf_counter()
     inputs = make_inputs(args, cases)
     sizes = input_sizes(inputs)
-    waited = wait_idle() if args.wait_idle else (os.getloadavg()[0], 0.0)
+    waited = settle(args)
     load0 = os.getloadavg()
     cpu0 = cpu_snapshot()
     runs = {(c, k): [] for c in cases for k in ks}
@@ -298,7 +256,7 @@ def main():
                 elif c == "dicom":
                     spec["folder"] = inputs["dicom"]
                 for k in ks:
-                    s = run_child(dict(spec, threads=k))
+                    s = run_child(__file__, dict(spec, threads=k))["seconds"]
                     runs[(c, k)].append(s)
                     print(f"round {r + 1}/{args.repeat} {c:10s} threads={k:<3d} {s:8.3f} s",
                           flush=True)
@@ -307,25 +265,19 @@ def main():
     med = {key: statistics.median(v) for key, v in runs.items()}
     text = report(args, cases, ks, med, runs, sizes, cores, waited, (load0, load1), (cpu0, cpu1),
                   time.perf_counter() - t_start)
-    begin, end = markers(cores)
-    write_section(args.output, text, begin, end)
-    print(text)
+    publish(args.output, text, *markers(cores))
 
 
 def report(args, cases, ks, med, runs, sizes, cores, waited, loads, cpu, total):
-    (b0, st0, o0, w0), (b1, st1, o1, w1) = cpu
-    other = max(0.0, (b1 - b0) - (o1 - o0))
-    share = 100 * other / max(1e-9, (w1 - w0) * cores)
+    use = other_work(*cpu, cores)
     begin, end = markers(cores)
-    vers = versions(("voxpipe", "numpy", "nibabel", "pydicom"))
 
     def t(s):
         return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
     lines = [begin, "", f"## Scaling ({cores} cores): bench/scaling.py", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu_name()}, "
-             f"{cores} cores, {memory_gib():.0f} GiB; commit {git_state()}; "
-             + ", ".join(f"{m} {v}" for m, v in vers.items())
+             f"{stamp(cores)}, {memory_bytes() / 2**30:.0f} GiB; commit {git_state()}; "
+             + versions_text(("voxpipe", "numpy", "nibabel", "pydicom"))
              + f"; Python {sys.version.split()[0]}. "
              f"{'--quick: small inputs. ' if args.quick else ''}"
              f"Each cell: the median over {args.repeat} interleaved rounds of a fresh process's "
@@ -335,10 +287,10 @@ def report(args, cases, ks, med, runs, sizes, cores, waited, loads, cpu, total):
              f"when the measurements started"
              + (f" (after waiting {waited[1]:.0f} s for it to fall below 0.5)" if waited[1] else "")
              + f", {loads[1][0]:.2f} at the end; other work on the machine during the run: "
-             f"{other:.0f} CPU-s in {w1 - w0:.0f} s ({share:.0f}% of the cores; steal "
-             f"{st1 - st0:.0f} s)."
+             f"{other_work_brief(use)}."
              + (" **Noisy: other work took a large share of the cores; the high thread counts "
-                "are understated.**" if share > 15 or loads[0][0] > 0.5 * cores + 0.5 else ""),
+                "are understated.**"
+                if use["share"] > 15 or loads[0][0] > 0.5 * cores + 0.5 else ""),
              "", "Inputs: " + "; ".join(
                  f"{name} {desc}" for name, desc in
                  (("decode/index:", sizes.get("plain")), ("many:", sizes.get("many")),
