@@ -568,12 +568,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
 // One table row: median ms, files/s, MB/s on disk, MB/s decoded (MB = 10^6 bytes).
 std::string bench_row(const char* tool, double seconds, std::size_t files, std::uint64_t disk,
                       std::uint64_t decoded) {
@@ -597,59 +591,22 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
   bool nibabel = true;
   std::optional<std::string> python;
   ProgressMode progress_mode = ProgressMode::automatic;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kBenchLoadUsage;
-      return 0;
-    }
-    if (a == "--progress") {
-      if (!take_progress_mode(args, i, "voxpipe bench-load", err, progress_mode)) return kUsage;
-      continue;
-    }
-    if (a == "--threads" || a == "--io-threads" || a == "--repeat" || a == "--dtype" || a == "--python") {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe bench-load: " << a << " needs a value\n" << kBenchLoadUsage;
-        return kUsage;
-      }
-      const std::string v = args[++i];
-      if (a == "--dtype") {
-        if (v != "float32" && v != "native") {
-          err << "voxpipe bench-load: --dtype expects float32 or native, but received " << v << "\n";
-          return kUsage;
-        }
-        native = v == "native";
-      } else if (a == "--python") {
-        python = v;
-      } else {
-        const long lo = a == "--threads" ? 0 : 1;
-        const long hi = a == "--repeat" ? 1000 : 1024;
-        char* end = nullptr;
-        const long l = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || l < lo || l > hi) {
-          err << "voxpipe bench-load: " << a << " expects " << lo << ".." << hi << ", but received " << v << "\n";
-          return kUsage;
-        }
-        if (a == "--threads")
-          threads = static_cast<unsigned>(l);
-        else if (a == "--io-threads")
-          io_threads = static_cast<unsigned>(l);
-        else
-          repeat = static_cast<int>(l);
-      }
-    } else if (a == "--no-nibabel") {
-      nibabel = false;
-    } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe bench-load: unknown option " << a << "\n" << kBenchLoadUsage;
-      return kUsage;
-    } else {
-      paths.push_back(a);
-    }
-  }
-  if (paths.empty()) {
-    err << "voxpipe bench-load: expected FILES\n" << kBenchLoadUsage;
-    return kUsage;
-  }
+  OptionParser parser("voxpipe bench-load", kBenchLoadUsage, out, err);
+  parser.progress(progress_mode)
+      .integer("--threads", 0, 1024, threads)
+      .integer("--io-threads", 1, 1024, io_threads)
+      .integer("--repeat", 1, 1000, repeat)
+      .value("--dtype",
+             [&native](const std::string& v) {
+               if (v != "float32" && v != "native") return expects("--dtype", "float32 or native", v);
+               native = v == "native";
+               return std::string();
+             })
+      .value("--python", python)
+      .flag("--no-nibabel", [&nibabel] { nibabel = false; })
+      .positionals(paths, 1, SIZE_MAX, "expected FILES")
+      .usage_after_missing_value();
+  if (const auto code = parser.parse(args)) return *code;
   const unsigned decode_threads = resolve_threads(threads);
   const unsigned in_flight = io_threads ? *io_threads : decode_threads;
 

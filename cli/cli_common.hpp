@@ -1,11 +1,20 @@
-// What the subcommands share, and the ones that live in their own files.
+// What the subcommands share: exit codes, the overwrite rule, JSON strings, number and shape
+// formats, and the one option parser.
 #pragma once
 
+#include <cstdio>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "progress.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::cli {
@@ -52,9 +61,6 @@ class OutputExists : public std::runtime_error {
   std::string path_;
 };
 
-// Whether `arg` is the flag that lifts the rule: --overwrite or --force.
-bool is_overwrite_flag(const std::string& arg);
-
 // Throws OutputExists when `path` names an existing directory entry (a dangling symlink too:
 // the rename would replace it) and !overwrite.
 void check_overwrite(const std::string& path, bool overwrite);
@@ -69,22 +75,146 @@ int exit_code(ErrorCode c);
 // \u00XX (each byte read as Latin-1).
 std::string json_str(const std::string& s);
 
-// voxpipe bench-load (bench_load.cpp). `err_is_terminal`: whether stderr is a terminal, where
-// --progress auto draws the bar (progress.hpp).
-int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-                   bool err_is_terminal);
+// ---- Numbers as the commands print them.
 
-// voxpipe dcm2nii (dcm2nii.cpp). `err_is_terminal`: whether stderr is a terminal, where
-// --progress auto draws the bar (progress.hpp).
-int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-                bool err_is_terminal);
+// `v` with `decimals` digits after the point ("%.*f"): times, sizes in MB.
+std::string fixed(double v, int decimals);
 
-// voxpipe resample (resample.cpp). `err_is_terminal`: whether stderr is a terminal, where
-// --progress auto draws the bar (progress.hpp).
-int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-                 bool err_is_terminal);
+// A shape as its sizes joined by 'x', "64x64x40"; floating-point values (zooms) with two
+// decimals, "1.50x2.00x2.50", as nib-ls prints them. "" when `sizes` is empty.
+template <class T>
+std::string shape_text(const std::vector<T>& sizes) {
+  std::string o;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i) o += 'x';
+    if constexpr (std::is_floating_point_v<T>) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(sizes[i]));
+      o += buf;
+    } else {
+      o += std::to_string(sizes[i]);
+    }
+  }
+  return o;
+}
 
-// voxpipe view (view.cpp).
-int cmd_view(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// ---- The option parser of every command. A command declares its options (the name or names,
+// whether it takes a value, where that value goes) and its positionals; parse() then walks the
+// arguments once, in order:
+//   -h or --help prints the usage on `out` and ends the command with 0 (an error in an earlier
+//     argument ends it first);
+//   an option that takes a value takes the next argument, whatever it is ("-o -h" names the file
+//     "-h"); "--name=value" is not a form the commands know;
+//   a missing value: "COMMAND: OPTION needs a value", exit kUsage, followed by the usage where
+//     the command asks for it (usage_after_missing_value);
+//   a value the option's handler refuses: "COMMAND: MESSAGE" (usually expects(): "--level
+//     expects 0..9, but received 12"), exit kUsage;
+//   an unknown option (an argument starting with '-', but for "" and, where the command says so,
+//     a lone "-"): "COMMAND: unknown option ARG" and the usage, exit kUsage;
+//   anything else is a positional; after the last argument, a count outside the declared range
+//     is "COMMAND: MESSAGE" and the usage, exit kUsage.
+// Errors go to `err`; a handler may also throw Error, which the command's caller reports.
+
+// "OPTION expects WHAT, but received VALUE": the message of a refused value.
+std::string expects(std::string_view option, std::string_view what, std::string_view value);
+
+// `value` as a whole decimal number in lo..hi (strtol's syntax); nullopt otherwise.
+std::optional<long> integer_in(const std::string& value, long lo, long hi);
+
+// The names of one option: "--json", or {"-l", "--long"}.
+struct OptionNames {
+  OptionNames(const char* name) : list{name} {}  // NOLINT: one name reads as itself
+  OptionNames(std::initializer_list<const char*> names) : list(names.begin(), names.end()) {}
+  std::vector<std::string> list;
+};
+
+class OptionParser {
+ public:
+  // Takes an option's value: returns "" when taken, else the whole message of the usage error.
+  using ValueHandler = std::function<std::string(const std::string& value)>;
+  // Takes a positional: returns "" when taken, else the message (the usage follows it).
+  using PositionalHandler = std::function<std::string(const std::string& arg)>;
+
+  // `command` as messages name it ("voxpipe convert"); `usage`, the text of -h.
+  OptionParser(std::string command, const char* usage, std::ostream& out, std::ostream& err)
+      : command_(std::move(command)), usage_(usage), out_(out), err_(err) {}
+
+  // An option without a value: sets `target`, or runs `action`.
+  OptionParser& flag(OptionNames names, bool& target);
+  OptionParser& flag(OptionNames names, std::function<void()> action);
+  // The flag that lifts the overwrite rule: --overwrite, or its alias --force.
+  OptionParser& overwrite(bool& target);
+  // An option with a value: stored as is, or given to `handler`.
+  OptionParser& value(OptionNames names, std::string& target);
+  OptionParser& value(OptionNames names, std::optional<std::string>& target);
+  OptionParser& value(OptionNames names, ValueHandler handler);
+  // A whole number in lo..hi, else "OPTION expects LO..HI, but received V". `T` is an integer
+  // type or std::optional of one.
+  template <class T>
+  OptionParser& integer(const char* name, long lo, long hi, T& target) {
+    return value(name, [name, lo, hi, &target](const std::string& v) -> std::string {
+      const std::optional<long> n = integer_in(v, lo, hi);
+      if (!n) return expects(name, std::to_string(lo) + ".." + std::to_string(hi), v);
+      if constexpr (std::is_integral_v<T>)
+        target = static_cast<T>(*n);
+      else
+        target = static_cast<typename T::value_type>(*n);
+      return "";
+    });
+  }
+  // --progress M of the long commands: auto, bar, log or none (progress.hpp). Its missing value
+  // is "--progress needs a value (auto, bar, log or none)", without the usage.
+  OptionParser& progress(ProgressMode& mode);
+
+  // The positionals, collected into `into`; fewer than `min` or more than `max` is
+  // "COMMAND: MESSAGE" and the usage.
+  OptionParser& positionals(std::vector<std::string>& into, std::size_t min = 0,
+                            std::size_t max = std::numeric_limits<std::size_t>::max(),
+                            std::string message = "");
+  // Or each positional given to `handler` as it comes.
+  OptionParser& positionals(PositionalHandler handler);
+
+  // A missing value is followed by the usage too.
+  OptionParser& usage_after_missing_value() {
+    usage_after_missing_value_ = true;
+    return *this;
+  }
+  // A lone "-" is a positional, not an unknown option.
+  OptionParser& lone_dash_is_positional() {
+    lone_dash_is_positional_ = true;
+    return *this;
+  }
+
+  // Walks `args`. nullopt: go on with the command; else the exit code to end it with now (0
+  // after --help, kUsage after an error, written on `err`).
+  std::optional<int> parse(const std::vector<std::string>& args);
+
+  // "COMMAND: MESSAGE" and the usage on `err`; returns kUsage.
+  int usage_error(std::string_view message) const;
+  // "COMMAND: MESSAGE" on `err`; returns kUsage.
+  int error(std::string_view message) const;
+
+ private:
+  struct Option {
+    std::vector<std::string> names;
+    bool takes_value = false;
+    std::function<void()> action;  // a flag's
+    ValueHandler handler;          // a value's
+    std::string missing;           // the message of a missing value; "" for the usual one
+  };
+  const Option* find(const std::string& arg) const;
+
+  std::string command_;
+  const char* usage_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::vector<Option> options_;
+  PositionalHandler positional_;
+  std::vector<std::string>* positionals_ = nullptr;
+  std::size_t min_positionals_ = 0, max_positionals_ = std::numeric_limits<std::size_t>::max();
+  std::string count_message_;
+  bool usage_after_missing_value_ = false;
+  bool lone_dash_is_positional_ = false;
+};
 
 }  // namespace voxpipe::cli

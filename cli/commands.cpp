@@ -28,51 +28,6 @@
 
 namespace voxpipe::cli {
 
-int exit_code(ErrorCode c) {
-  switch (c) {
-    case ErrorCode::not_found: return 3;
-    case ErrorCode::io: return 4;
-    case ErrorCode::format: return 5;
-    case ErrorCode::unsupported: return 6;
-    case ErrorCode::truncated: return 7;
-    case ErrorCode::corrupt: return 8;
-    case ErrorCode::limit: return 9;
-    case ErrorCode::invalid_argument: return 10;
-  }
-  return kInternal;
-}
-
-bool is_overwrite_flag(const std::string& arg) { return arg == "--overwrite" || arg == "--force"; }
-
-void check_overwrite(const std::string& path, bool overwrite) {
-  if (overwrite) return;
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) throw OutputExists(path);
-}
-
-void check_nifti_overwrite(const std::string& path, bool overwrite) {
-  const nifti::FilePaths files = nifti::file_paths(path);  // Error(format) for a name it cannot write
-  check_overwrite(files.header, overwrite);
-  if (files.pair) check_overwrite(files.image, overwrite);
-}
-
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += static_cast<char>(ch);
-    } else if (ch < 0x20 || ch >= 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      o += buf;
-    } else {
-      o += static_cast<char>(ch);
-    }
-  }
-  return o + "\"";
-}
-
 static const char* const kUsageText =
     "usage: voxpipe <command> [options]\n"
     "       voxpipe --version | -V\n"
@@ -623,15 +578,7 @@ void info_nifti(const std::string& path, const NiftiImage& img, bool json, std::
 // ---- the compact line per file (as nibabel's nib-ls): path, dtype, shape, zooms, scaling,
 // xform codes, format.
 
-std::string zooms_text(const std::vector<double>& z) {
-  std::string s;
-  for (std::size_t i = 0; i < z.size(); ++i) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f", z[i]);
-    s += (i ? "x" : "") + std::string(buf);
-  }
-  return s.empty() ? "-" : s;
-}
+std::string zooms_text(const std::vector<double>& z) { return z.empty() ? "-" : shape_text(z); }
 
 using InfoRow = std::vector<std::string>;
 
@@ -834,32 +781,19 @@ NiftiImage open_input(const std::string& path) {
   }
 }
 
+}  // namespace
+
 int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> paths;
   bool json = false;
   std::optional<bool> long_form;
-  for (const auto& a : args) {
-    if (a == "-h" || a == "--help") {
-      out << kInfoUsage;
-      return 0;
-    }
-    if (a == "--json")
-      json = true;
-    else if (a == "-l" || a == "--long")
-      long_form = true;
-    else if (a == "--brief")
-      long_form = false;
-    else if (a.size() > 1 && a[0] == '-') {
-      err << "voxpipe info: unknown option " << a << "\n" << kInfoUsage;
-      return kUsage;
-    } else {
-      paths.push_back(a);
-    }
-  }
-  if (paths.empty()) {
-    err << "voxpipe info: expected FILE\n" << kInfoUsage;
-    return kUsage;
-  }
+  OptionParser parser("voxpipe info", kInfoUsage, out, err);
+  parser.flag("--json", json)
+      .flag({"-l", "--long"}, [&] { long_form = true; })
+      .flag("--brief", [&] { long_form = false; })
+      .positionals(paths, 1, SIZE_MAX, "expected FILE")
+      .lone_dash_is_positional();
+  if (const auto code = parser.parse(args)) return *code;
   // One FILE: the detailed form; several: one line each, as nib-ls.
   const bool detailed = long_form.value_or(paths.size() == 1);
   std::vector<InfoRow> rows;
@@ -913,84 +847,42 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   std::vector<std::pair<std::string, std::string>> zarr_options;
   bool level_given = false, layout_given = false;
   ProgressMode progress_mode = ProgressMode::automatic;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kConvertUsage;
-      return 0;
-    }
-    if (a == "--progress") {
-      if (!take_progress_mode(args, i, "voxpipe convert", err, progress_mode)) return kUsage;
-      continue;
-    }
-    if (a == "--chunks" || a == "--shards" || a == "--levels" || a == "--codec" ||
-        a == "--zarr-format") {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe convert: " << a << " needs a value\n";
-        return kUsage;
-      }
-      std::string name = a.substr(2);
+  OptionParser parser("voxpipe convert", kConvertUsage, out, err);
+  parser.progress(progress_mode).overwrite(overwrite).positionals(paths, 2, 2, "expected IN and OUT");
+  for (const char* option : {"--chunks", "--shards", "--levels", "--codec", "--zarr-format"})
+    parser.value(option, [&zarr_options, option](const std::string& v) {
+      std::string name = option + 2;
       std::replace(name.begin(), name.end(), '-', '_');
-      zarr_options.emplace_back(name, args[++i]);
-      continue;
-    }
-    if (a == "--dtype" || a == "--level" || a == "--layout" || a == "--threads") {
-      level_given = level_given || a == "--level";
-      layout_given = layout_given || a == "--layout";
-      if (i + 1 >= args.size()) {
-        err << "voxpipe convert: " << a << " needs a value\n";
-        return kUsage;
-      }
-      const std::string v = args[++i];
-      if (a == "--dtype") {
-        dtype = dtype_from_name(v);
-        if (!dtype) {
-          err << "voxpipe convert: unknown dtype " << v << "\n";
-          return kUsage;
-        }
-      } else if (a == "--layout") {
-        if (v == "members") {
-          layout = GzipLayout::members;
-        } else if (v == "bgzf") {
-          layout = GzipLayout::bgzf;
-        } else if (v == "single") {
-          layout = GzipLayout::single;
-        } else {
-          err << "voxpipe convert: --layout expects members, bgzf or single, but received " << v << "\n";
-          return kUsage;
-        }
-      } else {
-        const bool is_level = a == "--level";
-        char* end = nullptr;
-        long l = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || l < 0 || l > (is_level ? 9 : 1024)) {
-          err << "voxpipe convert: " << a << " expects " << (is_level ? "0..9" : "0..1024")
-              << ", but received " << v << "\n";
-          return kUsage;
-        }
-        if (is_level)
-          level = static_cast<int>(l);
-        else
-          threads = static_cast<unsigned>(l);
-      }
-    } else if (is_overwrite_flag(a)) {
-      overwrite = true;
-    } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe convert: unknown option " << a << "\n" << kConvertUsage;
-      return kUsage;
-    } else {
-      paths.push_back(a);
-    }
-  }
-  if (paths.size() != 2) {
-    err << "voxpipe convert: expected IN and OUT\n" << kConvertUsage;
-    return kUsage;
-  }
+      zarr_options.emplace_back(name, v);
+      return std::string();
+    });
+  parser.value("--dtype", [&dtype](const std::string& v) {
+    dtype = dtype_from_name(v);
+    return dtype ? std::string() : "unknown dtype " + v;
+  });
+  parser.value("--layout", [&](const std::string& v) {
+    layout_given = true;
+    if (v == "members")
+      layout = GzipLayout::members;
+    else if (v == "bgzf")
+      layout = GzipLayout::bgzf;
+    else if (v == "single")
+      layout = GzipLayout::single;
+    else
+      return expects("--layout", "members, bgzf or single", v);
+    return std::string();
+  });
+  parser.value("--level", [&](const std::string& v) {
+    level_given = true;
+    const std::optional<long> l = integer_in(v, 0, 9);
+    if (!l) return expects("--level", "0..9", v);
+    level = static_cast<int>(*l);
+    return std::string();
+  });
+  parser.integer("--threads", 0, 1024, threads);
+  if (const auto code = parser.parse(args)) return *code;
   if (is_zarr_path(paths[1])) {
-    if (layout_given) {
-      err << "voxpipe convert: --layout is for .gz outputs, not NIfTI-Zarr\n";
-      return kUsage;
-    }
+    if (layout_given) return parser.error("--layout is for .gz outputs, not NIfTI-Zarr");
     check_overwrite(paths[1], overwrite);
     const UrlHandlers& handlers = url_handlers();
     if (!handlers.write_zarr)
@@ -1007,19 +899,13 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     out << "wrote " << paths[1] << "\n";
     return 0;
   }
-  if (!zarr_options.empty()) {
-    err << "voxpipe convert: --" << zarr_options.front().first
-        << " is for NIfTI-Zarr outputs (OUT.nii.zarr)\n";
-    return kUsage;
-  }
+  if (!zarr_options.empty())
+    return parser.error("--" + zarr_options.front().first + " is for NIfTI-Zarr outputs (OUT.nii.zarr)");
   if (is_local_folder(paths[0])) {
     // A DICOM series folder: its one series, written as dcm2nii writes it.
-    if (dtype && !dtype_is_float(*dtype)) {
-      err << "voxpipe convert: --dtype for a DICOM folder expects float32 or float64 (the rescaled "
-             "values), but received "
-          << dtype_name(*dtype) << "\n";
-      return kUsage;
-    }
+    if (dtype && !dtype_is_float(*dtype))
+      return parser.error(expects("--dtype for a DICOM folder", "float32 or float64 (the rescaled values)",
+                                  dtype_name(*dtype)));
     check_nifti_overwrite(paths[1], overwrite);
     const DicomScanResult scan = scan_folder(paths[0]);
     if (scan.series.size() > 1) {
@@ -1052,17 +938,14 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     h.scl_slope = img.scaling.slope;
     h.scl_inter = img.scaling.inter;
   } else {
-    if (!dtype_is_float(*dtype) && !(dtype_is_complex(*dtype) && dtype_is_complex(img.dtype))) {
-      err << "voxpipe convert: --dtype " << dtype_name(*dtype)
-          << " needs new scale factors; only float32/float64 (or complex) outputs are supported\n";
-      return kUsage;
-    }
+    if (!dtype_is_float(*dtype) && !(dtype_is_complex(*dtype) && dtype_is_complex(img.dtype)))
+      return parser.error("--dtype " + std::string(dtype_name(*dtype)) +
+                          " needs new scale factors; only float32/float64 (or complex) outputs are "
+                          "supported");
     spec = OutputSpec{*dtype, true, false, false};
-    if (!conversion_supported(img.dtype, spec)) {
-      err << "voxpipe convert: cannot convert " << dtype_name(img.dtype) << " to "
-          << dtype_name(*dtype) << "\n";
-      return kUsage;
-    }
+    if (!conversion_supported(img.dtype, spec))
+      return parser.error("cannot convert " + std::string(dtype_name(img.dtype)) + " to " +
+                          std::string(dtype_name(*dtype)));
     h.datatype = static_cast<std::int16_t>(nifti_datatype_code(*dtype));
     h.bitpix = static_cast<std::int16_t>(8 * dtype_size(*dtype));
     h.scl_slope = 1.0;
@@ -1109,69 +992,30 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
   return 0;
 }
 
-
-}  // namespace
-
 int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
               bool err_is_terminal) {
   std::vector<std::string> paths;
   bool overwrite = false;
   GzipIndexOptions options;
   ProgressMode progress_mode = ProgressMode::automatic;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kIndexUsage;
-      return 0;
-    }
-    if (a == "--progress") {
-      if (!take_progress_mode(args, i, "voxpipe index", err, progress_mode)) return kUsage;
-      continue;
-    }
-    if (a == "--spacing" || a == "-o" || a == "--threads") {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe index: " << a << " needs a value\n";
-        return kUsage;
-      }
-      const std::string v = args[++i];
-      if (a == "-o") {
-        options.output = v;
-        continue;
-      }
-      if (a == "--threads") {
-        char* end = nullptr;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || n < 0 || n > 1024) {
-          err << "voxpipe index: --threads expects 0..1024, but received " << v << "\n";
-          return kUsage;
-        }
-        options.threads = static_cast<unsigned>(n);
-        continue;
-      }
-      char* end = nullptr;
-      const double mib = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(mib >= 0) || mib > 1 << 20) {
-        err << "voxpipe index: --spacing expects MiB >= 0, but received " << v << "\n";
-        return kUsage;
-      }
-      options.spacing = static_cast<std::uint64_t>(mib * (1 << 20));
-    } else if (a == "--cache") {
-      options.to_cache = true;
-    } else if (a == "--fast") {
-      options.exact = false;
-    } else if (is_overwrite_flag(a)) {
-      overwrite = true;
-    } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe index: unknown option " << a << "\n" << kIndexUsage;
-      return kUsage;
-    } else {
-      paths.push_back(a);
-    }
-  }
-  if (paths.size() != 1) {
-    err << "voxpipe index: expected one FILE\n" << kIndexUsage;
-    return kUsage;
-  }
+  OptionParser parser("voxpipe index", kIndexUsage, out, err);
+  parser.progress(progress_mode)
+      .overwrite(overwrite)
+      .flag("--cache", options.to_cache)
+      .flag("--fast", [&options] { options.exact = false; })
+      .value("-o", options.output)
+      .integer("--threads", 0, 1024, options.threads)
+      .value("--spacing",
+             [&options](const std::string& v) {
+               char* end = nullptr;
+               const double mib = std::strtod(v.c_str(), &end);
+               if (v.empty() || *end || !(mib >= 0) || mib > 1 << 20)
+                 return expects("--spacing", "MiB >= 0", v);
+               options.spacing = static_cast<std::uint64_t>(mib * (1 << 20));
+               return std::string();
+             })
+      .positionals(paths, 1, 1, "expected one FILE");
+  if (const auto code = parser.parse(args)) return *code;
   const bool nifti = nifti_is_gzip_name(paths[0]);
   // A cache entry is voxpipe's own, rebuilt at will: only a file the user names is protected.
   if (!options.output.empty())

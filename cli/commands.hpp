@@ -20,4 +20,33 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 // with EFBIG, an io error, and its temporary is removed.
 void install_signal_handlers();
 
+// ---- The commands run() dispatches to, a file each. `err_is_terminal`: whether stderr is a
+// terminal, where --progress auto draws the bar (progress.hpp).
+
+// voxpipe info (info.cpp).
+int cmd_info(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// voxpipe convert (convert.cpp).
+int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal);
+
+// voxpipe index (index.cpp).
+int cmd_index(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+              bool err_is_terminal);
+
+// voxpipe bench-load (bench_load.cpp).
+int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                   bool err_is_terminal);
+
+// voxpipe dcm2nii (dcm2nii.cpp).
+int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal);
+
+// voxpipe resample (resample.cpp).
+int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                 bool err_is_terminal);
+
+// voxpipe view (view.cpp).
+int cmd_view(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 }  // namespace voxpipe::cli

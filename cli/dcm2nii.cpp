@@ -406,18 +406,6 @@ std::string series_label(const DicomSeries& s) {
   return o + " [" + s.series_instance_uid + "]";
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
-  std::string o;
-  for (std::size_t i = 0; i < shape.size(); ++i) o += (i ? "x" : "") + std::to_string(shape[i]);
-  return o;
-}
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
 }  // namespace
 
 int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -429,77 +417,40 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   unsigned threads = 0;
   DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise;
   ProgressMode progress_mode = ProgressMode::automatic;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kDcm2niiUsage;
-      return 0;
-    }
-    if (a == "--progress") {
-      if (!take_progress_mode(args, i, "voxpipe dcm2nii", err, progress_mode)) return kUsage;
-      continue;
-    }
-    if (a == "-o" || a == "-f" || a == "-z" || a == "--threads" || a == "--on-corrupt") {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe dcm2nii: " << a << " needs a value\n" << kDcm2niiUsage;
-        return kUsage;
-      }
-      const std::string v = args[++i];
-      if (a == "-o") {
-        out_dir = v;
-      } else if (a == "-f") {
-        format = v;
-      } else if (a == "-z") {
-        if (v != "y" && v != "n" && v != "i" && v != "o") {
-          err << "voxpipe dcm2nii: -z expects y or n, but received " << v << "\n";
-          return kUsage;
-        }
-        gzip = v != "n";
-      } else if (a == "--on-corrupt") {
-        if (v != "raise" && v != "warn") {
-          err << "voxpipe dcm2nii: --on-corrupt expects raise or warn, but received " << v << "\n";
-          return kUsage;
-        }
-        on_corrupt = v == "warn" ? DicomOnCorrupt::warn : DicomOnCorrupt::raise;
-      } else {
-        char* end = nullptr;
-        const long l = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || l < 0 || l > 1024) {
-          err << "voxpipe dcm2nii: --threads expects 0..1024, but received " << v << "\n";
-          return kUsage;
-        }
-        threads = static_cast<unsigned>(l);
-      }
-    } else if (a == "--uncompressed") {
-      gzip = false;
-    } else if (a == "--float32") {
-      force_float = true;
-    } else if (is_overwrite_flag(a)) {
-      overwrite = true;
-    } else if (a == "-v" || a == "--verbose") {
-      verbose = true;
-    } else if (a.size() > 1 && a[0] == '-') {
-      err << "voxpipe dcm2nii: unknown option " << a << "\n" << kDcm2niiUsage;
-      return kUsage;
-    } else {
-      inputs.push_back(a);
-    }
-  }
+  OptionParser parser("voxpipe dcm2nii", kDcm2niiUsage, out, err);
+  parser.progress(progress_mode)
+      .value("-o", out_dir)
+      .value("-f", format)
+      .value("-z",
+             [&gzip](const std::string& v) {
+               if (v != "y" && v != "n" && v != "i" && v != "o") return expects("-z", "y or n", v);
+               gzip = v != "n";
+               return std::string();
+             })
+      .value("--on-corrupt",
+             [&on_corrupt](const std::string& v) {
+               if (v != "raise" && v != "warn") return expects("--on-corrupt", "raise or warn", v);
+               on_corrupt = v == "warn" ? DicomOnCorrupt::warn : DicomOnCorrupt::raise;
+               return std::string();
+             })
+      .integer("--threads", 0, 1024, threads)
+      .flag("--uncompressed", [&gzip] { gzip = false; })
+      .flag("--float32", force_float)
+      .overwrite(overwrite)
+      .flag({"-v", "--verbose"}, verbose)
+      .positionals(inputs)
+      .usage_after_missing_value()
+      .lone_dash_is_positional();
+  if (const auto code = parser.parse(args)) return *code;
   if (!out_dir && inputs.size() >= 2) {
     out_dir = inputs.back();
     inputs.pop_back();
   }
-  if (inputs.empty() || !out_dir) {
-    err << "voxpipe dcm2nii: expected INPUT... and -o OUT_DIR\n" << kDcm2niiUsage;
-    return kUsage;
-  }
+  if (inputs.empty() || !out_dir) return parser.usage_error("expected INPUT... and -o OUT_DIR");
   {
     DicomSeries probe;
     std::string bad;
-    if (!expand_name(format, probe, &bad)) {
-      err << "voxpipe dcm2nii: -f expects %s, %d, %p, %i or %%, but received " << bad << "\n";
-      return kUsage;
-    }
+    if (!expand_name(format, probe, &bad)) return parser.error(expects("-f", "%s, %d, %p, %i or %%", bad));
   }
   const auto t0 = std::chrono::steady_clock::now();
   // Inputs are files and folders, or objects and prefixes named by URLs (not both).

@@ -13,7 +13,6 @@
 #include <ostream>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace voxpipe::cli {
 
@@ -33,25 +32,6 @@ inline std::optional<ProgressMode> progress_mode_from_name(std::string_view name
   if (name == "log") return ProgressMode::log;
   if (name == "none") return ProgressMode::none;
   return std::nullopt;
-}
-
-// The option of every long command: reads the value after args[i] ("--progress") into `mode`
-// and moves i onto it. A missing or unknown value writes "COMMAND: --progress expects auto,
-// bar, log or none, but received V" on `err` and returns false (a usage error, exit kUsage).
-inline bool take_progress_mode(const std::vector<std::string>& args, std::size_t& i,
-                               std::string_view command, std::ostream& err, ProgressMode& mode) {
-  if (i + 1 >= args.size()) {
-    err << command << ": --progress needs a value (auto, bar, log or none)\n";
-    return false;
-  }
-  const std::string& v = args[++i];
-  const std::optional<ProgressMode> m = progress_mode_from_name(v);
-  if (!m) {
-    err << command << ": --progress expects auto, bar, log or none, but received " << v << "\n";
-    return false;
-  }
-  mode = *m;
-  return true;
 }
 
 // The time between two log lines: often enough that a job's log shows it alive, rarely enough

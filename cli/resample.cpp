@@ -60,12 +60,6 @@ const char* const kResampleUsage =
     "\n"
     "Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 // Peak resident memory of this process so far, in bytes: VmHWM of /proc/self/status, which
 // starts afresh at exec. getrusage's ru_maxrss does not: Linux carries the peak of the process
 // that forked us (a Python test runner of 400 MiB, say) over the exec into it. getrusage only
@@ -111,15 +105,6 @@ Grid grid_of(const NiftiImage& image) {
   return g;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s;
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += 'x';
-    s += std::to_string(shape[i]);
-  }
-  return s;
-}
-
 struct TransformArg {
   enum class Kind { affine, affines, warp, warp_ras } kind;
   std::string path;
@@ -134,99 +119,75 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
   SeriesResampleOptions options;
   bool overwrite = false;
   ProgressMode progress_mode = ProgressMode::automatic;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kResampleUsage;
-      return 0;
-    }
-    if (a == "--progress") {
-      if (!take_progress_mode(args, i, "voxpipe resample", err, progress_mode)) return kUsage;
-      continue;
-    }
-    if (a == "--no-prefilter") {
-      options.interp.prefilter = false;
-      continue;
-    }
-    if (a == "--fast") {
-      options.interp.fast = true;
-      continue;
-    }
-    if (is_overwrite_flag(a)) {
-      overwrite = true;
-      continue;
-    }
-    const bool takes_value = a == "-o" || a == "--reference" || a == "--affine" ||
-                             a == "--affines" || a == "--warp" || a == "--warp-ras" ||
-                             a == "--order" || a == "--mode" || a == "--cval" || a == "--dtype" ||
-                             a == "--threads" || a == "--memory-limit";
-    if (takes_value) {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe resample: " << a << " needs a value\n" << kResampleUsage;
-        return kUsage;
-      }
-      const std::string v = args[++i];
-      const auto bad = [&](const char* expected) {
-        err << "voxpipe resample: " << a << " expects " << expected << ", but received " << v
-            << "\n";
-        return kUsage;
-      };
-      if (a == "-o") {
-        out_path = v;
-      } else if (a == "--reference") {
-        reference_path = v;
-      } else if (a == "--affine") {
-        transforms.push_back({TransformArg::Kind::affine, v});
-      } else if (a == "--affines") {
-        transforms.push_back({TransformArg::Kind::affines, v});
-      } else if (a == "--warp") {
-        transforms.push_back({TransformArg::Kind::warp, v});
-      } else if (a == "--warp-ras") {
-        transforms.push_back({TransformArg::Kind::warp_ras, v});
-      } else if (a == "--order") {
-        if (v.size() != 1 || v[0] < '0' || v[0] > '5') return bad("0..5");
-        options.interp.order = v[0] - '0';
-      } else if (a == "--mode") {
-        const auto mode = interp_mode_from_name(v);
-        if (!mode)
-          return bad("constant, grid-constant, nearest, reflect, grid-mirror, mirror, wrap or "
-                     "grid-wrap");
-        options.interp.mode = *mode;
-      } else if (a == "--cval") {
-        char* end = nullptr;
-        const double c = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end) return bad("a number");
-        options.interp.cval = c;
-      } else if (a == "--dtype") {
-        const auto t = dtype_from_name(v);
-        if (!t || !(dtype_is_integer(*t) || dtype_is_float(*t)))
-          return bad("an integer or float type name (float32, float64, int16, uint8, ...)");
-        options.output_dtype = *t;
-      } else if (a == "--threads") {
-        char* end = nullptr;
-        const long l = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end || l < 0 || l > 1024) return bad("0..1024");
-        options.threads = static_cast<unsigned>(l);
-      } else {
-        const auto size = parse_size(v);
-        if (!size) return bad("a size such as 512M or 2G");
-        options.memory_limit = *size;
-      }
-    } else if (a.size() > 1 && a[0] == '-') {
-      err << "voxpipe resample: unknown option " << a << "\n" << kResampleUsage;
-      return kUsage;
-    } else if (!moving_path) {
-      moving_path = a;
-    } else {
-      err << "voxpipe resample: expected one MOVING image, but received " << a << " too\n"
-          << kResampleUsage;
-      return kUsage;
-    }
-  }
-  if (!moving_path || !reference_path || !out_path) {
-    err << "voxpipe resample: expected MOVING, --reference REF and -o OUT\n" << kResampleUsage;
-    return kUsage;
-  }
+  OptionParser parser("voxpipe resample", kResampleUsage, out, err);
+  parser.progress(progress_mode)
+      .flag("--no-prefilter", [&options] { options.interp.prefilter = false; })
+      .flag("--fast", [&options] { options.interp.fast = true; })
+      .overwrite(overwrite)
+      .value("-o", out_path)
+      .value("--reference", reference_path);
+  const std::pair<const char*, TransformArg::Kind> transform_options[] = {
+      {"--affine", TransformArg::Kind::affine},
+      {"--affines", TransformArg::Kind::affines},
+      {"--warp", TransformArg::Kind::warp},
+      {"--warp-ras", TransformArg::Kind::warp_ras}};
+  for (const auto& option : transform_options)
+    parser.value(option.first, [&transforms, kind = option.second](const std::string& v) {
+      transforms.push_back({kind, v});
+      return std::string();
+    });
+  parser.value("--order",
+                [&options](const std::string& v) {
+                  if (v.size() != 1 || v[0] < '0' || v[0] > '5') return expects("--order", "0..5", v);
+                  options.interp.order = v[0] - '0';
+                  return std::string();
+                })
+      .value("--mode",
+             [&options](const std::string& v) {
+               const auto mode = interp_mode_from_name(v);
+               if (!mode)
+                 return expects("--mode",
+                                "constant, grid-constant, nearest, reflect, grid-mirror, mirror, "
+                                "wrap or grid-wrap",
+                                v);
+               options.interp.mode = *mode;
+               return std::string();
+             })
+      .value("--cval",
+             [&options](const std::string& v) {
+               char* end = nullptr;
+               const double c = std::strtod(v.c_str(), &end);
+               if (v.empty() || *end) return expects("--cval", "a number", v);
+               options.interp.cval = c;
+               return std::string();
+             })
+      .value("--dtype",
+             [&options](const std::string& v) {
+               const auto t = dtype_from_name(v);
+               if (!t || !(dtype_is_integer(*t) || dtype_is_float(*t)))
+                 return expects("--dtype",
+                                "an integer or float type name (float32, float64, int16, uint8, ...)", v);
+               options.output_dtype = *t;
+               return std::string();
+             })
+      .integer("--threads", 0, 1024, options.threads)
+      .value("--memory-limit",
+             [&options](const std::string& v) {
+               const auto size = parse_size(v);
+               if (!size) return expects("--memory-limit", "a size such as 512M or 2G", v);
+               options.memory_limit = *size;
+               return std::string();
+             })
+      .positionals([&moving_path](const std::string& a) {
+        if (moving_path) return "expected one MOVING image, but received " + a + " too";
+        moving_path = a;
+        return std::string();
+      })
+      .usage_after_missing_value()
+      .lone_dash_is_positional();
+  if (const auto code = parser.parse(args)) return *code;
+  if (!moving_path || !reference_path || !out_path)
+    return parser.usage_error("expected MOVING, --reference REF and -o OUT");
 
   check_nifti_overwrite(*out_path, overwrite);
   const auto t0 = std::chrono::steady_clock::now();

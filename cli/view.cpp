@@ -174,53 +174,27 @@ int cmd_view(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::int64_t volume = 0;
   bool overwrite = false;
   ViewOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kViewUsage;
-      return 0;
-    }
-    if (a == "-o" || a == "--volume") {
-      if (i + 1 >= args.size()) {
-        err << "voxpipe view: " << a << " needs a value\n";
-        return kUsage;
-      }
-      const std::string& v = args[++i];
-      if (a == "-o") {
-        output = v;
-        continue;
-      }
-      char* end = nullptr;
-      const long long t = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end) {
-        err << "voxpipe view: --volume expects an integer, but received " << v << "\n";
-        return kUsage;
-      }
-      if (t < 0)
-        throw Error(ErrorCode::invalid_argument, "", "--volume",
-                    "expected a volume index >= 0, but received " + v);
-      volume = t;
-    } else if (a == "--mosaic") {
-      options.layout = ViewLayout::mosaic;
-    } else if (is_overwrite_flag(a)) {
-      overwrite = true;
-    } else if (!a.empty() && a[0] == '-') {
-      err << "voxpipe view: unknown option " << a << "\n" << kViewUsage;
-      return kUsage;
-    } else {
-      inputs.push_back(a);
-    }
-  }
-  if (inputs.empty()) {
-    err << "voxpipe view: expected INPUT\n" << kViewUsage;
-    return kUsage;
-  }
+  OptionParser parser("voxpipe view", kViewUsage, out, err);
+  parser.value("-o", output)
+      .value("--volume",
+             [&volume](const std::string& v) {
+               char* end = nullptr;
+               const long long t = std::strtoll(v.c_str(), &end, 10);
+               if (v.empty() || *end) return expects("--volume", "an integer", v);
+               if (t < 0)
+                 throw Error(ErrorCode::invalid_argument, "", "--volume",
+                             "expected a volume index >= 0, but received " + v);
+               volume = t;
+               return std::string();
+             })
+      .flag("--mosaic", [&options] { options.layout = ViewLayout::mosaic; })
+      .overwrite(overwrite)
+      .positionals(inputs, 1, SIZE_MAX, "expected INPUT");
+  if (const auto code = parser.parse(args)) return *code;
   std::error_code ec;
   const bool nifti = is_nifti_name(inputs[0]) && !fs::is_directory(inputs[0], ec);
-  if (inputs.size() > 1 && std::any_of(inputs.begin(), inputs.end(), is_nifti_name)) {
-    err << "voxpipe view: expected one NIfTI file, or the files of one DICOM series\n";
-    return kUsage;
-  }
+  if (inputs.size() > 1 && std::any_of(inputs.begin(), inputs.end(), is_nifti_name))
+    return parser.error("expected one NIfTI file, or the files of one DICOM series");
   if (output.empty()) output = default_output(inputs[0]);
   check_overwrite(output, overwrite);  // before any reading
   const Volume v = nifti ? read_nifti_volume(inputs[0], volume)
