@@ -399,12 +399,8 @@ void write_text(const std::string& path, const std::string& text) {
   }
 }
 
-std::string series_label(const DicomSeries& s) {
-  std::string o = "series " + std::to_string(s.series_number);
-  if (!s.series_description.empty()) o += " \"" + s.series_description + "\"";
-  if (!s.split.empty()) o += " (" + s.split + ")";
-  return o + " [" + s.series_instance_uid + "]";
-}
+// The series as run() names the ones it skips: its name and its UID.
+std::string series_label(const DicomSeries& s) { return series_name(s) + " [" + s.series_instance_uid + "]"; }
 
 }  // namespace
 
@@ -590,6 +586,13 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
         << (verbose ? "" : " (-v lists them)");
   out << ", " << fixed(elapsed, 2) << " s\n";
   return skipped_series ? kPartial : 0;
+}
+
+std::string series_name(const DicomSeries& s) {
+  std::string o = "series " + std::to_string(s.series_number);
+  if (!s.series_description.empty()) o += " \"" + s.series_description + "\"";
+  if (!s.split.empty()) o += " (" + s.split + ")";
+  return o;
 }
 
 NiftiHeader dicom_series_header(const DicomSeries& s, std::optional<DType> float_type,

@@ -13,6 +13,10 @@
 
 namespace voxpipe::cli {
 
+// `s` as the commands name it: "series 3 \"T1 MPRAGE\" (echo 2)" (its number, description and
+// split, those it has).
+std::string series_name(const DicomSeries& s);
+
 // The NIfTI-1 header dcm2nii writes for `s`: the stored dtype with the shared rescale as
 // scl_slope/scl_inter, or `float_type` (f32 or f64; also f32 when the rescale varies between
 // images) with the rescaled values. Appends what the header cannot hold to `warnings` (a
