@@ -16,8 +16,24 @@ using namespace voxpipe;
 
 namespace {
 
-// A GzipIndexSummary as the dict build_index and build_remote_index return.
-nb::dict index_summary_dict(const GzipIndexSummary& s) {
+GzipIndexOptions index_options(std::uint64_t spacing, const std::string& output, bool exact,
+                               unsigned threads) {
+  GzipIndexOptions options;
+  options.spacing = spacing;
+  options.output = output;
+  options.exact = exact;
+  options.threads = threads;
+  return options;
+}
+
+// build() run without the GIL; the GzipIndexSummary it returns, as a dict.
+template <class Build>
+nb::dict summary_of(const Build& build) {
+  GzipIndexSummary s;
+  {
+    python::GilRelease release;
+    s = build();
+  }
   nb::dict d;
   d["index_path"] = s.index_path;
   d["compressed_size"] = s.compressed_size;
@@ -34,19 +50,12 @@ void bind_gzip_index(nb::module_& m) {
       "build_index",
       [](const std::string& path, std::uint64_t spacing, const std::string& output, bool to_cache,
          bool exact, unsigned threads) {
-        GzipIndexOptions options;
-        options.spacing = spacing;
-        options.output = output;
+        GzipIndexOptions options = index_options(spacing, output, exact, threads);
         options.to_cache = to_cache;
-        options.exact = exact;
-        options.threads = threads;
-        GzipIndexSummary s;
-        {
-          python::GilRelease release;
-          s = nifti_is_gzip_name(path) ? build_nifti_gzip_index(path, options)
-                                       : build_gzip_index(path, options);
-        }
-        return index_summary_dict(s);
+        return summary_of([&] {
+          return nifti_is_gzip_name(path) ? build_nifti_gzip_index(path, options)
+                                          : build_gzip_index(path, options);
+        });
       },
       nb::arg("path"), nb::arg("spacing"), nb::arg("output"), nb::arg("to_cache"),
       nb::arg("exact") = true, nb::arg("threads") = 0,
@@ -57,17 +66,8 @@ void bind_gzip_index(nb::module_& m) {
       "build_remote_index",
       [](const NiftiImage& image, const std::string& output, std::uint64_t spacing, bool exact,
          unsigned threads) {
-        GzipIndexOptions options;
-        options.spacing = spacing;
-        options.output = output;
-        options.exact = exact;
-        options.threads = threads;
-        GzipIndexSummary s;
-        {
-          python::GilRelease release;
-          s = build_nifti_gzip_index(image, options);
-        }
-        return index_summary_dict(s);
+        const GzipIndexOptions options = index_options(spacing, output, exact, threads);
+        return summary_of([&] { return build_nifti_gzip_index(image, options); });
       },
       nb::arg("image"), nb::arg("output"), nb::arg("spacing"), nb::arg("exact") = true,
       nb::arg("threads") = 0,
