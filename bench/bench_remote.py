@@ -551,7 +551,7 @@ def render(args, res, facts, cpu):
       "s3fs's defaults: `readahead` cache, 50 MiB blocks). voxpipe: `vp.load(url)`. Both make "
       "their client inside the timed call, as a script does; **first** = the first call in a "
       "fresh process, **warm** = the same call again in that process.")
-    w("- " + other_work_sentence(other_work(*cpu), "this benchmark, server included"))
+    w("- " + other_work_sentence(other_work(*cpu), "this benchmark, server included,"))
     w("")
     targets = []
     shape, t = facts["shape"], facts["t"]
