@@ -1,5 +1,7 @@
 #include "cli_common.hpp"
 
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -54,6 +56,13 @@ std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
+}
+
+std::string shortest(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 // ---- the option parser

@@ -2,6 +2,7 @@
 // formats, and the one option parser.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <initializer_list>
@@ -79,6 +80,9 @@ std::string json_str(const std::string& s);
 
 // `v` with `decimals` digits after the point ("%.*f"): times, sizes in MB.
 std::string fixed(double v, int decimals);
+
+// The shortest text that reads back as `v` (JSON and file names); "null" for NaN and inf.
+std::string shortest(double v);
 
 // A shape as its sizes joined by 'x', "64x64x40"; floating-point values (zooms) with two
 // decimals, "1.50x2.00x2.50", as nib-ls prints them. "" when `sizes` is empty.
@@ -166,8 +170,8 @@ class OptionParser {
   // is "--progress needs a value (auto, bar, log or none)", without the usage.
   OptionParser& progress(ProgressMode& mode);
 
-  // The positionals, collected into `into`; fewer than `min` or more than `max` is
-  // "COMMAND: MESSAGE" and the usage.
+  // The positionals, collected into `into`; fewer than `min` or more than `max` (SIZE_MAX: no
+  // limit) is "COMMAND: MESSAGE" and the usage.
   OptionParser& positionals(std::vector<std::string>& into, std::size_t min = 0,
                             std::size_t max = std::numeric_limits<std::size_t>::max(),
                             std::string message = "");

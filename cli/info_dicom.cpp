@@ -240,8 +240,9 @@ void info_dicom_folder(const std::string& path, const DicomScanResult& scan, boo
   }
   for (const DicomSeries& s : scan.series) {
     std::vector<std::string> warnings = s.warnings;
-    const NiftiHeader h = dicom_series_header(s, std::nullopt, warnings);
-    const DType dtype = *dtype_from_nifti_code(h.datatype);
+    const SeriesPlan plan = series_plan(s, std::nullopt);
+    const NiftiHeader h = series_header(s, plan, warnings);
+    const DType dtype = plan.dtype;
     std::vector<std::int64_t> shape;
     for (auto d : s.shape()) shape.push_back(static_cast<std::int64_t>(d));
     std::vector<double> zoom;
