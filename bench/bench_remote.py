@@ -363,7 +363,7 @@ def run_case(name, rows, repeat, log):
         log(run_log(r, repeat, label, res,
                     lambda x: f", {x['requests']} req, {x['bytes'] / 1e6:.1f} MB"))
     out = summarise_rows(runs, ("requests", "bytes", "body_bytes", "GET", "HEAD", "ranged_GET",
-                                "peak_mib"), [label for label, _ in rows])
+                                "peak_mib"))
     for label, s in out.items():
         ok = [x for x in runs[label] if "error" not in x]
         if ok:

@@ -500,8 +500,7 @@ def run_case(name, rows, repeat, prime_mib, log):
         log(run_log(r, repeat, label, res,
                     lambda x: f", {x['requests']} req, {x['bytes'] / 1e6:.2f} MB"
                     if "requests" in x else ""))
-    out = summarise_rows(runs, ("requests", "bytes", "GET", "HEAD", "ranged_GET", "peak_mib"),
-                         [label for label, _ in rows])
+    out = summarise_rows(runs, ("requests", "bytes", "GET", "HEAD", "ranged_GET", "peak_mib"))
     for label, s in out.items():
         ok = [x for x in runs[label] if "error" not in x]
         if ok:

@@ -139,13 +139,13 @@ def medians(runs, keys):
     return {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
 
 
-def summarise_rows(runs, fields, labels):
+def summarise_rows(runs, fields):
     """The results of interleaved first/warm children per row: {label: {"error": the first
     failed run's {"error", "stderr"} or None, "n": runs that succeeded, "first"/"warm":
     {"median", "min" of "seconds", and the median of each of `fields` the runs have,
-    "whole_process"}}}. `runs`: {label: [child results]}."""
+    "whole_process"}}}. `runs`: {label: [child results]}, in the rows' order."""
     out = {}
-    for label in labels:
+    for label in runs:
         ok = [x for x in runs[label] if "error" not in x]
         errors = [x for x in runs[label] if "error" in x]
         s = {"error": errors[0] if errors else None, "n": len(ok)}
