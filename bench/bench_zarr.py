@@ -379,7 +379,7 @@ def find_to_dask():
     fn = getattr(vp, "to_dask", None)
     if fn is None:
         try:
-            from voxpipe._many.loading.dask import to_dask as fn
+            from voxpipe._many.dask import to_dask as fn
         except ImportError:
             return None
     return fn

@@ -177,7 +177,12 @@ stage_python() {
   fi
   [ -n "${VOXPIPE_GZIDX_TOOL:-}" ] || echo "note: VOXPIPE_GZIDX_TOOL unset (run the unit stage first): GZIDX interop tests skip"
   if [ -z "${VOXPIPE_DICOM_DUMP:-}" ] && [ -x build/test/tests/voxpipe_dicom_dump ]; then export VOXPIPE_DICOM_DUMP=$root/build/test/tests/voxpipe_dicom_dump; fi
-  .venv/bin/python -m pytest tests/python -q || rc=$?
+  # The package's layers (docs/architecture.md): import-linter's contracts in pyproject.toml,
+  # checked on the package the tests import.
+  .venv/bin/lint-imports --no-logo --no-cache pyproject.toml || rc=1
+  local tests_rc=0
+  .venv/bin/python -m pytest tests/python -q || tests_rc=$?
+  [ $tests_rc -eq 0 ] || [ $rc -ne 0 ] || rc=$tests_rc
   if [ $rc -eq 5 ]; then
     # pytest's "no tests collected": fine only when there really are no test files.
     if compgen -G 'tests/python/test_*.py' >/dev/null || compgen -G 'tests/python/*_test.py' >/dev/null; then

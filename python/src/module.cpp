@@ -24,9 +24,9 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       python::GilAcquire gil;
-      nb::object errors = nb::module_::import_("voxpipe.errors");
+      nb::object errors = nb::module_::import_("voxpipe._foundation.errors");
       nb::object offset = e.offset() ? nb::cast(*e.offset()) : nb::none();
-      nb::object exc = errors.attr("_make")(error_code_name(e.code()), e.what(), e.path(),
+      nb::object exc = errors.attr("make_error")(error_code_name(e.code()), e.what(), e.path(),
                                              e.field(), offset);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     }

@@ -48,7 +48,7 @@ Error error_of(nb::python_error& e, const std::string& name) {
   std::string field;
   std::optional<std::uint64_t> offset;
   nb::handle value = e.value();
-  nb::object base = nb::module_::import_("voxpipe.errors").attr("VoxpipeError");
+  nb::object base = nb::module_::import_("voxpipe._foundation.errors").attr("VoxpipeError");
   if (PyObject_IsInstance(value.ptr(), base.ptr()) == 1) {
     const std::string c = nb::cast<std::string>(nb::str(value.attr("code")));
     for (ErrorCode k : {ErrorCode::not_found, ErrorCode::io, ErrorCode::format,
@@ -64,7 +64,7 @@ Error error_of(nb::python_error& e, const std::string& name) {
   // The Python layer's messages name the URL first (its credentials redacted); the Error
   // names it again.
   const std::string shown =
-      nb::cast<std::string>(nb::module_::import_("voxpipe._redact").attr("redact")(name));
+      nb::cast<std::string>(nb::module_::import_("voxpipe._foundation.redact").attr("redact")(name));
   if (detail.rfind(shown + ": ", 0) == 0) detail.erase(0, shown.size() + 2);
   return Error(code, name, field, detail, offset);
 }

@@ -1,6 +1,6 @@
 // voxpipe._core's interpolation: map_coordinates and affine_transform over NumPy arrays of any
 // layout (strided views, no copies), with the GIL released while they run. The scipy-shaped
-// signatures, output allocation and argument normalisation live in voxpipe/_resample.py.
+// signatures, output allocation and argument normalisation live in voxpipe/_foundation/interpolate.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>

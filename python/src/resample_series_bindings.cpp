@@ -1,6 +1,6 @@
 // voxpipe._core's bindings of the streaming resampler (vp.resample). Argument normalisation
 // (images, transform files, per-volume stacks, chains, the output) lives in
-// voxpipe/_resample_series.py; here the chains arrive as lists of steps and the output as a
+// voxpipe/_many/resample_series.py; here the chains arrive as lists of steps and the output as a
 // Fortran-ordered array or a path, and the GIL is released while the volumes are resampled.
 // The moving data: a path (volumes read from the file) or a NumPy array of any layout and its
 // affine (interpolated in place; the argument keeps the array alive for the call).

@@ -1,4 +1,4 @@
-// voxpipe._core's viewer (voxpipe/_view.py): render_view over a Fortran-ordered float32 volume,
+// voxpipe._core's viewer (voxpipe/_integrations/view.py): render_view over a Fortran-ordered float32 volume,
 // to PNG bytes or to a file. The Python layer reads the image (dataobj, one volume) and passes
 // the array and its affine; the GIL is released while the picture is drawn and encoded.
 #include <nanobind/nanobind.h>

@@ -11,22 +11,26 @@ Images are nibabel's own classes (``vp.Nifti1Image is nibabel.Nifti1Image``) who
 voxpipe's ArrayProxy; ``vp.accelerate_nibabel()`` makes ``nibabel.load`` itself return them.
 """
 
-from . import dicom, errors, gz
-from . import transforms
 from nibabel import Nifti1Header, Nifti1Image, Nifti1Pair, Nifti2Header, Nifti2Image, Nifti2Pair
 
-from ._accelerate import NibabelAcceleration, accelerate_nibabel, nibabel_accelerated
-from ._image import ArrayProxy, Extension, from_bytes, from_stream, load, save
-from ._dicom_series import load_dicom
-from ._device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache, cuda_status,
-                      cufile_status, to_device)
-from ._dask import ConvertResult, convert_many, resample_many, to_dask
-from ._many import LoadIterator, empty_batch, iter_load, load_batch, load_many
-from ._pool import clear_pool, pool_stats, set_pool_limit
-from ._resample import affine_transform, map_coordinates
-from ._resample_series import resample
-from ._view import view
-from .errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
+# The built-in formats, each registered in the format registry as it is imported.
+from ._formats import dicom as _dicom_format, nifti as _nifti_format, zarr as _zarr_format
+from . import dicom, errors, gz, transforms
+from ._formats.nifti.open import Extension
+from ._formats.nifti.proxy import ArrayProxy
+from ._formats.dicom.series import load_dicom
+from ._foundation.device import (CudaStatus, CufileStatus, DeviceArray, cuda_empty_cache,
+                                 cuda_status, cufile_status, to_device)
+from ._foundation.interpolate import affine_transform, map_coordinates
+from ._foundation.pool import clear_pool, pool_stats, set_pool_limit
+from ._images.accelerate import NibabelAcceleration, accelerate_nibabel, nibabel_accelerated
+from ._images.image import from_bytes, from_stream, load, save
+from ._integrations import core_hooks as _core_hooks
+from ._integrations.view import view
+from ._many.dask import ConvertResult, convert_many, resample_many, to_dask
+from ._many.loading import LoadIterator, empty_batch, iter_load, load_batch, load_many
+from ._many.resample_series import resample
+from ._foundation.errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
 
 # The version is written once, in CMakeLists.txt's project(); the wheel's metadata carries it
 # (pyproject.toml reads it from there).
@@ -37,6 +41,10 @@ try:
     __version__ = _dist_version("voxpipe")
 except _PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
+
+# The core reads URLs and stores (through obstore and zarr) wherever it is given a path.
+_core_hooks.install()
+del _dicom_format, _nifti_format, _zarr_format
 
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",

@@ -11,10 +11,12 @@ typed in a shell does, as ``-m`` always does."""
 import os
 import sys
 
-from . import _core, _remote  # noqa: F401  (_remote installs the core's URL handlers)
+from ._foundation.native import core as _core
+from ._integrations import core_hooks
 
 
 def main() -> int:
+    core_hooks.install()
     # bench-load's nibabel child: this interpreter, which has the packages voxpipe was installed
     # with, rather than a python found beside the executable or on PATH.
     if sys.executable:

@@ -20,7 +20,9 @@ import time
 
 import numpy as np
 
-import voxpipe as vp
+from nibabel import Nifti1Image
+
+from ._images.image import load, save
 
 
 def make_sample(path: str) -> None:
@@ -34,9 +36,9 @@ def make_sample(path: str) -> None:
         drift = 1 + 0.01 * np.sin(t / 7)
         data[..., t] = (brain * drift + rng.normal(0, 20, shape[:3])).astype(np.int16)
     affine = np.array([[-3.0, 0, 0, 96], [0, 3, 0, -96], [0, 0, 3.5, -70], [0, 0, 0, 1]])
-    img = vp.Nifti1Image(data, affine)
+    img = Nifti1Image(data, affine)
     img.header["descrip"] = b"voxpipe demo series"
-    vp.save(img, path[:-3])
+    save(img, path[:-3])
     # Store with scale factors, as scanners do: slope 0.5, intercept 10, raw int16 unchanged.
     with open(path[:-3], "r+b") as f:
         f.seek(112)
@@ -102,7 +104,7 @@ def run(workdir: str) -> int:
     if cli:
         print(subprocess.run([cli, "info", path], capture_output=True, text=True, check=True).stdout)
 
-    img = vp.load(path)
+    img = load(path)
     print(f"vp.load: shape {img.shape}, stored {img.dataobj.dtype}, "
           f"slope {img.dataobj.slope}, inter {img.dataobj.inter}")
     data = img.get_fdata(dtype=np.float32)
@@ -116,7 +118,7 @@ def run(workdir: str) -> int:
             and np.array_equal(img.affine, ref.affine)
             and np.array_equal(img.dataobj[..., 7], ref.dataobj[..., 7]))
     print(f"values, affine and a volume slice equal nibabel's: {same}")
-    t_vp = median_time(lambda: vp.load(path).get_fdata(dtype=np.float32))
+    t_vp = median_time(lambda: load(path).get_fdata(dtype=np.float32))
     t_nib = median_time(lambda: nib.load(path).get_fdata(dtype=np.float32))
     mb = data.nbytes / 2**20
     print(f"load .nii.gz -> float32 ({mb:.0f} MiB), median of 5: voxpipe {t_vp * 1000:.0f} ms, "

@@ -13,9 +13,11 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from . import _core, _remote
-from ._types import StrPath
-from .errors import VoxpipeIOError
+from ._foundation.native import core as _core
+from ._formats.nifti.remote import open_image
+from ._sources import remote as _remote
+from ._foundation.types import StrPath
+from ._foundation.errors import VoxpipeIOError
 
 __all__ = ["IndexInfo", "build_index"]
 
@@ -81,7 +83,7 @@ def _build_remote_index(url: str, spacing: int, output: StrPath | None, cache: b
                         threads: int, storage_options: Mapping[str, Any] | None) -> IndexInfo:
     """build_index for an object: built into the local cache entry of this version (or
     `output`), then, unless `cache` or `output`, written next to the object."""
-    core, remote = _remote.open_image(url, storage_options)
+    core, remote = open_image(url, storage_options)
     data = remote.data_file
     if not data.etag and output is None:
         raise VoxpipeIOError(f"{data.url}: the server gives no ETag, so an index cannot "

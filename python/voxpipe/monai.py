@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._optional import require
+from ._foundation.optional import require
 
 require("monai", "monai", "voxpipe.monai", "MONAI")
 
@@ -51,9 +51,11 @@ from monai.data.utils import affine_to_spacing, correct_nifti_header_if_necessar
 from monai.data.utils import is_supported_format
 from monai.utils import SpaceKeys, ensure_tuple
 
-from . import _core, _monai_meta, _pool
-from ._dicom_series import load_dicom
-from ._image import load
+from ._foundation.native import core as _core
+from ._integrations import monai_meta as _monai_meta
+from ._foundation import pool as _pool
+from ._formats.dicom.series import load_dicom
+from ._images.image import load
 
 __all__ = ["VoxpipeReader"]
 

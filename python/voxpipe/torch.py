@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ._optional import require
+from ._foundation.optional import require
 
 # Imported once through require (which names the extra when PyTorch is missing), then by name so
 # that type checkers see the module.
@@ -54,9 +54,10 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from . import _monai_meta, _remote
-from ._many import _decode, _load_batch, empty_batch
-from ._image import load
+from ._integrations import monai_meta as _monai_meta
+from ._sources import remote as _remote
+from ._many.loading import _decode, _load_batch, empty_batch
+from ._images.image import load
 
 __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
 

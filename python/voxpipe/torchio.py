@@ -27,15 +27,15 @@ import os
 
 import numpy as np
 
-from ._optional import require
+from ._foundation.optional import require
 
 require("torchio", "torchio", "voxpipe.torchio", "TorchIO")
 
 import torch
 from torchio.data.io import check_uint_to_int
 
-from ._dicom_series import load_dicom
-from ._image import load
+from ._formats.dicom.series import load_dicom
+from ._images.image import load
 
 __all__ = ["read"]
 

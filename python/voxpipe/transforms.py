@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _core
-from ._types import Float64Array, GridLike, StrPath
-from .errors import InvalidArgumentError
+from ._foundation.native import core as _core
+from ._images.image import load
+from ._foundation.types import Float64Array, GridLike, StrPath
+from ._foundation.errors import InvalidArgumentError
 
 __all__ = ["load_affine", "load_affines", "load_field"]
 
@@ -36,8 +37,6 @@ def _grid(img: GridLike | None, name: str) -> tuple[list[int], list[float]] | No
         return None
     grid: Any = img
     if isinstance(img, (str, os.PathLike)):
-        from . import load
-
         grid = load(os.fspath(img))
     try:
         shape = tuple(int(n) for n in grid.shape)
@@ -82,7 +81,7 @@ def load_affine(path: StrPath, format: Literal["auto", "itk", "fsl", "matrix"] |
     fewer (as :func:`load_affines` otherwise)."""
     m = load_affines(path, format, reference, moving)
     if m.shape[0] != 1:
-        from .errors import FormatError
+        from ._foundation.errors import FormatError
 
         raise FormatError(f"{os.fspath(path)}: expected one transform, but found {m.shape[0]}",
                           path=os.fspath(path))

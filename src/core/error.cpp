@@ -35,7 +35,7 @@ bool ends_secret(char c, bool userinfo) noexcept {
 
 // `text` with the credentials of every URL in it replaced by REDACTED: user-info
 // (scheme://USER:PASSWORD@host) and the values of the query parameters that sign or authorise
-// a request (presigned S3 and GCS URLs, Azure SAS). The rule of voxpipe/_redact.py, applied to
+// a request (presigned S3 and GCS URLs, Azure SAS). The rule of voxpipe/_foundation/redact.py, applied to
 // every error here, so that the CLI's messages and the Python exceptions made from these errors
 // never show them. Idempotent; no std::regex (its recursion grows with the input).
 std::string redact(const std::string& text) {

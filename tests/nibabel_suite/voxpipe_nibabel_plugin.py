@@ -18,7 +18,7 @@ import os
 import pytest
 
 import voxpipe
-from voxpipe import _accelerate
+from voxpipe._formats.nifti import open as _nifti_open
 
 _counts: collections.Counter = collections.Counter()
 # NIfTI opens voxpipe served, per test module: which modules exercise it at all.
@@ -43,7 +43,7 @@ def _counting(original):
 
 
 def pytest_configure(config):
-    _accelerate._from_file_map = _counting(_accelerate._from_file_map)
+    _nifti_open._from_file_map = _counting(_nifti_open._from_file_map)
     voxpipe.accelerate_nibabel()
 
 

@@ -177,7 +177,7 @@ def check_many(directory: Path, problems: list) -> int:
     """load_many/load_batch to the device: the host path's values in input order for several
     thread plans, files overlapping in flight, the planned per-file threads, and a bad file in
     the middle raising naming it with no thread left behind."""
-    import voxpipe._many as many
+    import voxpipe._many.loading as many
 
     files = many_files(directory)
     checked = 0

@@ -150,7 +150,7 @@ def test_the_pip_command_imports_the_package_for_every_url_and_store():
     assert spec is not None and spec.loader is not None
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
-    from voxpipe._remote import is_url
+    from voxpipe._sources.remote import is_url
     names = ["s3://b/k.nii", "S3A://b/k", "gs://b/x", "az://c/x", "abfss://c@a/x", "adl://x/y",
              "azure://c/x", "http://h/x.nii.gz", "HTTPS://h/x?X-Amz-Signature=1", "a.nii.zarr",
              "a.ZARR/", "dir/b.ome.zarr//", "x.zarr?version=2"]

@@ -28,7 +28,7 @@ distributed = pytest.importorskip("distributed")
 pytest.importorskip("dask.array")
 
 import voxpipe as vp  # noqa: E402
-from voxpipe import _dask  # noqa: E402
+from voxpipe._many import dask as _dask  # noqa: E402
 from dask.array.core import PerformanceWarning  # noqa: E402
 
 SHAPE = (32, 32, 16, 20)

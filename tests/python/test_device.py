@@ -30,7 +30,8 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _core, _device
+from voxpipe import _core
+from voxpipe._foundation import device as _device
 from voxpipe.errors import DeviceUnavailableError, VoxpipeError
 
 HERE = Path(__file__).resolve().parent
@@ -98,7 +99,7 @@ def test_parse_torch_device():
 
 
 def test_parse_device_does_not_import_torch():
-    code = ("import sys, voxpipe as vp; from voxpipe import _device; "
+    code = ("import sys, voxpipe as vp; from voxpipe._foundation import device as _device; "
             "_device.parse_device('cuda:1'); vp.cuda_status(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -132,7 +133,7 @@ def test_cufile_status_needs_a_cuda_device():
 
 
 def test_cufile_library_found_in_the_nvidia_cufile_wheel(tmp_path, monkeypatch):
-    from voxpipe import _device
+    from voxpipe._foundation import device as _device
 
     monkeypatch.setattr(sys, "path", [str(tmp_path / "absent"), str(tmp_path)])
     assert _device._wheel_cufile() is None
@@ -303,7 +304,7 @@ def test_views_are_checked_against_the_memory():
 
 def test_memory_alive_at_interpreter_exit():
     # A live array and a live tensor at exit: freed (or left to the process) without a crash.
-    code = ("import numpy as np, torch; from voxpipe import _device; "
+    code = ("import numpy as np, torch; from voxpipe._foundation import device as _device; "
             "d = _device.array_to_device(np.arange(10.0), None); t = torch.from_dlpack(d)")
     pytest.importorskip("torch")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -313,7 +314,7 @@ def test_memory_alive_at_interpreter_exit():
 # ---- the file workers of load_many/load_batch to a device (no driver needed) -----------------
 
 def _run(n, workers, work):
-    import voxpipe._many as many
+    import voxpipe._many.loading as many
 
     before = set(threading.enumerate())
     try:

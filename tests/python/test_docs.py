@@ -229,9 +229,12 @@ def test_outside_reference_check_reports_notes_paths_and_tracker_numbers(tmp_pat
 
 def modules_with_examples() -> list[str]:
     names = []
-    for source in sorted(PACKAGE.glob("*.py")):
+    for source in sorted(PACKAGE.rglob("*.py")):
         if ">>>" in source.read_text(encoding="utf-8"):
-            names.append("voxpipe" if source.stem == "__init__" else f"voxpipe.{source.stem}")
+            parts = source.relative_to(PACKAGE).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            names.append(".".join(("voxpipe",) + parts))
     return names
 
 
@@ -257,7 +260,7 @@ def run_examples(module, name: str) -> tuple[int, int, str]:
 
 
 def test_the_package_has_examples():
-    assert "voxpipe._image" in modules_with_examples()
+    assert "voxpipe._images.image" in modules_with_examples()
 
 
 @pytest.mark.parametrize("name", modules_with_examples())

@@ -135,7 +135,7 @@ def test_a_pickle_made_before_a_change_refuses_the_new_file(tmp_path, suffix):
 def test_a_pickle_read_on_another_machine_compares_size_and_time_only(tmp_path, monkeypatch):
     """A worker on another machine sees another device number (NFS) or its own copy of the
     file (another inode): only the version (size, modification time) is compared there."""
-    from voxpipe import _image
+    from voxpipe._foundation import identity as _identity
 
     path = tmp_path / "img.nii"
     _write(path, 0, 0.5)
@@ -150,7 +150,7 @@ def test_a_pickle_read_on_another_machine_compares_size_and_time_only(tmp_path, 
     os.replace(copy, path)  # a copy: another inode, the same size and time
     with pytest.raises(VoxpipeIOError, match=CHANGED):
         pickle.loads(blob)
-    monkeypatch.setattr(_image, "_THIS_MACHINE", "another-machine")
+    monkeypatch.setattr(_identity, "THIS_MACHINE", "another-machine")
     np.testing.assert_array_equal(pickle.loads(blob).get_fdata(), nib.load(str(path)).get_fdata())
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     with pytest.raises(VoxpipeIOError, match=CHANGED):

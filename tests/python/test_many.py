@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-import voxpipe._many as many
+import voxpipe._many.loading as many
 
 
 def _write(path, data, slope=None, inter=None, big_endian=False):

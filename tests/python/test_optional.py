@@ -1,4 +1,4 @@
-"""voxpipe._optional.require, the one import of an optional dependency: a framework module whose
+"""voxpipe._foundation.optional.require, the one import of an optional dependency: a framework module whose
 package is missing names the extra that brings it; a package that is installed but broken is
 reported as itself, not as a missing extra. (voxpipe.monai and voxpipe.torchio are checked the
 same way in test_monai.py and test_torchio.py.)"""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from voxpipe._optional import require
+from voxpipe._foundation.optional import require
 
 
 def test_voxpipe_torch_without_torch_names_the_extra(monkeypatch):
@@ -57,7 +57,7 @@ def test_extra_for_a_newer_python_says_which_python(monkeypatch):
     # pyproject.toml's markers, as the installed metadata carries them: voxpipe[zarr] installs
     # nothing before Python 3.11, and the error says so instead of suggesting the extra again.
     import importlib.metadata
-    from voxpipe import _optional
+    from voxpipe._foundation import optional as _optional
 
     reqs = ['numpy>=2.0', 'zarr>=3.1; python_version >= "3.11" and extra == "zarr"',
             'numcodecs>=0.16; python_version >= "3.11" and extra == "zarr"',

@@ -118,7 +118,7 @@ def test_distributed_comes_with_dask_at_its_version():
 
 @pytest.mark.parametrize("extra", sorted(set(EXTRAS) - {"all"}))
 def test_markers_are_python_floors_the_package_reads(extra):
-    # voxpipe._optional.python_floor reads `python_version >= "X.Y"` to say which Python an
+    # voxpipe._foundation.optional.python_floor reads `python_version >= "X.Y"` to say which Python an
     # extra needs; any other marker would make it wrong. One floor per extra, on every package
     # of it, so that the extra is all or nothing.
     markers = {REQUIREMENT.fullmatch(r)["marker"] for r in EXTRAS[extra]}

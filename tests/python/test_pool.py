@@ -1,4 +1,4 @@
-"""Recycled outputs (_pool.py over voxpipe/buffer_pool.hpp): a released output's buffer serves
+"""Recycled outputs (_foundation/pool.py over voxpipe/buffer_pool.hpp): a released output's buffer serves
 the next output of its size, already faulted in; an output still referenced anywhere is never
 handed out again, so arrays a consumer keeps stay independent and equal to nibabel's; the pool
 keeps no more than its limit; and streams (iter_load, load_batch, a DataLoader's workers) reuse
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _pool
+from voxpipe._foundation import pool as _pool
 
 SHAPE = (64, 64, 80)  # 640 KiB of int16, 1.25 MiB of float32: the pool serves the float32 outputs
 

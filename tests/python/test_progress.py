@@ -1,4 +1,4 @@
-"""The progress report of the Python long calls (voxpipe/_progress.py, `progress=` of
+"""The progress report of the Python long calls (voxpipe/_foundation/progress.py, `progress=` of
 `vp.resample`): the command line's modes and lines on sys.stderr, counted against a clock the
 test sets; and the demo, which must leave no temporary folder behind, also when interrupted.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _progress
+from voxpipe._foundation import progress as _progress
 from voxpipe.errors import InvalidArgumentError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -190,7 +190,7 @@ def test_the_segment_count_is_nibabels():
     length of nibabel's calc_slicedefs segments for random slicers, shapes and item sizes."""
     from nibabel.fileslice import calc_slicedefs
 
-    from voxpipe._slicing import nibabel_segments
+    from voxpipe._formats.nifti.slicing import nibabel_segments
 
     rng = np.random.default_rng(5)
     checked = 0

@@ -23,7 +23,7 @@ import pytest
 
 import voxpipe as vp
 from s3_server import S3Server
-from voxpipe import _remote_dicom
+from voxpipe._sources import listing as _remote_dicom
 from voxpipe.errors import (InvalidArgumentError, UnsupportedError, VoxpipeFileNotFoundError,
                             VoxpipeIOError)
 

@@ -3,7 +3,7 @@ bodies, stalls, an object replaced between reads, a server that ignores Range. E
 against range_server.RangeServer (a real HTTP/1.1 server on 127.0.0.1, started per test) and
 checks both what voxpipe returns or raises and the requests the server saw.
 
-vp.load of a URL opens the object for reads by byte ranges (voxpipe._remote.RemoteFile): one GET
+vp.load of a URL opens the object for reads by byte ranges (voxpipe._sources.remote.RemoteFile): one GET
 of ``Range: bytes=0-65535`` tells the size and ETag and holds the header; every later request is
 a ranged GET with If-Match: that ETag. The small .nii.gz here fits in that first answer, so its
 faults hit the open; the 4D .nii is larger, so a volume read is a request of its own and its

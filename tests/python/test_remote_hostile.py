@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _remote
+from voxpipe._sources import remote as _remote
 from voxpipe.errors import VoxpipeError, VoxpipeIOError
 
 from range_server import RangeServer
@@ -201,7 +201,7 @@ def test_a_server_ignoring_if_match_cannot_mix_versions_of_a_gzip_object(tmp_pat
 
 def test_a_server_ignoring_if_match_cannot_mix_versions_of_a_dicom_series(server, small):
     # A DICOM series reopened (after pickling) reads the versions it was listed with.
-    from voxpipe import _remote_dicom
+    from voxpipe._sources import listing as _remote_dicom
     [obj] = _remote_dicom.fetch_pinned([server.url(SMALL)], [None], HTTP)
     assert bytes(obj.data) == small[0]
     server.put(SMALL, small[0][::-1])

@@ -3,7 +3,7 @@
 differential: every remote read equals the same read of the local file, by voxpipe and by
 nibabel.
 
-The protocol (voxpipe._remote.RemoteFile and the core's RemoteInput): opening an object is one
+The protocol (voxpipe._sources.remote.RemoteFile and the core's RemoteInput): opening an object is one
 GET of ``Range: bytes=0-65535``, which tells its size and ETag and holds the header and its
 extensions; every later request is a ranged GET with If-Match: that ETag. A .nii selection
 becomes the byte ranges the reader plans, merged when closer than 1 MiB, split in 8 MiB parts

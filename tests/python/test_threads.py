@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _core, _many
+from voxpipe import _core
+from voxpipe._many import loading as _many
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(os.environ.get('VOXPIPE_CLI') or REPO / '.venv' / 'bin' / 'voxpipe')

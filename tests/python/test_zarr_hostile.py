@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
-from voxpipe import _zarr_write
+from voxpipe._formats.zarr import write as _zarr_write
 from voxpipe.errors import CorruptError, FormatError, LimitError, VoxpipeError, VoxpipeIOError
 
 zarr = pytest.importorskip("zarr")
@@ -166,7 +166,7 @@ def test_a_header_array_in_a_million_chunks_is_refused(tmp_path):
 
 
 def test_a_huge_metadata_document_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    from voxpipe import _zarr_local
+    from voxpipe._formats.zarr import local as _zarr_local
 
     path, _ = _store(tmp_path)
     monkeypatch.setattr(_zarr_local, "MAX_METADATA_BYTES", 100)  # zarr.json has ~1 KB
@@ -228,7 +228,7 @@ def test_zstd_chunks_carry_their_checksum_and_a_flipped_bit_is_corrupt(tmp_path,
 # -- writers killed or racing --------------------------------------------------------------
 _KILLED_WRITER = r"""
 import os, sys, numpy as np, nibabel as nib, voxpipe as vp
-from voxpipe import _zarr_write
+from voxpipe._formats.zarr import write as _zarr_write
 def killed(tmp, path):
     os.kill(os.getpid(), 9)
 _zarr_write._replace = killed

@@ -20,7 +20,7 @@ import nibabel as nib
 import numpy as np
 
 import voxpipe as vp
-from voxpipe._optional import python_floor
+from voxpipe._foundation.optional import python_floor
 
 
 def check(cond: bool, what: str) -> None:
@@ -123,7 +123,7 @@ def s3_extra(work: Path) -> None:
     import obstore.store  # noqa: F401
     versions_within_floors("s3")
     # A store for a URL, built by voxpipe's client code (no request is made).
-    from voxpipe import _remote
+    from voxpipe._sources import remote as _remote
     store, name = _remote.store_for("s3://voxpipe-bucket/sub-01/x.nii.gz",
                                     {"region": "us-east-1", "skip_signature": True})
     check(name == "x.nii.gz" and type(store).__name__ == "S3Store",

@@ -21,7 +21,7 @@ the answer claims: a claim of 10**15 bytes aborts the process.)
 An http(s) URL with a query (a presigned URL: ``...?X-Amz-Signature=...``, an Azure SAS) is read
 as it is: the store is the object's URL, query included, so the query reaches the server as the
 query and is never part of an object's name; its credentials never appear in a message
-(_redact.py).
+(_foundation/redact.py).
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from . import _core
-from ._optional import require
-from ._redact import redact
-from .errors import InvalidArgumentError, VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError
+from .._foundation.native import core as _core
+from .._foundation.optional import require
+from .._foundation.redact import redact
+from .._foundation.errors import (InvalidArgumentError, VoxpipeError, VoxpipeFileNotFoundError,
+                                  VoxpipeIOError)
 
 _T = TypeVar("_T")
 
@@ -497,34 +498,8 @@ class RemoteFile:
         return ("path", path)
 
 
-def open_image(url: str, storage_options: Mapping[str, Any] | None = None, etag: str | None = None,
-               data_url: str | None = None, data_etag: str | None = None,
-               filesystem: Any = None) -> tuple[Any, RemoteFile]:
-    """(core image, header RemoteFile) of the object at `url` (through `filesystem`, an fsspec
-    filesystem, when given); a .hdr URL's data are its .img object (`data_url`, by default the
-    pair's partner name)."""
-    header = RemoteFile(url, storage_options, etag=etag, filesystem=filesystem)
-    if _core.is_pair_path(url.split("?", 1)[0]):
-        if data_url is None:
-            head, sep, query = url.partition("?")
-            data_url = pair_partner_url(head) + sep + query
-        header.partner = RemoteFile(data_url, storage_options, etag=data_etag,
-                                    filesystem=filesystem)
-        core = _core.open_remote(header.input, header.partner.input)
-    else:
-        core = _core.open_remote(header.input)
-    return core, header
 
 
-def pair_partner_url(url: str) -> str:
-    """The .img URL of a .hdr URL and the reverse (the case of the extension kept)."""
-    stem, dot, ext = url.rpartition(".")
-    gz = ""
-    if ext.lower() == "gz":
-        stem, dot, ext = stem.rpartition(".")
-        gz = url[-3:]
-    other = {"hdr": "img", "img": "hdr"}[ext.lower()]
-    return f"{stem}.{other.upper() if ext.isupper() else other}{gz}"
 
 
 def _reason(exc: Exception) -> str:
@@ -609,42 +584,6 @@ def _write_atomic(path: str, data: Any) -> None:
         except OSError:
             pass
         raise
-
-
-def _open_for_core(url: str) -> Any:
-    """The core's URL handler: the object opened with the environment's configuration; a Zarr
-    store (local or not) as the .nii of its NIfTI-Zarr image."""
-    from . import _zarr  # imports this module
-    if _zarr.is_nifti_zarr(url):
-        return _zarr._open_for_core(url)
-    return RemoteFile(url).input
-
-
-def _write_zarr_for_core(source: str, output: str, options: Sequence[tuple[str, str]]) -> None:
-    from . import _zarr_write
-    _zarr_write._write_for_core(source, output, options)
-
-
-def _zarr_compression_for_core(location: str) -> str:
-    from . import _zarr  # imports this module
-    return _zarr._compression_for_core(location)
-
-
-def _put_file_for_core(path: str, url: str) -> None:
-    with open(path, "rb") as f:
-        put(url, f.read())
-
-
-def _fetch_all_for_core(url: str) -> list[tuple[str, Any]]:
-    """The objects a URL names (an object, or those under a prefix), fetched whole."""
-    from . import _remote_dicom  # imports this module
-    return [(o.url, o.data) for o in _remote_dicom.fetch_all([url], None)]
-
-
-# Calls that take paths (the core's open, build_index, the CLI's commands under
-# `python -m voxpipe`) read URLs, and read and write Zarr stores, through these.
-_core.set_url_handlers(_open_for_core, index_cache_path, _put_file_for_core, _fetch_all_for_core,
-                       _write_zarr_for_core, _zarr_compression_for_core)
 
 
 def put(url: str, data: Any, storage_options: Mapping[str, Any] | None = None) -> None:

@@ -32,8 +32,10 @@ if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not e
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _dicom_pixels, errors
-from ._types import Array, StrPath
+from ..._foundation.native import core as _core
+from . import pixels as _dicom_pixels
+from ..._foundation import errors
+from ..._foundation.types import Array, StrPath
 
 __all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE"]
 

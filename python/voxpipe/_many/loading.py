@@ -17,7 +17,7 @@ files are admitted in input order, so the oldest file the caller waits for can a
 
 URLs (s3://, gs://, az://, http(s)://) may stand among the paths: each object is fetched whole in
 one GET on I/O threads of their own (``io_threads`` at once, default 8), ahead of the file
-workers, and decoded from memory as ``vp.load(url)`` decodes it (_remote_many.py); its fetched
+workers, and decoded from memory as ``vp.load(url)`` decodes it (_sources/prefetch.py); its fetched
 bytes count against ``max_inflight_bytes`` with its decoded data. Local paths take the path
 above, untouched.
 """
@@ -33,14 +33,19 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Optional, TypeVar, Unio
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _pool, _remote, _remote_many
-from ._image import load
-from ._redact import redact
-from ._types import Array, Device, NiftiImage, StrPath
-from .errors import SkippedFileWarning
+from .._foundation.native import core as _core
+from .._foundation import pool as _pool
+from .._sources import remote as _remote
+from .._sources import prefetch as _remote_many
+from .._formats.nifti.open import open_fetched
+from .._formats.zarr.read import is_nifti_zarr
+from .._images.image import load
+from .._foundation.redact import redact
+from .._foundation.types import Array, Device, NiftiImage, StrPath
+from .._foundation.errors import SkippedFileWarning
 
 if TYPE_CHECKING:
-    from ._device import DeviceArray
+    from .._foundation.device import DeviceArray
 
 _ON_ERROR = ("raise", "skip")
 
@@ -85,7 +90,7 @@ def _decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = No
     return img.dataobj.read(dtype=dtype, out=out)  # type: ignore[attr-defined]
 
 
-def _note(exc: BaseException, path: str, i: int) -> BaseException:
+def note_path(exc: BaseException, path: str, i: int) -> BaseException:
     """Make sure the exception names the file it came from and its position in the inputs."""
     if hasattr(exc, "add_note"):
         named = getattr(exc, "path", None) == path or str(path) in str(exc)
@@ -103,11 +108,24 @@ def _load_path(path: str, threads: int, index: IndexChoice,
     return load(path, threads=threads, **options)
 
 
+def _remote_entries(sources: Sequence[str]) -> list[int]:
+    """The positions in `sources` of the objects fetched whole ahead of the workers: URLs of
+    .nii and .nii.gz objects. A pair (.hdr/.img: two objects) and a NIfTI-Zarr store (many
+    objects, read by the chunks a read needs) are left to ``vp.load``."""
+    return [i for i, s in enumerate(sources)
+            if _remote.is_url(s) and not is_nifti_zarr(s)
+            and not _core.is_pair_path(s.split("?", 1)[0])]
+
+
 def _open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | None,
                threads: int, index: IndexChoice, storage_options: StorageOptions) -> NiftiImage:
     """The image of files[i]: from its fetched bytes for a URL `fetch` holds, else vp.load."""
     if fetch is not None and i in fetch:
-        return fetch.open(i, threads, index)[0]
+        obj = fetch.take(i)
+        try:
+            return open_fetched(obj, threads, index)
+        finally:
+            fetch.release(i)
     return _load_path(files[i], threads, index, storage_options)
 
 
@@ -150,7 +168,7 @@ def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]
             t.join()
     if errors:
         i = min(errors)
-        raise _note(errors[i], paths[i], i)
+        raise note_path(errors[i], paths[i], i)
 
 
 class _Loader:
@@ -189,8 +207,9 @@ class _Loader:
         self._storage_options = storage_options
         # URLs: fetched ahead on threads of their own, the bytes held counting with _inflight.
         self._fetch = _remote_many.prefetcher_for(
-            self._paths, storage_options, io_threads, ahead=self._prefetch, budget=self._budget,
-            cond=self._cond, held_elsewhere=lambda: self._inflight)
+            self._paths, _remote_entries(self._paths), storage_options, io_threads,
+            ahead=self._prefetch, budget=self._budget, cond=self._cond,
+            held_elsewhere=lambda: self._inflight)
         self._threads = [threading.Thread(target=self._work, name=f"voxpipe-load-{i}",
                                           daemon=True) for i in range(min(workers, n))]
         for t in self._threads:
@@ -219,7 +238,7 @@ class _Loader:
             if fetched:  # the object's bytes: counted here from its admission on
                 obj = self._fetch.take(i)  # type: ignore[union-attr]
                 nbytes = obj.size
-                img = _remote_many.image_of(obj, self._file_threads, self._index)
+                img = open_fetched(obj, self._file_threads, self._index)
                 del obj
             else:
                 img = _load_path(path, self._file_threads, self._index,
@@ -257,7 +276,7 @@ class _Loader:
                 return  # nobody will take it
             if error is not None:
                 self._inflight -= nbytes
-                self._results[i] = (False, _note(error, path, i), 0)
+                self._results[i] = (False, note_path(error, path, i), 0)
             else:
                 self._results[i] = (True, value, nbytes)
             self._cond.notify_all()
@@ -449,7 +468,7 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
     a bounded-memory pass over many files, iterate with ``iter_load``; for equal shapes,
     ``load_batch`` decodes straight into one array.
     """
-    from . import _device
+    from .._foundation import device as _device
 
     ordinal = _device.parse_device(device)
     if ordinal is not None:
@@ -460,7 +479,8 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
         want = _check_dtype(dtype)
         workers, file_threads = _plan_threads(threads, io_threads, len(files))
         out: list[Any] = [None] * len(files)
-        fetch = _remote_many.prefetcher_for(files, storage_options, io_threads, ahead=workers)
+        fetch = _remote_many.prefetcher_for(files, _remote_entries(files), storage_options,
+                                            io_threads, ahead=workers)
 
         def load_one(i: int) -> None:
             img = _open_file(files, i, fetch, file_threads, index, storage_options)
@@ -534,7 +554,7 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
     """load_batch's (batch, the images of its files): their headers serve the caller's metadata
     without opening (or fetching) the files again. ``allocate(n, shape, dtype)`` makes the batch
     when ``out`` is None, in empty_batch's layout (VolumeDataset's workers: shared memory)."""
-    from . import _device
+    from .._foundation import device as _device
 
     ordinal = _device.parse_device(device)
     if ordinal is not None:
@@ -546,14 +566,15 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
     if not files:
         raise ValueError("load_batch needs at least one file")
     workers, file_threads = _plan_threads(threads, io_threads, len(files))
-    fetch = _remote_many.prefetcher_for(files, storage_options, io_threads, ahead=len(files))
+    fetch = _remote_many.prefetcher_for(files, _remote_entries(files), storage_options,
+                                        io_threads, ahead=len(files))
     imgs = []
     try:
         for i, p in enumerate(files):
             try:
                 imgs.append(_open_file(files, i, fetch, file_threads, index, storage_options))
             except Exception as exc:
-                _note(exc, p, i)
+                note_path(exc, p, i)
                 raise
     finally:
         if fetch is not None:

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from nibabel.dataobj_images import DataobjImage
 
-from . import _core
-from ._types import Array, Device
+from .native import core as _core
+from .types import Array, Device
 from .errors import DeviceUnavailableError
 
 _KDLCPU, _KDLCUDA = 1, 2

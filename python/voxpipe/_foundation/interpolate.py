@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _pool
-from ._types import Array
+from .native import core as _core
+from . import pool as _pool
+from .types import Array
 from .errors import InvalidArgumentError, ResampleArgumentError, ResampleTypeError
 
 __all__ = ["affine_transform", "map_coordinates"]
@@ -106,7 +107,7 @@ def _allocate(shape: tuple[int, ...], dtype: npt.DTypeLike) -> Array:
             f"output_shape: {shape} of {dtype} needs {nbytes} bytes, more than any array can hold",
             field="output_shape")
     # Empty, not zeros: every element is written. Large outputs recycle released buffers
-    # (_pool.py: fresh memory is expensive).
+    # (_foundation/pool.py: fresh memory is expensive).
     return _pool.empty(shape, dtype, "C")
 
 

@@ -15,7 +15,7 @@ block itself, opened by the core as the header of a .nii whose data are the stor
 virtual byte source), so every check, fix and affine is the one a .nii gets, and the C++
 commands (``voxpipe info``, ``convert``, ``resample``, ``view``) read stores through it.
 
-Writing: _zarr_write.py.
+Writing: _formats/zarr/write.py.
 """
 
 from __future__ import annotations
@@ -23,18 +23,20 @@ from __future__ import annotations
 import math
 import os
 import struct
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import _core, _remote
-from ._header import core_dtype_name
-from ._optional import require
-from ._zarr_local import StoreIdentity, local_store
-from .errors import (CorruptError, FormatError, InvalidArgumentError, LimitError, TruncatedError,
-                     VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError)
+from ..._foundation.native import core as _core
+from ..._sources import remote as _remote
+from ..._foundation import identity as _identity
+from ..._foundation.header import core_dtype_name
+from ..._foundation.optional import require
+from .local import StoreIdentity, local_store
+from ..._foundation.errors import (CorruptError, FormatError, InvalidArgumentError, LimitError,
+                                   TruncatedError, VoxpipeError, VoxpipeFileNotFoundError,
+                                   VoxpipeIOError)
 
 # The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
 _ZARR_AXES = ("t", "c", "z", "y", "x")
@@ -149,7 +151,7 @@ class NiftiZarr:
         # working directory it is opened from (the receiver may run in another folder, and
         # this process may change its own before it pickles).
         self.absolute_location = (location if _remote.is_url(location) else
-                                  os.path.join(_image_module().working_directory(), location))
+                                  os.path.join(_identity.working_directory(), location))
         self.storage_options = dict(storage_options) if storage_options else None
         self.level = level
         name = location
@@ -793,7 +795,7 @@ def open_input(store: NiftiZarr, threads: int = 0):
                              _VirtualFetcher(store, prefix, (), np.dtype("u1"), threads),
                              initial=prefix)
     core = _core.open_remote(head)  # the header's checks; its shape and dtype size the data
-    from ._header import _NAME_TO_DTYPE
+    from ..._foundation.header import _NAME_TO_DTYPE
     dtype = _NAME_TO_DTYPE[core.dtype]
     store.check_against(core.shape, dtype)
     if dtype.fields is None:
@@ -815,7 +817,7 @@ def open_core(store: NiftiZarr, threads: int = 0):
     return _core.open_remote(data), raised
 
 
-def _open_for_core(location: str):
+def open_core_input(location: str):
     """The core's handler for a store's path: the store as a .nii (voxpipe info, convert,
     resample, view)."""
     return open_input(NiftiZarr(location))[0]
@@ -851,7 +853,7 @@ def compression_of(array) -> str:
     return f"{text} (sharded)" if sharded else text
 
 
-def _compression_for_core(location: str) -> str:
+def describe_layout(location: str) -> str:
     """The core's handler for a store's description (voxpipe info): its chunks' compression as
     :func:`compression_of` names it on the first line, then ``key=value`` lines of what the
     metadata say of its layout: ``zarr_format``, ``levels`` (the multiscales datasets),
@@ -878,122 +880,3 @@ def _compression_for_core(location: str) -> str:
         return "\n".join(lines)
     except Exception as exc:
         raise _failure(location, "codecs", exc) from exc
-
-
-# -- images --------------------------------------------------------------------------------
-def _image_module():
-    from . import _image  # _image imports this module lazily: no import cycle at load time
-    return _image
-
-
-def _proxy_class():
-    _image = _image_module()
-
-    class ZarrProxy(_image.ArrayProxy):
-        """nibabel's proxy contract (and voxpipe's ``read``/``read_into``) over one level of a
-        NIfTI-Zarr store: reads decode only the chunks they touch, in parallel, straight into
-        the output with the scaling fused, as for .nii.gz. Pickles as (location, options,
-        level), never as data."""
-
-        def __init__(self, core_image, store: NiftiZarr, threads: int = 0):
-            super().__init__(core_image, threads, "none", "", mmap=False, keep_file_open=False,
-                             source=store)
-            self._store = store
-
-        @property
-        def chunks(self) -> tuple[int, ...]:
-            """The storage chunk shape in NIfTI's axis order (x, y, z[, t[, c]]): reads aligned
-            to it decode each chunk once."""
-            cshape = dict(zip(self._store.axes, self._store.array.chunks))
-            return tuple(int(cshape.get(a, 1)) for a in ("x", "y", "z", "t", "c")[:self.ndim])
-
-        @property
-        def store(self) -> NiftiZarr:
-            return self._store
-
-        def __copy__(self):
-            new = type(self)(self._img, self._store, self._threads)
-            new._shape = self._shape
-            return new
-
-        def __reduce__(self):
-            s = self._store  # by its absolute name (NiftiZarr.absolute_location)
-            # With the identity of the store's files: a task reading it after the store was
-            # replaced fails rather than reading the new voxels under this header.
-            state = s.identity.state() if s.identity is not None else None
-            return (_reopened_zarr_proxy, (s.absolute_location, s.storage_options, s.level,
-                                           self._threads, self._shape, state))
-
-        def __dask_tokenize__(self):
-            s = self._store
-            # The store's header and array metadata (a store rewritten in place with new
-            # metadata is another array); not the thread count, which changes no value.
-            where = (s.location if _remote.is_url(s.location)
-                     else os.path.normpath(s.absolute_location))
-            return ("voxpipe.ZarrProxy", where, s.level, repr(s.storage_options), s.stored_header,
-                    repr(s.array.metadata.to_dict()), self._shape,
-                    s.identity.state() if s.identity is not None else None)
-
-        def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,
-                         subtype=np.ndarray):
-            if out is None:
-                out = _image.empty_for(shape, dtype, subtype)
-            view = out.reshape([c for _, _, c in stored], order="F")
-            if file_order and not apply_scaling:
-                read_stored_values(self._store, stored, view, self._threads)
-            else:
-                self._store.read(stored, np.dtype(dtype), apply_scaling, file_order, real_part,
-                                 self._img.slope, self._img.inter, view, self._threads)
-            return out
-
-        def __repr__(self):
-            return (f"<ZarrProxy shape={self._shape} dtype={self._dtype} "
-                    f"store={self._store.name!r}>")
-
-    return ZarrProxy
-
-
-_proxy_lock = threading.Lock()
-_ZarrProxy = None
-
-
-def zarr_proxy_class():
-    """The proxy class (made once: it derives from _image.ArrayProxy)."""
-    global _ZarrProxy
-    with _proxy_lock:
-        if _ZarrProxy is None:
-            _ZarrProxy = _proxy_class()
-        return _ZarrProxy
-
-
-def _reopened_zarr_proxy(location, storage_options, level, threads, shape, identity=None):
-    store = NiftiZarr(location, storage_options, level)
-    if identity is not None and store.identity is not None:
-        store.identity.check_same(location, identity)
-    core, _ = open_core(store, threads)
-    proxy = zarr_proxy_class()(core, store, threads)
-    return proxy if tuple(shape) == proxy.shape else proxy.reshape(shape)
-
-
-def load(location: Any, *, storage_options: Mapping[str, Any] | None = None, threads: int = 0,
-         level: int = 0):
-    """A NIfTI-Zarr store as a nibabel image (Nifti1Image/Nifti2Image by its header) whose
-    ``dataobj`` reads the store's chunks on demand; opening reads the metadata and the header
-    array only. ``level``: the pyramid level (0, the finest, by default; its header's dims,
-    voxel sizes and affines are the level's)."""
-    import nibabel as nib
-    from nibabel.fileholders import FileHolder
-
-    _image = _image_module()
-    location = os.fspath(location)
-    store = NiftiZarr(location, storage_options, level)
-    core, raised = open_core(store, threads)
-    klass = nib.Nifti1Image if core.version == 1 else nib.Nifti2Image
-    prefix, _ = _virtual_prefix(store.stored_header, store.location)
-    proxy = zarr_proxy_class()(core, store, threads)
-    img = _image._image_from_core(klass, core, {"image": FileHolder(filename=location)}, False,
-                                  None, threads, False, prefix, proxy=proxy)
-    if raised != -1:  # the header as stored: the virtual file's offset is not the store's
-        img.header.set_data_offset(raised)
-        img._load_cache["header"].set_data_offset(raised)
-    return img

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from .native import core as _core
 
 # Below this an output comes from NumPy as usual: the allocator's own free lists serve small
 # arrays, and the pool is for the volumes whose fresh pages cost.

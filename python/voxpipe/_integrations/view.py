@@ -14,9 +14,9 @@ from typing import Any, Protocol, Union, overload
 import numpy as np
 from nibabel.filebasedimages import FileBasedImage
 
-from . import _core
-from ._types import StrPath
-from .errors import InvalidArgumentError
+from .._foundation.native import core as _core
+from .._foundation.types import StrPath
+from .._foundation.errors import InvalidArgumentError
 
 _NIFTI_SUFFIXES = (".nii", ".hdr", ".img")
 
@@ -43,8 +43,8 @@ def _is_nifti_name(path: str) -> bool:
 def _load(path: StrPath) -> ImageLike:
     """A NIfTI file with vp.load, anything else (a folder, DICOM files) with vp.load_dicom: the
     rule ``voxpipe view`` follows."""
-    from ._dicom_series import load_dicom
-    from ._image import load
+    from .._formats.dicom.series import load_dicom
+    from .._images.image import load
 
     p = os.fspath(path)
     if _is_nifti_name(p) and not os.path.isdir(p):

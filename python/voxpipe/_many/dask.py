@@ -50,14 +50,16 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import _core, _remote
-from ._dicom_series import Series, _unpickled_series, scan
-from ._image import ArrayProxy, load, save
-from ._many import _note
-from ._optional import require
-from ._remote_many import DEFAULT_FETCHES
-from ._types import NiftiImage, StrPath
-from .errors import FormatError, InvalidArgumentError, VoxpipeError
+from .._foundation.native import core as _core
+from .._sources import remote as _remote
+from .._formats.dicom.series import Series, scan, unpickled_series
+from .._formats.nifti.proxy import ArrayProxy
+from .._images.image import load, save
+from .loading import note_path
+from .._foundation.optional import require
+from .._sources.prefetch import DEFAULT_FETCHES
+from .._foundation.types import NiftiImage, StrPath
+from .._foundation.errors import FormatError, InvalidArgumentError, VoxpipeError
 
 if TYPE_CHECKING:
     import dask.array
@@ -146,40 +148,6 @@ def _read_series_block(source: _Source, read_dtype: np.dtype[Any] | None,
 
 
 # -- tokens --------------------------------------------------------------------------------------
-def _file_identity(path: str) -> tuple[Any, ...]:
-    """`path`, absolute (as an opener recorded it), normalised, with its size, mtime and
-    inode."""
-    st = os.stat(path)
-    return (os.path.normpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def proxy_token(proxy: ArrayProxy) -> tuple[Any, ...]:
-    """What identifies the values a proxy reads (its ``__dask_tokenize__``): where they are (a
-    file's path, device, inode, size and modification time when it was opened; an object's URL,
-    ETag and size) and the proxy's shape. Not the thread count or seek-index choice, which
-    change no value."""
-    img, src = proxy._img, proxy._source
-    where: tuple[Any, ...]
-    if isinstance(src, _remote.RemoteFile):
-        data = src.partner
-        where = ("url", src.url, src.etag, src.size,
-                 None if data is None else (data.url, data.etag, data.size))
-    elif isinstance(src, _remote.RemoteObject):
-        where = ("url", src.url, src.etag, src.size)
-    elif img.data_in_file:
-        # The files as they were opened (device, inode, size, mtime_ns), not as they are now:
-        # the proxy reads those or fails, and so does every task of a graph named after them.
-        header, data = proxy._files()
-        where = ("file", (os.path.normpath(header), img.header_identity))
-        if data != header:
-            where += ((os.path.normpath(data), img.data_identity),)
-    else:  # opened from memory: the bytes themselves
-        from dask.base import tokenize
-
-        where = ("bytes", tokenize(memoryview(_remote.buffer_of(src)).cast("B")))
-    return ("voxpipe.ArrayProxy", where, tuple(proxy.shape))
-
-
 def _check_reopenable(proxy: Any) -> None:
     """Refuse a proxy of an image opened from memory: it has no file or URL to open again,
     and its pickle (which every task would carry) is its bytes."""
@@ -191,23 +159,10 @@ def _check_reopenable(proxy: Any) -> None:
                         "a file, or use dask.array.from_array on its data")
 
 
-def series_token(series: Series) -> tuple[Any, ...]:
-    """What identifies the values a DICOM series reads (its ``__dask_tokenize__``): its
-    SeriesInstanceUID, split and images, and each file's identity (path, size, modification
-    time, inode) or each object's ETag."""
-    names, etags, _, _, uid, split, files = series._state()
-    where = etags if etags is not None else [_file_identity(n) for n in names]
-    return ("voxpipe.dicom.Series", uid, split, [tuple(f) for f in files], where)
-
-
 def _identity(obj: Any) -> Any:
     method = getattr(obj, "__dask_tokenize__", None)
     if method is not None:
         return method()
-    if isinstance(obj, ArrayProxy):
-        return proxy_token(obj)
-    if isinstance(obj, Series):
-        return series_token(obj)
     from dask.base import normalize_token
 
     return normalize_token(obj)
@@ -327,7 +282,7 @@ def _open_all(items: Sequence[Any], storage_options: Mapping[str, Any] | None
             try:
                 return path, _open_image(path, storage_options)
             except Exception as exc:
-                raise _note(exc, path, i)
+                raise note_path(exc, path, i)
         proxy = _proxy_of(item)
         get = getattr(item, "get_filename", None)
         return (get() if callable(get) else None) or f"input {i}", proxy
@@ -475,13 +430,13 @@ def _series_array(da: Any, series: Series, want: np.dtype[Any] | None, scaling: 
                 "two chunks: use chunks=None (one chunk)", field="chunks")
         plan = tuple((d,) for d in shape)
         parts = [files]
-    token = tokenize(series_token(series), out_dtype, read_dtype, scaling, plan)
+    token = tokenize(series.__dask_tokenize__(), out_dtype, read_dtype, scaling, plan)
     name = f"voxpipe-read-{token}"
     layer: dict[Any, Any] = {}
     for k, part in enumerate(parts):
         part_names = list(dict.fromkeys(p for p, _ in part))
         part_etags = None if etag_of is None else [etag_of[n] for n in part_names]
-        sub = _unpickled_series(part_names, part_etags, options, series_threads, uid, split,
+        sub = unpickled_series(part_names, part_etags, options, series_threads, uid, split,
                                 part)
         block = tuple(k if a == axis else 0 for a in range(len(shape)))
         block_shape = tuple(plan[a][block[a]] for a in range(len(shape)))
@@ -610,7 +565,7 @@ def _convert_one(source: str, output: str, threads: int,
 def _resample_one(source: str, output: str, threads: int, reference: Any, transforms: Any,
                   resample_options: Mapping[str, Any]) -> ConvertResult:
     """``vp.resample(source, reference, transforms, out=output)`` on `threads` threads."""
-    from ._resample_series import resample
+    from .resample_series import resample
 
     resample(source, reference, transforms, out=output, threads=threads or None,
              **resample_options)
@@ -664,7 +619,7 @@ def _run_jobs(job: Any, sources: list[str], outputs: list[str], args: list[tuple
                 results.append(job(source, output, threads or 0, *args[i]))
             except Exception as exc:
                 if not report:
-                    raise _note(exc, source, i)
+                    raise note_path(exc, source, i)
                 results.append(ConvertResult(source, None, _error_text(exc)))
         return results
     futures = [client.submit(_job_task, job, source, output, threads, args[i], report,
@@ -678,7 +633,7 @@ def _run_jobs(job: Any, sources: list[str], outputs: list[str], args: list[tuple
                 results.append(future.result())
             except Exception as exc:  # the task raised, or its worker died (KilledWorker)
                 if not report:
-                    raise _note(exc, source, i)
+                    raise note_path(exc, source, i)
                 results.append(ConvertResult(source, None, _error_text(exc)))
     finally:
         if len(results) < len(futures):

@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from . import _pool
+from ..._foundation import pool as _pool
 
 
 def _is_fancy(sliceobj) -> bool:
@@ -88,7 +88,7 @@ def read_shape(ranges):
 
 def empty_for(shape, dtype, subtype=np.ndarray):
     """An uninitialised F-ordered array of `subtype` for a read's output: over a recycled buffer
-    of the pool when large (_pool.py; huge pages where the kernel offers them), otherwise from
+    of the pool when large (pool.py; huge pages where the kernel offers them), otherwise from
     NumPy."""
     return _pool.empty(shape, dtype, "F", subtype)
 

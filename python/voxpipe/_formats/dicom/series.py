@@ -18,14 +18,17 @@ import numpy as np
 import numpy.typing as npt
 from nibabel import Nifti1Image
 
-from . import _core, _dicom_pixels, _pool, _remote_dicom
-from ._dicom_dataset import FileDataset
-from ._image import working_directory
-from ._types import Array, Device, Float64Array, StrPath
-from .errors import FormatError, InvalidArgumentError
+from ..._foundation.native import core as _core
+from . import pixels as _dicom_pixels
+from ..._foundation import identity as _identity
+from ..._foundation import pool as _pool
+from ..._sources import listing as _remote_dicom
+from .dataset import FileDataset
+from ..._foundation.types import Array, Device, Float64Array, StrPath
+from ..._foundation.errors import FormatError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from ._device import DeviceArray
+    from ..._foundation.device import DeviceArray
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -49,7 +52,7 @@ class Series:
         self._storage_options = storage_options
         # The working directory the files were scanned from: what their names, as the user
         # gave them, are relative to.
-        self._opened_in = working_directory()
+        self._opened_in = _identity.working_directory()
         # An unpickled series: its state, until first used (and its core series is None).
         self._pickled: tuple[Any, ...] = ()
 
@@ -76,13 +79,14 @@ class Series:
                 self.split, files)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickled_series, self._state())
+        return (unpickled_series, self._state())
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
         """What identifies the values the series reads, for dask's deterministic names: its
         SeriesInstanceUID, split and images, each file's identity or each object's ETag."""
-        from ._dask import series_token
-        return series_token(self)
+        names, etags, _, _, uid, split, files = self._state()
+        where = etags if etags is not None else [_identity.file_identity(n) for n in names]
+        return ("voxpipe.dicom.Series", uid, split, [tuple(f) for f in files], where)
 
     def _scan_again(self, names: list[str], etags: list[str | None] | None,
                     options: Mapping[str, Any] | None, threads: int, uid: str, split: str,
@@ -226,7 +230,7 @@ class Series:
         to the device as it is decoded). ``on_corrupt``: a compressed image its decoder reports
         damaged raises CorruptError ('raise', the default), or 'warn': what the decoder recovers,
         with a CorruptDataWarning (host arrays only)."""
-        from . import _device
+        from ..._foundation import device as _device
 
         _dicom_pixels.check_on_corrupt(on_corrupt)
         ordinal = _device.parse_device(device)
@@ -287,7 +291,7 @@ class Series:
                 f"{self.modality} shape={self.shape} {self.stored_dtype}{state}>")
 
 
-def _unpickled_series(names: list[str], etags: list[str | None] | None,
+def unpickled_series(names: list[str], etags: list[str | None] | None,
                       storage_options: Mapping[str, Any] | None, threads: int, uid: str,
                       split: str, files: list[tuple[str, int]]) -> Series:
     """A Series from its pickled files, scanned again when first used."""

@@ -12,8 +12,8 @@ import warnings
 
 import numpy as np
 
-from . import _core
-from .errors import CorruptDataWarning, UnsupportedError
+from ..._foundation.native import core as _core
+from ..._foundation.errors import CorruptDataWarning, UnsupportedError
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 

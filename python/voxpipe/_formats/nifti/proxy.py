@@ -1,44 +1,35 @@
-"""Images, the lazy array proxy, load and save: nibabel's API over the C++ core."""
+"""The lazy array proxy of a NIfTI image (nibabel's ArrayProxy API over the C++ core's reader):
+slices read only what they need, whole reads go in parallel, pickles open the same file again."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import threading
 import warnings
-import zlib
-
-from collections.abc import Mapping
-from typing import IO, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-import nibabel as nib
-from nibabel import imageglobals
 from nibabel.arrayproxy import ArrayLike
-from nibabel.batteryrunners import BatteryRunner
-from nibabel.fileholders import FileHolder, copy_file_map
-from nibabel.nifti1 import Nifti1Extension, extension_codes
 
-from . import _core, _device, _remote, _zarr, _zarr_write
-from ._header import _NAME_TO_DTYPE, Nifti2Header, convert_header, core_dtype_name
-from ._redact import redact
-from ._device import DeviceArray
-from ._slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
-from ._types import Array, Device, NiftiImage, StrPath
-from .errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
+from ..._foundation.native import core as _core
+from ..._foundation import device as _device
+from ..._foundation import identity as _identity
+from ..._foundation.device import DeviceArray
+from ..._foundation.header import _NAME_TO_DTYPE, core_dtype_name
+from ..._foundation.redact import redact
+from ..._foundation.types import Array, Device
+from ..._sources import remote as _remote
+from ..._foundation.errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
+from .remote import open_image
+from .slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
 
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
 
 # Outputs the reader casts, swaps and scales into itself.
 _FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
-
-
-# Header extensions are nibabel's: Extension(code, content) makes one.
-Extension = Nifti1Extension
 
 
 # Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
@@ -55,19 +46,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def working_directory() -> str:
-    """This process's working directory, as an opener records it: the folder the relative names
-    it opened are relative to, joined to them wherever a name leaves the process (a pickle's
-    receiver may run in another folder, and this process may change its own before it pickles).
-    "" where it no longer exists: only absolute names open then, and a join leaves them as
-    they are."""
-    try:
-        return os.getcwd()
-    except FileNotFoundError:
-        return ""
 
 
-def _as_bytes_view(arr: np.ndarray) -> np.ndarray:
+def as_bytes_view(arr: np.ndarray) -> np.ndarray:
     """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
     flat = arr.reshape(-1, order="F")
     return flat.view(np.uint8)
@@ -101,7 +82,7 @@ class ArrayProxy(ArrayLike):
         self._source = source
         # The working directory the file was opened from (copies keep the original's): the
         # file's names as given stay what users see, these absolute ones are what leaves.
-        self._opened_in = working_directory() if opened_in is None else opened_in
+        self._opened_in = _identity.working_directory() if opened_in is None else opened_in
         self._threads = threads
         self._index = (index_mode, index_path)
         self._mmap = mmap
@@ -206,15 +187,32 @@ class ArrayProxy(ArrayLike):
             raise TypeError("an image opened from memory does not pickle: save it to a file, or "
                             "pickle np.asanyarray(img.dataobj)")
         return (_reopened_proxy, (self._files()[0], self._options(), None,
-                                  (_THIS_MACHINE, self._img.header_identity,
+                                  (_identity.THIS_MACHINE, self._img.header_identity,
                                    self._img.data_identity)))
 
     def __dask_tokenize__(self):
         """What identifies the values this proxy reads, for dask's deterministic names: where
         they are (a file's path, size, mtime and inode; an object's URL and ETag; an image from
         memory, a hash of its bytes) and the shape. Cheap: no data is read."""
-        from ._dask import proxy_token
-        return proxy_token(self)
+        img, src = self._img, self._source
+        where: tuple[Any, ...]
+        if isinstance(src, _remote.RemoteFile):
+            data = src.partner
+            where = ("url", src.url, src.etag, src.size,
+                     None if data is None else (data.url, data.etag, data.size))
+        elif isinstance(src, _remote.RemoteObject):
+            where = ("url", src.url, src.etag, src.size)
+        elif img.data_in_file:
+            # The files as they were opened (device, inode, size, mtime_ns), not as they are
+            # now: the proxy reads those or fails, and so does every task of a graph named after
+            # them.
+            header, data = self._files()
+            where = ("file", (os.path.normpath(header), img.header_identity))
+            if data != header:
+                where += ((os.path.normpath(data), img.data_identity),)
+        else:  # opened from memory: the bytes themselves
+            where = ("bytes", _identity.bytes_token(_remote.buffer_of(src)))
+        return ("voxpipe.ArrayProxy", where, tuple(self.shape))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -355,7 +353,7 @@ class ArrayProxy(ArrayLike):
             if out is None:
                 out = empty_for(shape, dtype, subtype)
             reader.read(stored, core_dtype_name(dtype), apply_scaling, file_order,
-                        real_part, _as_bytes_view(out), self._threads)
+                        real_part, as_bytes_view(out), self._threads)
         finally:
             # Not kept: the last reference goes here, which closes the file.
             del reader
@@ -562,42 +560,6 @@ def _open_nonblocking(path, flags):
     return os.open(path, flags | os.O_NONBLOCK)
 
 
-def _this_machine() -> str:
-    """What tells this machine (this boot of it) from others: the kernel's boot id where there
-    is one, else the host name."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        import socket
-
-        return socket.gethostname()
-
-
-_THIS_MACHINE = _this_machine()
-
-
-def _stat_identity(path):
-    """(device, inode, size, mtime_ns) of the file `path` names now, or None."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _check_reopened(files, identity):
-    """VoxpipeIOError unless `files` ((path, identity now) pairs) are those a pickle was made
-    of (`identity`: the machine, then the header's and data's (device, inode, size, mtime_ns)).
-    On another machine the device and inode say nothing (NFS numbers devices per client; a
-    worker may read its own copy of the file): there the size and time are compared."""
-    machine, *opened = identity
-    for (path, now), was in zip(files, opened):
-        if machine != _THIS_MACHINE:
-            was, now = ((0, 0, *i[2:]) if i is not None else None for i in (was, now))
-        _core.check_same_file(path, was, now)
-
-
 def _reopened_proxy(path, options, source=None, identity=None):
     """An unpickled ArrayProxy: the file (or, with `source`, the bytes) opened again with the
     pickled options; with `identity` (pickles of files), VoxpipeIOError if the files are no
@@ -608,12 +570,12 @@ def _reopened_proxy(path, options, source=None, identity=None):
             core = _core.open(path)
         except VoxpipeError:
             # What is there now may not even be NIfTI: that it changed is the news.
-            _check_reopened([(path, _stat_identity(path))], identity[:2])
+            _identity.check_reopened([(path, _identity.stat_identity(path))], identity[:2])
             raise
         files = [(core.header_path, core.header_identity)]
         if core.data_path != core.header_path:
             files.append((core.data_path, core.data_identity))
-        _check_reopened(files, identity)
+        _identity.check_reopened(files, identity)
     else:
         core = _core.open(path) if source is None else _core.open_bytes(source, path)
     proxy = ArrayProxy(core, options.pop("threads"), *index, source=source, **options)
@@ -624,428 +586,7 @@ def _reopened_remote_proxy(url, storage_options, etag, options, data_url=None, d
                            filesystem=None):
     """An unpickled ArrayProxy of an object from a URL (and its .img object for a pair): the
     same versions opened again, or VoxpipeIOError if they changed."""
-    core, source = _remote.open_image(url, storage_options, etag, data_url, data_etag, filesystem)
+    core, source = open_image(url, storage_options, etag, data_url, data_etag, filesystem)
     index, shape = options.pop("index"), options.pop("shape", None)
     proxy = ArrayProxy(core, options.pop("threads"), *index, source=source, **options)
     return proxy if shape is None else proxy.reshape(shape)
-
-
-# vp.load returns nibabel's own classes, not subclasses: code that tests ``type(img)`` (nibabel's
-# nib.save conversions and slicer, among others) treats them as nibabel's.
-_NIBABEL_CLASSES = {(1, False): nib.Nifti1Image, (2, False): nib.Nifti2Image,
-                    (1, True): nib.Nifti1Pair, (2, True): nib.Nifti2Pair}
-
-
-def _index_args(index):
-    if index is None:
-        return ("auto", "")
-    if index is False:
-        return ("none", "")
-    if isinstance(index, (str, os.PathLike)):
-        return ("path", os.fspath(index))
-    raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
-
-
-def _check_open_args(mmap, keep_file_open):
-    if mmap not in (True, False, "c", "r"):
-        raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
-    if keep_file_open not in (True, False, None):
-        raise ValueError("keep_file_open should be one of {None, True, False}")
-
-
-def _stored_header_block(core, source, size):
-    """The first `size` bytes of the header as stored, before any fix: from `source` (the bytes
-    of an image from memory) or the header file, inflated where gzip; None for an image from
-    memory whose bytes were not kept."""
-    if core.data_in_file:
-        f = open(core.header_path, "rb")
-    elif source is not None:
-        return _leading_bytes(_remote.buffer_of(source), size)
-    else:
-        return None
-    with f:
-        if f.read(2) == b"\x1f\x8b":
-            f.seek(0)
-            with gzip.GzipFile(fileobj=f) as gz:
-                return gz.read(size)
-        f.seek(0)
-        return f.read(size)
-
-
-def _leading_bytes(data, size):
-    """The first `size` bytes of the .nii held in `data`, inflated where gzip (member after
-    member), without copying the rest: an image from memory may be hundreds of MiB."""
-    view = memoryview(data).cast("B")
-    if bytes(view[:2]) != b"\x1f\x8b":
-        return bytes(view[:size])
-    out = bytearray()
-    pos, chunk = 0, 1 << 16
-    inflater = zlib.decompressobj(31)
-    try:
-        while len(out) < size and pos < len(view):
-            fed = view[pos:pos + chunk]
-            out += inflater.decompress(fed)
-            pos += len(fed)
-            if inflater.eof:  # the next member starts in what this one left
-                pos -= len(inflater.unused_data)
-                inflater = zlib.decompressobj(31)
-    except zlib.error:  # damage (or padding) after the header: the decoder reports it on reads
-        pass
-    return bytes(out[:size])
-
-
-def _checked_header(klass, core, source):
-    """(header, reports): `klass`'s header of `core` and the reports of nibabel's check_fix on
-    it, which nibabel logs (and raises at imageglobals.error_level) when it loads the file. The
-    core applied the same fixes and says so in core.warnings: only then are nibabel's checks
-    run, on the header as stored, so that the messages, their levels and the fixed header are
-    nibabel's own."""
-    endian = ">" if core.big_endian else "<"
-    if not core.warnings:
-        return klass.header_class(core.header_bytes, endian, check=False), []
-    raw = _stored_header_block(core, source, klass.header_class.template_dtype.itemsize)
-    if raw is None:
-        # An image from memory whose bytes are gone: the core's fixed header and its messages.
-        return (klass.header_class(core.header_bytes, endian, check=False),
-                [_CoreReport(message) for message in core.warnings])
-    hdr = klass.header_class(raw, check=False)  # byte order guessed, as nibabel's from_fileobj
-    return BatteryRunner(klass.header_class._get_checks()).check_fix(hdr)
-
-
-class _CoreReport:
-    """A fix the core applied, where nibabel's own report cannot be had: logged as a warning
-    in the core's words, never raised (nibabel's level for it is not known here)."""
-
-    problem_level = 0
-
-    def __init__(self, message):
-        self.message = message
-
-    def log_raise(self, logger, error_level=40):
-        logger.warning(self.message)
-
-
-def _nibabel_would_raise(reports) -> bool:
-    level = imageglobals.error_level
-    return any(r.problem_level and r.problem_level >= level for r in reports)
-
-
-def _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source=None,
-                     checked=None, proxy=None):
-    """An instance of `klass` (voxpipe's or nibabel's class) over an opened core image, built as
-    nibabel's from_file_map builds one: its header (the core's fixed block, extensions through
-    nibabel's handlers; header fixes logged, or raised, as nibabel logs them), voxpipe's proxy,
-    the affine as nibabel computes it. `checked`: _checked_header's result, where the caller
-    has it already; `proxy`: the data object, where it is not an ArrayProxy of `core` (a
-    NIfTI-Zarr store's)."""
-    index_args = _index_args(index)
-    hdr, reports = checked or _checked_header(klass, core, source)
-    for report in reports:
-        report.log_raise(imageglobals.logger, imageglobals.error_level)
-    for code, content in core.extensions:
-        handler = extension_codes.handler.get(code, Nifti1Extension)
-        hdr.extensions.append(handler(code, content))
-    if proxy is None:
-        proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open,
-                           source=source)
-    if index_args[0] == "path" and core.gzip:
-        _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
-    img = klass(proxy, None, hdr, file_map=file_map)
-    img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
-    img._load_cache = {"header": hdr.copy(), "affine": img._affine.copy(),
-                       "file_map": copy_file_map(file_map)}
-    return img
-
-
-def _from_file_map(klass, file_map, mmap, keep_file_open, threads, index):
-    """`klass`'s image of `file_map` read through voxpipe, or None where nibabel's own
-    from_file_map should serve it (see _VoxpipeImage.from_file_map)."""
-    _check_open_args(mmap, keep_file_open)
-    hdr_fh, img_fh = klass._get_fileholders(file_map)
-    if hdr_fh.fileobj is not None and hdr_fh.fileobj is img_fh.fileobj:
-        # nibabel's from_stream / from_bytes: a single file object. nibabel reads its header
-        # from the holder's pos (0 unless set), not from where the stream stands (after
-        # to_file_map, at its end), and its data at vox_offset from the stream's start: served
-        # here from pos 0 only.
-        if not klass.header_class.is_single or hdr_fh.pos != 0:
-            return None
-        hdr_fh.fileobj.seek(0)
-        source = _stream_bytes(hdr_fh.fileobj)
-        core = _core.open_bytes(source, _stream_name(hdr_fh.fileobj))
-    elif hdr_fh.fileobj is not None or img_fh.fileobj is not None or not hdr_fh.filename:
-        return None
-    else:
-        source = None
-        core = _core.open(os.fspath(hdr_fh.filename))
-    pair = not klass.header_class.is_single
-    version = 2 if issubclass(klass.header_class, Nifti2Header) else 1
-    if (core.version != version
-            or (core.header_path != core.data_path) != pair
-            or (core.data_in_file and os.fspath(img_fh.filename) != core.data_path)):
-        return None
-    checked = _checked_header(klass, core, source)
-    if _nibabel_would_raise(checked[1]):
-        return None  # nibabel logs the header's problems and raises, once
-    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source,
-                            checked)
-
-
-def _file_map_of(core):
-    if core.header_path == core.data_path:
-        return {"image": FileHolder(filename=core.data_path)}
-    return {"header": FileHolder(filename=core.header_path),
-            "image": FileHolder(filename=core.data_path)}
-
-
-def _stream_name(fileobj) -> str:
-    # Named for messages only: a stream's name may not describe its bytes (gzip.open's names
-    # the .gz file, its bytes are the .nii).
-    name = getattr(fileobj, "name", None)
-    kind = type(fileobj).__name__
-    return f"{name} ({kind} stream)" if isinstance(name, str) else f"<{kind}>"
-
-
-def _stream_bytes(fileobj):
-    """What a readable binary file object holds from its position on."""
-    data = fileobj.read()
-    if not isinstance(data, (bytes, bytearray)):
-        raise TypeError(f"expected a binary file object, but read() returned "
-                        f"{type(data).__name__}")
-    return data
-
-
-def _open_input(source, storage_options=None, filesystem=None):
-    """(core image, file map, bytes or None) for a path, a URL, a bytes-like object or a readable
-    file object (read from its position to its end, now, once). The bytes go with the image's
-    proxy, which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
-    if filesystem is not None:
-        if storage_options:
-            raise TypeError("storage_options configures voxpipe's own client: with filesystem=, "
-                            "configure the filesystem instead")
-        source = os.fspath(source)
-    if _remote.is_url(source) or filesystem is not None:
-        if _core.is_pair_path(source.split("?", 1)[0]):
-            head, sep, query = source.partition("?")
-            if head.lower().removesuffix(".gz").endswith(".img"):  # the header is the .hdr
-                source = _remote.pair_partner_url(head) + sep + query
-            core, remote = _remote.open_image(source, storage_options, filesystem=filesystem)
-            return core, {"header": FileHolder(filename=source),
-                          "image": FileHolder(filename=remote.partner.url)}, remote
-        core, remote = _remote.open_image(source, storage_options, filesystem=filesystem)
-        return core, {"image": FileHolder(filename=source)}, remote
-    if storage_options:
-        raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
-    if isinstance(source, (str, os.PathLike)):
-        core = _core.open(os.fspath(source))
-        return core, _file_map_of(core), None
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        core = _core.open_bytes(source, "<bytes>")
-        # As nibabel's from_bytes: a BytesIO of the bytes (which shares a bytes object).
-        holder = FileHolder(fileobj=io.BytesIO(source)) if isinstance(source, bytes) else FileHolder()
-        return core, {"image": holder}, source
-    if hasattr(source, "read"):
-        data = _stream_bytes(source)
-        core = _core.open_bytes(data, _stream_name(source))
-        return core, {"image": FileHolder(fileobj=source)}, data
-    raise TypeError(f"expected a path, bytes or a binary file object, but received "
-                    f"{type(source).__name__}")
-
-
-def open_fetched(obj: _remote.RemoteObject, threads: int = 0, index: Any = None) -> NiftiImage:
-    """The image of an object fetched whole (``_remote.fetch``: what the many-file loaders
-    fetch), as ``vp.load(url)`` makes it: opened from its bytes (held, not copied), named by its
-    URL, pickling as URL, options and ETag."""
-    core = _core.open_bytes(obj.data, obj.url)
-    klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
-    return _image_from_core(klass, core, {"image": FileHolder(filename=obj.url)}, True, None,
-                            threads, index, obj)
-
-
-def from_bytes(data: bytes | bytearray | memoryview, *, threads: int = 0) -> NiftiImage:
-    """The image whose .nii or .nii.gz bytes are `data` (bytes, bytearray, memoryview or any
-    C-contiguous buffer): nibabel's ``Nifti1Image.from_bytes``, read by voxpipe. The bytes are
-    held, not copied, and must not change while the image lives."""
-    return load(data, threads=threads)
-
-
-def from_stream(fileobj: IO[bytes], *, threads: int = 0) -> NiftiImage:
-    """The image a readable binary file object holds from its position on (.nii or .nii.gz,
-    recognised by its bytes): nibabel's ``from_stream``, read by voxpipe. The stream is read
-    to its end now."""
-    return load(fileobj, threads=threads)
-
-
-def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
-         mmap: bool | Literal["c", "r"] = True, keep_file_open: bool | None = None,
-         threads: int = 0, index: StrPath | Literal[False] | None = None,
-         storage_options: Mapping[str, Any] | None = None,
-         filesystem: Any = None, level: int = 0) -> NiftiImage:
-    """Open a NIfTI-1/2 file (.nii, .nii.gz, .hdr/.img pairs) or a NIfTI-Zarr store
-    (.nii.zarr), reading only the header.
-
-    ``filename``: a path (str or ``pathlib.Path``), the bytes of a .nii or .nii.gz (bytes,
-    bytearray, memoryview), or a readable binary file object (read to its end now; gzip is
-    recognised by its bytes). Images from memory hold their bytes; ``get_filename()`` is None.
-
-    Returns a nibabel image (``nibabel.Nifti1Image`` / ``Nifti2Image``, or ``Nifti1Pair`` /
-    ``Nifti2Pair`` for .hdr/.img: nibabel's own classes) whose ``dataobj`` is voxpipe's
-    ArrayProxy: voxels are read on demand, by voxpipe. ``mmap`` (True, False, 'c', 'r') and
-    ``keep_file_open`` (None, False, True) behave as in nibabel (see ArrayProxy): whole reads of
-    uncompressed, unscaled data are memory-mapped unless ``mmap=False``; only
-    ``keep_file_open=True`` keeps the data file open between accesses. ``threads``: threads for
-    large reads (0: the default, docs/python.md "Thread count").
-    ``index`` (single-member .gz data only): None uses a valid seek index next to the file
-    (FILE.gz.gzidx) or in the user cache if there is one (``vp.gz.build_index`` writes them);
-    a path uses that GZIDX file (from voxpipe, indexed_gzip or rapidgzip; a stale one is an
-    error); False never uses one. With an index, ``img.dataobj[..., t]`` inflates only from the
-    nearest seek point.
-
-    ``filename`` may also be the URL of a .nii or .nii.gz object: ``s3://``, ``gs://``, ``az://``,
-    ``http(s)://`` (through obstore: ``pip install 'voxpipe[s3]'``). Opening reads its first
-    64 KiB; reads of data fetch the byte ranges they need (one volume of a ``.nii``, or of a
-    ``.nii.gz`` with a seek index next to the object or in the cache: one request), every
-    request pinned to the version opened (docs/python.md, "Object storage");
-    ``get_filename()`` is the URL. ``storage_options``
-    configures the store (obstore's keys: ``endpoint``, ``region``, ``access_key_id``,
-    ``skip_signature``, ``allow_http``, ``timeout``...); without it the environment does, as for
-    the clouds' own tools (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP=true``, credential files).
-    ``filesystem``: an fsspec filesystem (``s3fs.S3FileSystem(...)``, ...) to read ``filename``
-    through instead, by its ``info``, ``cat_file`` and ``cat_ranges``.
-
-    A name ending in ``.zarr`` (local or URL) is a NIfTI-Zarr store (docs/zarr.md, ``pip install
-    'voxpipe[zarr]'``): opening reads its metadata and header array; reads decode only the
-    chunks they touch, in parallel, with the scaling fused. ``level``: its pyramid level (0, the
-    finest; a coarser level's header has the level's dims, voxel sizes and affines).
-
-    On the series ``python -m voxpipe.demo --dir .`` writes:
-
-    >>> img = vp.load("demo_bold.nii.gz")       # reads the header only
-    >>> img.shape, img.dataobj.dtype, img.dataobj.slope, img.dataobj.inter
-    ((64, 64, 40, 60), dtype('<i2'), 0.5, 10.0)
-    >>> img.get_fdata(dtype=np.float32)[32, 32, 20, 0]  # stored 989: 989 * 0.5 + 10
-    np.float32(504.5)
-    >>> img.dataobj[..., 7].shape               # inflates only up to the end of volume 7
-    (64, 64, 40)
-    """
-    _check_open_args(mmap, keep_file_open)
-    if _zarr.is_nifti_zarr(filename):
-        if filesystem is not None or index not in (None, False):
-            raise TypeError("a NIfTI-Zarr store takes neither filesystem= nor index=")
-        return _zarr.load(filename, storage_options=storage_options, threads=threads,
-                          level=level)
-    if level:
-        raise TypeError("level= selects a pyramid level of a NIfTI-Zarr store (*.zarr)")
-    core, file_map, source = _open_input(filename, storage_options, filesystem)
-    klass = _NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
-    return _image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source)
-
-
-def _image_for(obj, affine, header):
-    """A NIfTI image of `obj`: a nibabel image as it is (other formats converted as nibabel's
-    from_image does), or an array with `affine` and `header`."""
-    if isinstance(obj, (nib.Nifti1Pair, nib.Nifti2Pair)):
-        return obj
-    if hasattr(obj, "dataobj") and hasattr(obj, "affine") and hasattr(obj, "header"):
-        return nib.Nifti1Image.from_image(obj)
-    return nib.Nifti1Image(np.asanyarray(obj), affine, header=header)
-
-
-def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
-         header: Any = None, level: int | None = None, version: Literal[1, 2] | None = None,
-         gzip_layout: Literal["members", "bgzf", "single"] = "members", threads: int = 0,
-         chunks: int | tuple[int, ...] | None = None, shards: int | tuple[int, ...] | None = None,
-         levels: int = 1, codec: Literal["zstd", "blosc", "gzip", "none"] = "zstd",
-         zarr_format: Literal[2, 3] = 3) -> None:
-    """Write an image (or an array with `affine`) to .nii, .nii.gz, a .hdr/.img pair or a
-    NIfTI-Zarr store (.nii.zarr).
-
-    ``img``: any nibabel image (voxpipe's or nibabel's; other formats are converted as
-    ``nib.Nifti1Image.from_image`` converts them), or an array with ``affine`` (and ``header``).
-    ``.gz`` outputs are compressed at ``level`` (0-9, default 1) on ``threads`` threads (0: the
-    default count).
-    ``gzip_layout="members"`` (the default) writes independent gzip members of 1 MiB that
-    announce their sizes: every gzip reader (nibabel included) reads the file, and voxpipe reads
-    it in parallel and at random. ``"bgzf"`` writes htslib's BGZF blocks; ``"single"`` writes
-    one member, byte-identical to nibabel's output at the same level.
-
-    A name ending in ``.zarr`` writes NIfTI-Zarr (docs/zarr.md): Zarr v3 with OME-NGFF 0.5
-    (``zarr_format=2``: v2 with 0.4), the header as stored bytes, the data unscaled. ``chunks``
-    and ``shards`` (v3) are sizes in NIfTI axis order (x, y, z, t, c; default: one volume per
-    chunk for 4D/5D, slabs of whole slices of about 4 MiB for 3D); ``codec`` ``"zstd"`` (level
-    ``level``, default 3), ``"blosc"`` (zstd inside, byte shuffle), ``"gzip"`` or ``"none"``;
-    ``levels``: pyramid levels (1: none), each halving x, y and z (2x2x2 means; labels:
-    nearest), computed one volume at a time.
-
-    The output is written under a temporary name and renamed when complete. An image read by
-    ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
-    other data are written in the header's dtype with scale factors computed as nibabel does.
-
-    >>> data = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
-    >>> vp.save(vp.Nifti1Image(data, np.eye(4)), "small.nii.gz")
-    >>> vp.load("small.nii.gz").get_fdata()[1, 2, 3]
-    np.float64(23.0)
-    """
-    path = os.fspath(filename)
-    zarr_out = _zarr.is_nifti_zarr(path)
-    img = _image_for(img, affine, header)
-    is2 = isinstance(img, (nib.Nifti2Image, nib.Nifti2Pair))
-    target = _NIBABEL_CLASSES[(2 if (version == 2 or (version is None and is2)) else 1,
-                               bool(not zarr_out and _core.is_pair_path(path)))]
-    # nibabel's conversion: a copy for the same header class, otherwise the fields both have in
-    # native byte order (as nib.save converts single <-> pair).
-    hdr = convert_header(img.header, target.header_class)
-    # Keep the shape/affine synchronised as nibabel's update_header does.
-    if hdr.get_data_shape() != img.shape:
-        hdr.set_data_shape(img.shape)
-    if img.affine is not None and not np.allclose(img.affine, hdr.get_best_affine()):
-        hdr.set_sform(img.affine, code="aligned")
-        hdr.set_qform(img.affine, code="unknown")
-    out_dtype = hdr.get_data_dtype()
-    proxy = img.dataobj
-    # As nibabel's to_file_map, the data object is written (not a get_fdata cache).
-    keeps_stored = (isinstance(proxy, ArrayProxy)
-                    and proxy.dtype.newbyteorder("=") == out_dtype.newbyteorder("="))
-    if keeps_stored:
-        hdr.set_slope_inter(proxy.slope, proxy.inter)
-    else:
-        data, slope, inter = _data_for_writing(np.asanyarray(proxy), out_dtype)
-        hdr.set_slope_inter(slope, inter)
-    if zarr_out:
-        # Stored values read block by block from the proxy (bounded memory), or the array.
-        _zarr_write.write(path, hdr, proxy if keeps_stored else data, chunks=chunks,
-                          shards=shards, levels=levels, codec=codec, level=level,
-                          zarr_format=zarr_format, threads=threads)
-        return
-    if keeps_stored:
-        data = proxy.get_unscaled().astype(out_dtype, copy=False)
-    hdr.set_data_offset(0)
-    if not data.flags.f_contiguous:
-        data = np.asfortranarray(data)
-    _core.write(path, hdr.binaryblock, [(e.get_code(), e.content) for e in hdr.extensions],
-                _as_bytes_view(data), 1 if level is None else level, gzip_layout, threads)
-
-
-def _data_for_writing(data: np.ndarray, out_dtype: np.dtype):
-    """(array in out_dtype and byte order, slope, inter) following nibabel's array writers."""
-    if out_dtype.fields is not None:
-        if data.dtype.fields is None or data.dtype.itemsize != out_dtype.itemsize:
-            raise ValueError(f"Cannot write {data.dtype} data as {out_dtype}")
-        return np.asfortranarray(data).view(out_dtype), 1.0, 0.0
-    if (np.can_cast(data.dtype, out_dtype, "safe") or out_dtype.kind in "fc" or data.size == 0
-            or (data.dtype.kind in "iu" and data.size and data.min() >= np.iinfo(out_dtype).min
-                and data.max() <= np.iinfo(out_dtype).max)):
-        return np.asarray(data, dtype=out_dtype, order="F"), 1.0, 0.0
-    # Scale factors for a lossy cast: nibabel's arraywriters decide them, so results match.
-    try:
-        from nibabel.arraywriters import get_slope_inter, make_array_writer
-    except ImportError as exc:  # pragma: no cover - nibabel is a test dependency
-        raise ValueError(f"writing {data.dtype} data as {out_dtype} needs scale factors; "
-                         "install nibabel or pass data in the output dtype") from exc
-    import io
-
-    writer = make_array_writer(data, out_dtype, True, True, order="F")
-    slope, inter = get_slope_inter(writer)
-    buf = io.BytesIO()
-    writer.to_fileobj(buf, order="F")
-    arr = np.frombuffer(buf.getbuffer(), dtype=out_dtype).reshape(data.shape, order="F")
-    return arr, (1.0 if slope is None else slope), (0.0 if inter is None else inter)

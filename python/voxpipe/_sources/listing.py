@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
 
-from . import _remote
-from .errors import InvalidArgumentError, VoxpipeFileNotFoundError
+from . import remote as _remote
+from .._foundation.errors import InvalidArgumentError, VoxpipeFileNotFoundError
 
 # GETs (and listings) in flight at once: enough to hide a request's latency (tens of ms on an
 # object store) behind the others' transfers, few enough to stay polite to the store. The

@@ -12,41 +12,64 @@ header it refuses), is opened by nibabel's own code, so nibabel's errors stay ni
 from __future__ import annotations
 
 import threading
+from typing import Any
 
-import nibabel as nib
 
-from ._image import _from_file_map
+from .._formats import registry
 
 _lock = threading.Lock()
-# nibabel's own from_file_map of Nifti1Pair (inherited from AnalyzeImage: Nifti1Pair has no
-# attribute of its own to restore), taken when the module is imported.
-_NIBABEL_FROM_FILE_MAP = nib.Nifti1Pair.from_file_map.__func__
-_OWN = "from_file_map" in vars(nib.Nifti1Pair)
+
+# nibabel's own from_file_map of each class a format serves: (the function, whether the class
+# defines it itself), taken before the class is first patched. Nifti1Pair has none of its own (it
+# inherits AnalyzeImage's): disabling removes the patch rather than setting anything.
+_originals: dict[type, tuple[Any, bool]] = {}
 
 
-def _accelerated_from_file_map(klass, file_map, *, mmap=True, keep_file_open=None):
-    try:
-        img = _from_file_map(klass, file_map, mmap, keep_file_open, 0, None)
-    except Exception:  # noqa: BLE001 - refused by voxpipe: nibabel decides, and raises its own
-        img = None
-    if img is None:
-        img = _NIBABEL_FROM_FILE_MAP(klass, file_map, mmap=mmap, keep_file_open=keep_file_open)
-    return img
+def _served() -> list[tuple[type, Any]]:
+    """(nibabel class, voxpipe's from_file_map) of each registered format that serves one."""
+    return [(f.nibabel_class, f.from_file_map) for f in registry.formats()
+            if f.nibabel_class is not None and f.from_file_map is not None]
+
+
+def _accelerated(klass: type, serve: Any) -> Any:
+    original = _originals[klass][0]
+
+    def from_file_map(cls, file_map, *, mmap=True, keep_file_open=None):
+        try:
+            img = serve(cls, file_map, mmap, keep_file_open)
+        except Exception:  # noqa: BLE001 - refused by voxpipe: nibabel decides, raises its own
+            img = None
+        if img is None:
+            img = original(cls, file_map, mmap=mmap, keep_file_open=keep_file_open)
+        return img
+
+    from_file_map._voxpipe = True  # type: ignore[attr-defined]
+    return classmethod(from_file_map)
+
+
+def _is_patched(klass: type) -> bool:
+    own = vars(klass).get("from_file_map")
+    return own is not None and getattr(getattr(own, "__func__", None), "_voxpipe", False)
 
 
 def _set(enabled: bool) -> None:
-    if enabled:
-        nib.Nifti1Pair.from_file_map = classmethod(_accelerated_from_file_map)
-    elif _OWN:
-        nib.Nifti1Pair.from_file_map = classmethod(_NIBABEL_FROM_FILE_MAP)
-    elif "from_file_map" in vars(nib.Nifti1Pair):
-        del nib.Nifti1Pair.from_file_map
+    for klass, serve in _served():
+        if klass not in _originals:
+            _originals[klass] = (klass.from_file_map.__func__, "from_file_map" in vars(klass))
+        original, own = _originals[klass]
+        if enabled:
+            if not _is_patched(klass):
+                klass.from_file_map = _accelerated(klass, serve)
+        elif own:
+            klass.from_file_map = classmethod(original)
+        elif "from_file_map" in vars(klass):
+            del klass.from_file_map
 
 
 def nibabel_accelerated() -> bool:
     """Whether ``nibabel.load`` currently reads NIfTI data through voxpipe."""
-    return vars(nib.Nifti1Pair).get("from_file_map") is not None and (
-        getattr(nib.Nifti1Pair.from_file_map, "__func__", None) is _accelerated_from_file_map)
+    served = _served()
+    return bool(served) and all(_is_patched(klass) for klass, _ in served)
 
 
 class NibabelAcceleration:

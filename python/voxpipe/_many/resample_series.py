@@ -24,13 +24,14 @@ import numpy as np
 import numpy.typing as npt
 from nibabel.dataobj_images import DataobjImage
 
-from . import _core, _progress
-from ._header import Nifti1Header, Nifti2Header
+from .._foundation.native import core as _core
+from .._foundation import progress as _progress
+from .._foundation.header import Nifti1Header, Nifti2Header
 from nibabel import Nifti1Image, Nifti2Image
 
-from ._image import load
-from ._types import Array, GridLike, NiftiImage, StrPath
-from .errors import InvalidArgumentError
+from .._images.image import load
+from .._foundation.types import Array, GridLike, NiftiImage, StrPath
+from .._foundation.errors import InvalidArgumentError
 
 __all__ = ["resample"]
 
@@ -149,7 +150,7 @@ def _is_matrix_list(value) -> bool:
 def _element(value, moving_path: str, reference):
     """One transform: ("affine", (4,4)), ("affines", (N,4,4)) or ("field", (field, affine))."""
     if isinstance(value, (str, os.PathLike)):
-        from . import transforms  # written beside this module; imported when a file is given
+        from .. import transforms  # written beside this module; imported when a file is given
 
         path = os.fspath(value)
         if _NIFTI_NAME.search(path):

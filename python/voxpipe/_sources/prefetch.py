@@ -22,8 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import _core, _image, _remote, _zarr
-from ._types import NiftiImage
+from . import remote as _remote
 
 # GETs in flight at once when the caller does not say (io_threads): enough to hide a request's
 # latency behind the others' transfers, few enough to stay polite to a store. 18 small objects
@@ -32,28 +31,14 @@ from ._types import NiftiImage
 DEFAULT_FETCHES = 8
 
 
-def remote_entries(sources: Sequence[str]) -> list[int]:
-    """The positions in `sources` of the objects fetched here: URLs of .nii and .nii.gz objects.
-    A pair (.hdr/.img: two objects) and a NIfTI-Zarr store (many objects, read by the chunks a
-    read needs) are left to ``vp.load``."""
-    return [i for i, s in enumerate(sources)
-            if _remote.is_url(s) and not _zarr.is_nifti_zarr(s)
-            and not _core.is_pair_path(s.split("?", 1)[0])]
-
-
-def image_of(obj: _remote.RemoteObject, threads: int, index: Any = None) -> NiftiImage:
-    """The image of a fetched object, as ``vp.load(obj.url, storage_options=...)`` makes it."""
-    return _image.open_fetched(obj, threads, index)
-
-
-def prefetcher_for(sources: Sequence[str], storage_options: Mapping[str, Any] | None,
+def prefetcher_for(sources: Sequence[str], positions: Sequence[int],
+                   storage_options: Mapping[str, Any] | None,
                    io_threads: int | None, *, ahead: int, budget: int | None = None,
                    cond: threading.Condition | None = None,
                    held_elsewhere: Callable[[], int] = lambda: 0) -> Prefetcher | None:
-    """A Prefetcher of the URLs among `sources` (None when there are none), fetching
+    """A Prefetcher of the URLs at `positions` of `sources` (None when there are none), fetching
     ``io_threads`` objects at once (default DEFAULT_FETCHES) and holding at most that many plus
     `ahead` (the consumer's own look-ahead) fetched or fetching."""
-    positions = remote_entries(sources)
     if not positions:
         return None
     fetches = DEFAULT_FETCHES if io_threads is None else max(1, int(io_threads))
@@ -152,14 +137,6 @@ class Prefetcher:
             self._started.discard(k)
             self._sizes.pop(k, None)
             self._cond.notify_all()
-
-    def open(self, i: int, threads: int, index: Any = None) -> tuple[NiftiImage, int]:
-        """(the image of the object at position `i`, its fetched size in bytes), released."""
-        try:
-            obj = self.take(i)
-            return image_of(obj, threads, index), obj.size
-        finally:
-            self.release(i)
 
     def close(self) -> None:
         with self._cond:

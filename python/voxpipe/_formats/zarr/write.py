@@ -1,4 +1,4 @@
-"""Writing NIfTI-Zarr (_zarr.py reads it): the header array, the OME metadata, pyramid levels,
+"""Writing NIfTI-Zarr (read.py reads it): the header array, the OME metadata, pyramid levels,
 and the voxels written a block of whole chunks at a time from the source image's proxy (bounded
 memory), into a temporary folder that replaces the output only once complete. The metadata are
 zarr's (arrays created through it); the chunks of plain codecs are encoded by the numcodecs codecs
@@ -6,7 +6,6 @@ zarr itself runs, on our threads."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import itertools
@@ -20,10 +19,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _core, _remote
-from ._optional import require
-from ._zarr import _NIFTI_AXIS, _ZARR_AXES, _zarr, is_nifti_zarr
-from .errors import InvalidArgumentError, UnsupportedError
+from ..._foundation.native import core as _core
+from ..._sources import remote as _remote
+from ..._foundation.optional import require
+from .read import _NIFTI_AXIS, _ZARR_AXES, _zarr
+from ..._foundation.errors import InvalidArgumentError, UnsupportedError
 
 _OME_TYPES = {"x": "space", "y": "space", "z": "space", "t": "time", "c": "channel"}
 
@@ -505,82 +505,3 @@ def _write_level(prev, cur, nearest: bool):
 
 
 # -- voxpipe convert IN OUT.nii.zarr ------------------------------------------------------
-def _sizes(value: str, option: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise InvalidArgumentError(f"--{option} expects sizes X,Y,Z[,T[,C]], but received "
-                                   f"{value!r}", field=option) from None
-
-
-def _write_for_core(source: str, output: str, options: Sequence[tuple[str, str]]) -> None:
-    """The core's handler of ``voxpipe convert IN OUT.nii.zarr``: IN (a NIfTI file or object, a
-    store, or a DICOM series folder or prefix) written as the store OUT."""
-    from . import _dicom_series, _image
-
-    opts = dict(options)
-    kwargs: dict[str, Any] = {}
-    for key in ("chunks", "shards"):
-        if key in opts:
-            kwargs[key] = _sizes(opts[key], key)
-    for key in ("levels", "level", "zarr_format", "threads"):
-        if key in opts:
-            try:
-                kwargs[key] = int(opts[key])
-            except ValueError:
-                raise InvalidArgumentError(f"--{key.replace('_', '-')} expects an integer, but "
-                                           f"received {opts[key]!r}", field=key) from None
-    if "codec" in opts:
-        kwargs["codec"] = opts["codec"]
-    threads = kwargs.get("threads", 0)
-    dicom = (not is_nifti_zarr(source)
-             and (os.path.isdir(source) or source.endswith("/")
-                  or source.lower().endswith((".dcm", ".ima"))))
-    if dicom:
-        img = _dicom_series.load_dicom(source, threads=threads or None)
-    else:
-        img = _image.load(source, threads=threads)
-    if "dtype" in opts:
-        dtype = np.dtype(opts["dtype"])
-        if img.get_data_dtype() != dtype:
-            data = img.dataobj.read(dtype=dtype) if hasattr(img.dataobj, "read") else \
-                np.asanyarray(img.dataobj, dtype=dtype)
-            hdr = img.header.copy()
-            hdr.set_data_dtype(dtype)
-            hdr.set_slope_inter(1.0, 0.0)
-            img = type(img)(data, img.affine, hdr)
-    with _signals_end_the_write():
-        _image.save(img, output, **kwargs)
-
-
-class _Signalled(BaseException):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _signals_end_the_write():
-    """SIGINT, SIGTERM and SIGHUP during ``voxpipe convert``'s write: the command's own handlers
-    remove the files the core writes, but not the store's temporary folder, written here. While
-    the store is written, they raise instead (between Python statements), the write removes its
-    folder as for any error, and the process then ends by the same signal, as the command does.
-    A signal the caller ignores stays ignored."""
-    import signal
-
-    def handler(signum, frame):
-        raise _Signalled(signum)
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    except _Signalled as exc:
-        signal.signal(exc.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), exc.signum)
-        raise  # not reached: the default action ends the process
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)

@@ -1,4 +1,4 @@
-"""Local NIfTI-Zarr stores as voxpipe reads them (_zarr.py): zarr's LocalStore with every file
+"""Local NIfTI-Zarr stores as voxpipe reads them (read.py): zarr's LocalStore with every file
 checked before it is read, and the identity of the files that give a store's voxels their
 meaning, recorded at open and checked after every read.
 
@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._optional import require
-from .errors import LimitError, VoxpipeIOError
+from ..._foundation.optional import require
+from ..._foundation.errors import LimitError, VoxpipeIOError
 
 # The largest metadata document read: generous for OME metadata of many levels and attributes
 # (a NIfTI-Zarr's zarr.json is about 2 KB), and nothing a hostile file can make large.
