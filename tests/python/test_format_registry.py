@@ -79,7 +79,9 @@ def test_the_built_in_formats_by_name():
     for name, want in cases.items():
         assert registry.by_name(name).name == want, name
     assert registry.by_name("notes.txt") is None
-    assert registry.for_reading(b"\x1f\x8b rest").name == "nifti"  # the default
+    # Bytes and streams are NIfTI's (vp.from_bytes, vp.from_stream), whatever they hold.
+    assert registry.for_reading(b"\x1f\x8b rest").name == "nifti"
+    assert registry.for_reading(bytes(128) + b"DICM" + bytes(200)).name == "nifti"
 
 
 def test_registration_rejects_suffixes_it_would_never_match():

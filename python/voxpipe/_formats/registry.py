@@ -99,10 +99,9 @@ def by_name(obj: Any) -> Format | None:
 
 
 def _first_bytes(obj: Any) -> bytes | None:
-    """The first bytes of a local file or a bytes-like object; None for what cannot be read
-    without consuming or fetching it (a stream, a URL, a folder)."""
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        return bytes(memoryview(obj).cast("B")[:SNIFF_BYTES])
+    """The first bytes of a local file; None for anything else: what cannot be read without
+    consuming or fetching it (a stream, a URL, a folder), and bytes, which vp.from_bytes and
+    vp.load take as NIfTI's (.nii or .nii.gz) only."""
     name = os.fspath(obj) if isinstance(obj, (str, os.PathLike)) else None
     if not isinstance(name, str) or "://" in name:
         return None
@@ -124,8 +123,8 @@ def _default_format() -> Format:
 
 
 def for_reading(obj: Any) -> Format:
-    """The format to read `obj` with: by its name's suffix, else by its first bytes (a format
-    other than the default whose sniff accepts them), else the default format."""
+    """The format to read `obj` with: by its name's suffix, else by a local file's first bytes
+    (a format other than the default whose sniff accepts them), else the default format."""
     fmt = by_name(obj)
     if fmt is not None and fmt.load is not None:
         return fmt
