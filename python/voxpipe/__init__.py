@@ -27,7 +27,8 @@ from ._images.accelerate import NibabelAcceleration, accelerate_nibabel, nibabel
 from ._images.image import from_bytes, from_stream, load, save
 from ._integrations import core_hooks as _core_hooks
 from ._integrations.view import view
-from ._many.dask import ConvertResult, convert_many, resample_many, to_dask
+from ._many.convert import ConvertResult, convert_many, resample_many
+from ._many.dask import to_dask
 from ._many.loading import LoadIterator, empty_batch, iter_load, load_batch, load_many
 from ._many.resample_series import resample
 from ._foundation.errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError

@@ -29,6 +29,7 @@ pytest.importorskip("dask.array")
 
 import voxpipe as vp  # noqa: E402
 from voxpipe._many import dask as _dask  # noqa: E402
+from voxpipe._many import convert as _convert  # noqa: E402
 from dask.array.core import PerformanceWarning  # noqa: E402
 
 SHAPE = (32, 32, 16, 20)
@@ -460,7 +461,7 @@ def test_convert_many_refuses_colliding_outputs(files, tmp_path):
     with pytest.raises(vp.errors.InvalidArgumentError, match="expected one of"):
         vp.convert_many([files["scaled"]], tmp_path, to="mgz")
     assert not list(tmp_path.iterdir())
-    name = _dask.output_name
+    name = _convert.output_name
     assert name("/d/sub-01_bold.nii.gz", "nii.zarr") == "sub-01_bold.nii.zarr"
     assert name("s3://b/sub-01/anat/sub-01_T1w.nii?versionId=3", "nii.gz") == "sub-01_T1w.nii.gz"
     assert name("/d/sub-01_T1w.nii.zarr/", "nii") == "sub-01_T1w.nii"
