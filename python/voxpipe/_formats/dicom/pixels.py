@@ -9,28 +9,30 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
+import numpy.typing as npt
 
+from ..._foundation.errors import CorruptDataWarning
 from ..._foundation.native import core as _core
-from ..._foundation.errors import CorruptDataWarning, UnsupportedError
+from ..._foundation.types import Array, StrPath
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
+
+# A parsed file (a FileDataset's, which has checked that it lies at its path), or a path.
+FileOrPath: TypeAlias = Union["_core.DicomFile", StrPath]
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
-def _file_of(ds_or_path):
-    """The parsed core file of a voxpipe FileDataset, or of a path (parsed here)."""
-    core_file = getattr(ds_or_path, "_file", None)
-    if core_file is not None:
-        if getattr(ds_or_path, "_in_memory", False):
-            # The pixel layer reads a file's pixel data at its path; a series' get_data decodes
-            # those of the objects it was scanned from.
-            raise UnsupportedError(
-                f"{core_file.path}: the pixel data of a dataset read from memory (an object "
-                f"from a URL) are read through its series: Series.get_data or vp.load_dicom",
-                core_file.path, "PixelData")
-        return core_file
-    return _core.read_dicom(os.fspath(ds_or_path))
+def _file_of(file: FileOrPath) -> _core.DicomFile:
+    """The parsed core file, or that of a path (parsed here)."""
+    if isinstance(file, _core.DicomFile):
+        return file
+    return _core.read_dicom(os.fspath(file))
 
 
 ON_CORRUPT = ("raise", "warn")
@@ -44,13 +46,13 @@ def check_on_corrupt(on_corrupt: str) -> str:
     return on_corrupt
 
 
-def warn_all(messages, stacklevel: int = 3) -> None:
+def warn_all(messages: Iterable[str], stacklevel: int = 3) -> None:
     """The core's decode warnings as Python warnings (the library prints nothing)."""
     for message in messages:
         warnings.warn(message, CorruptDataWarning, stacklevel=stacklevel + 1)
 
 
-def _frames(info, index):
+def _frames(info: _core.DicomPixelInfo, index: int | None) -> tuple[int, int, list[int]]:
     if index is None:
         return 0, info.number_of_frames, list(info.shape)
     n = info.number_of_frames
@@ -66,15 +68,16 @@ def _frames(info, index):
     return int(index), 1, shape
 
 
-def pixel_info(ds_or_path):
+def pixel_info(file: FileOrPath) -> _core.DicomPixelInfo:
     """The checked Image Pixel module: rows, columns, samples_per_pixel, bits_allocated,
     bits_stored, pixel_representation, planar_configuration, number_of_frames, photometric,
     photometric_out, dtype (pixel_array's), shape, codec."""
-    return _core.dicom_pixel_info(_file_of(ds_or_path))
+    return _core.dicom_pixel_info(_file_of(file))
 
 
-def pixel_array(ds_or_path, index: int | None = None, *, as_rgb: bool = True,
-                threads: int | None = None, info=None, on_corrupt: str = "raise") -> np.ndarray:
+def pixel_array(file: FileOrPath, index: int | None = None, *, as_rgb: bool = True,
+                threads: int | None = None, info: _core.DicomPixelInfo | None = None,
+                on_corrupt: str = "raise") -> Array:
     """The pixel data as pydicom's ``pixel_array`` gives it: shape (rows, columns[, samples]) or
     (frames, rows, columns[, samples]), dtype from BitsAllocated and PixelRepresentation (float
     for Float / Double Float Pixel Data), BitsStored applied, YBR_FULL/YBR_FULL_422 converted to
@@ -84,7 +87,7 @@ def pixel_array(ds_or_path, index: int | None = None, *, as_rgb: bool = True,
     JPEG data", OpenJPEG's damage warnings) raises CorruptError ('raise', the default) or gives
     what the decoder recovers with a CorruptDataWarning ('warn')."""
     check_on_corrupt(on_corrupt)
-    core_file = _file_of(ds_or_path)
+    core_file = _file_of(file)
     if info is None:
         info = _core.dicom_pixel_info(core_file)
     first, count, shape = _frames(info, index)
@@ -95,9 +98,10 @@ def pixel_array(ds_or_path, index: int | None = None, *, as_rgb: bool = True,
     return out
 
 
-def modality_array(ds_or_path, dtype=np.float64, index: int | None = None, *,
-                   as_rgb: bool = True, threads: int | None = None, info=None,
-                   on_corrupt: str = "raise") -> np.ndarray:
+def modality_array(file: FileOrPath, dtype: npt.DTypeLike | None = np.float64,
+                   index: int | None = None, *, as_rgb: bool = True,
+                   threads: int | None = None, info: _core.DicomPixelInfo | None = None,
+                   on_corrupt: str = "raise") -> Array:
     """The pixel data with the modality transform applied, as pydicom's
     ``apply_modality_lut(ds.pixel_array, ds)`` (the Modality LUT Sequence where there is one,
     else Rescale Slope and Intercept when both are present), computed in float64 and returned as
@@ -107,7 +111,7 @@ def modality_array(ds_or_path, dtype=np.float64, index: int | None = None, *,
     dt = np.dtype(dtype)
     if dt not in _FLOATS:
         raise ValueError(f"dtype must be float32 or float64, not {dt}")
-    core_file = _file_of(ds_or_path)
+    core_file = _file_of(file)
     if info is None:
         info = _core.dicom_pixel_info(core_file)
     first, count, shape = _frames(info, index)
