@@ -143,10 +143,8 @@ def _read_series_block(source: _Source, read_dtype: np.dtype[Any] | None,
 def _check_reopenable(proxy: Any) -> None:
     """Refuse a proxy of an image opened from memory: it has no file or URL to open again,
     and its pickle (which every task would carry) is its bytes."""
-    if (isinstance(proxy, ArrayProxy) and not proxy._img.data_in_file
-            and not isinstance(proxy._source, (_remote.RemoteFile, _remote.RemoteObject))
-            and type(proxy).__reduce__ is ArrayProxy.__reduce__):
-        raise TypeError(f"{proxy._img.data_path}: an image opened from memory has no file or "
+    if isinstance(proxy, ArrayProxy) and not proxy.reopenable:
+        raise TypeError(f"{proxy.file_like}: an image opened from memory has no file or "
                         "URL for Dask's tasks to read (they would carry its bytes): save it to "
                         "a file, or use dask.array.from_array on its data")
 
@@ -409,7 +407,8 @@ def _series_array(da: Any, series: Series, want: np.dtype[Any] | None, scaling: 
             f"chunks: a DICOM series is read in whole {'volumes' if len(shape) > 3 else 'slices'}"
             f": expected chunks that cut axis {axis} only, but received {plan}", field="chunks")
     # Absolute names (workers may run in another folder): as the series pickles.
-    names, etags, options, series_threads, uid, split, files = series._state()
+    _, state = series.__reduce__()
+    names, etags, options, series_threads, uid, split, files = state
     files = [tuple(f) for f in files]
     etag_of = dict(zip(names, etags)) if etags is not None else None
     per_unit = int(np.prod(shape[2:axis], dtype=np.int64)) if len(shape) > 3 else 1

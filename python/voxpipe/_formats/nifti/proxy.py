@@ -374,6 +374,13 @@ class ArrayProxy(ArrayLike):
         (uncompressed data, voxpipe's sized gzip members, or a seek index)."""
         return not self._img.gzip or self._open_reader().random_access
 
+    @property
+    def reopenable(self) -> bool:
+        """Whether this proxy pickles as where to open its data again (a file, a URL, or a
+        subclass's own store), not as the bytes of an image opened from memory."""
+        return (self._img.data_in_file or type(self).__reduce__ is not ArrayProxy.__reduce__
+                or isinstance(self._source, (_remote.RemoteFile, _remote.RemoteObject)))
+
     def result_dtype(self, dtype: npt.DTypeLike = None, scaling: bool = True) -> np.dtype[Any]:
         """The dtype ``read`` gives for `dtype`: itself when given; otherwise, with `scaling`,
         the dtype of ``np.asanyarray(proxy)`` (the stored one, or nibabel's float for scaled
