@@ -15,8 +15,9 @@
 //     selected element and nothing else, and a chunk of the wrong size is refused. An absent
 //     chunk allocates nothing (however large its chunk shape says it is: libFuzzer's
 //     -malloc_limit_mb catches a chunk-sized buffer).
-//  2. The header block opened as the store's virtual .nii (the rule of voxpipe._formats.zarr.read's
-//     _virtual_prefix: the header, the extension flag and extensions, padded to 16 bytes;
+//  2. The header block opened as the store's virtual .nii (the rule of
+//     voxpipe._formats.zarr.header_block.virtual_prefix: the header, the extension flag and
+//     extensions, padded to 16 bytes;
 //     vox_offset set there, whatever it held) through open_nifti_remote: an Error, or an image
 //     whose data start where the block ends and whose extensions lie inside it; then a second
 //     open over the virtual file of the data size the header declares (never fetched whole) and
@@ -69,7 +70,7 @@ void fuzz_array(const std::uint8_t* data, std::size_t ndim, std::uint8_t flags) 
     const auto step = static_cast<std::int8_t>(data[18]);
     sel.push_back({data[16] | data[17] << 8, step == 0 ? 1 : step, data[19] % 9});
   }
-  // Sound: what a store's metadata may say (voxpipe._formats.zarr.read._sizes) and a selection inside it,
+  // Sound: what a store's metadata may say (voxpipe._formats.zarr.metadata._sizes) and a selection inside it,
   // every size small enough that the chunk grid and the array's and a chunk's bytes (2^60 at
   // most) are far from overflow.
   bool sound = true;
@@ -179,9 +180,9 @@ void fuzz_array(const std::uint8_t* data, std::size_t ndim, std::uint8_t flags) 
 }
 
 // ---- 2. the header block ----------------------------------------------------------------------
-// voxpipe._formats.zarr.read._virtual_prefix: the bytes of the virtual .nii before its data, the NIfTI version
+// voxpipe._formats.zarr.header_block.virtual_prefix: the bytes of the virtual .nii before its data, the NIfTI version
 // and whether big-endian, or nullopt where it refuses the block (a FormatError there). The version and byte
-// order are decided as _header_fields decides them: NIfTI-1 by its magic at 344, else NIfTI-2 by
+// order are decided as header_fields decides them: NIfTI-1 by its magic at 344, else NIfTI-2 by
 // a sizeof_hdr of 540 in either order; the order by dim[0] (by sizeof_hdr where dim[0] is 0).
 struct Prefix {
   std::vector<std::uint8_t> bytes;

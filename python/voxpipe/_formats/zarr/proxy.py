@@ -16,7 +16,8 @@ from ..._sources import remote as _remote
 from ..nifti.open import image_from_core
 from ..nifti.proxy import ArrayProxy
 from ..nifti.slicing import empty_for
-from .read import NiftiZarr, _virtual_prefix, open_core, read_stored_values
+from .header_block import virtual_prefix
+from .read import NiftiZarr, open_core, read_stored_values
 
 
 class ZarrProxy(ArrayProxy):
@@ -100,7 +101,7 @@ def load(location: Any, *, storage_options: Mapping[str, Any] | None = None, thr
     store = NiftiZarr(location, storage_options, level)
     core, raised = open_core(store, threads)
     klass = nib.Nifti1Image if core.version == 1 else nib.Nifti2Image
-    prefix, _ = _virtual_prefix(store.stored_header, store.location)
+    prefix, _ = virtual_prefix(store.stored_header, store.location)
     proxy = ZarrProxy(core, store, threads)
     img = image_from_core(klass, core, {"image": FileHolder(filename=location)}, False, None,
                           threads, False, prefix, proxy=proxy)

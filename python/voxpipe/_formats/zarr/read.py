@@ -15,14 +15,13 @@ block itself, opened by the core as the header of a .nii whose data are the stor
 virtual byte source), so every check, fix and affine is the one a .nii gets, and the C++
 commands (``voxpipe info``, ``convert``, ``resample``, ``view``) read stores through it.
 
-Writing: _formats/zarr/write.py.
+Here: the opened store (NiftiZarr), its reads and the virtual .nii. The metadata as zarr parses
+them: metadata.py; the stored header block: header_block.py; writing: write.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,22 +32,12 @@ from ..._sources import remote as _remote
 from ..._foundation import identity as _identity
 from ..._foundation.header import core_dtype_name
 from ..._foundation.optional import require
+from .header_block import level_header, read_header_array, virtual_prefix
 from .local import StoreIdentity, local_store
-from ..._foundation.errors import (CorruptError, FormatError, InvalidArgumentError, LimitError,
-                                   TruncatedError, VoxpipeError, VoxpipeFileNotFoundError,
-                                   VoxpipeIOError)
-
-# The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
-_ZARR_AXES = ("t", "c", "z", "y", "x")
-_NIFTI_AXIS = {"x": 0, "y": 1, "z": 2, "t": 3, "c": 4}
-
-# Codecs the core decodes itself (class names of zarr's v3 codecs and numcodecs' v2 ones).
-_CORE_COMPRESSORS = {"ZstdCodec": "zstd", "BloscCodec": "blosc", "GzipCodec": "gzip",
-                     "Zstd": "zstd", "Blosc": "blosc", "GZip": "gzip", "Zlib": "zlib"}
-
-
-def _zarr():
-    return require("zarr", "zarr", "NIfTI-Zarr", "zarr")
+from .metadata import (NIFTI_AXIS, ZARR_AXES, axes_of, core_spec, compression_of, level_path,
+                       multiscales, shards_of, stored_dtype, zarr_module)
+from ..._foundation.errors import (CorruptError, FormatError, LimitError, TruncatedError,
+                                   VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError)
 
 
 def is_nifti_zarr(path: Any) -> bool:
@@ -65,7 +54,7 @@ def is_nifti_zarr(path: Any) -> bool:
 def _group_store(location: str, storage_options: Mapping[str, Any] | None, read_only: bool):
     """A zarr store rooted at ``location``: a local folder, or a URL through voxpipe's obstore
     client (configured as for vp.load)."""
-    zarr = _zarr()
+    zarr = zarr_module()
     if _remote.is_url(location):
         store, _ = _remote.store_for(location.rstrip("/") + "/zarr.json", storage_options)
         return zarr.storage.ObjectStore(store, read_only=read_only)
@@ -93,51 +82,6 @@ def _failure(name: str, field: str, exc: BaseException) -> VoxpipeError:
                        path=name, field=field)
 
 
-def _axes_of(group, array, ndim: int) -> list[str]:
-    """The names of the array's axes, slowest first: the OME multiscales axes, else the
-    array's dimension_names, else the specification's order cut to ``ndim``."""
-    ms = _multiscales(group)
-    if ms:
-        names = [str(a.get("name", "")) if isinstance(a, Mapping) else str(a)
-                 for a in ms[0].get("axes", [])]
-    else:
-        names = list(getattr(array.metadata, "dimension_names", None) or [])
-    if not names:
-        names = list(_ZARR_AXES[-ndim:]) if ndim <= 5 else []
-    return names
-
-
-def _multiscales(group) -> list[Any]:
-    attrs = group.attrs.asdict()
-    ome = attrs.get("ome")
-    ms = ome.get("multiscales") if isinstance(ome, Mapping) else attrs.get("multiscales")
-    return ms if isinstance(ms, list) else []
-
-
-def _level_path(group, level: int, name: str) -> str:
-    ms = _multiscales(group)
-    datasets = ms[0].get("datasets", []) if ms else []
-    paths = [str(d["path"]) for d in datasets if isinstance(d, Mapping) and "path" in d]
-    if not paths:
-        paths = [str(i) for i in range(64) if str(i) in group]
-    if not paths:
-        raise FormatError(f"{name}: not an OME-Zarr image: expected multiscales metadata or an "
-                          f"array '0', but the group has neither", path=name, field="multiscales")
-    if not -len(paths) <= level < len(paths):
-        raise InvalidArgumentError(f"{name}: expected a level in 0..{len(paths) - 1}, but "
-                                   f"received {level}", path=name, field="level")
-    return paths[level]
-
-
-def _level_scales(group, path: str) -> list[float] | None:
-    for d in (_multiscales(group) or [{}])[0].get("datasets", []):
-        if str(d.get("path")) == path:
-            for t in d.get("coordinateTransformations", []):
-                if t.get("type") == "scale":
-                    return [float(s) for s in t["scale"]]
-    return None
-
-
 class NiftiZarr:
     """One level of an opened NIfTI-Zarr store: its zarr array, the stored header block, and
     how the array's axes map to NIfTI's. What the proxy reads through, and what it pickles as
@@ -145,7 +89,7 @@ class NiftiZarr:
 
     def __init__(self, location: str, storage_options: Mapping[str, Any] | None = None,
                  level: int = 0):
-        zarr = _zarr()
+        zarr = zarr_module()
         self.location = location
         # What the store pickles as: a local store by its absolute name, made so against the
         # working directory it is opened from (the receiver may run in another folder, and
@@ -163,22 +107,22 @@ class NiftiZarr:
         try:
             self._open(zarr, store, name)
             field = "nifti"
-            self.stored_header = _read_header_array(self.group, name)
+            self.stored_header = read_header_array(self.group, name)
             field = "axes"
-            self.axes = _axes_of(self.group, self.array, self.array.ndim)
+            self.axes = axes_of(self.group, self.array, self.array.ndim)
             self._check_axes()
             field = "codecs"
-            self.stored_dtype, self.stored_big_endian = _stored_dtype(self.array)
-            self.spec = _core_spec(self.array, self.stored_dtype, self.stored_big_endian,
+            self.stored_dtype, self.stored_big_endian = stored_dtype(self.array)
+            self.spec = core_spec(self.array, self.stored_dtype, self.stored_big_endian,
                                    self.name)
-            sharded = (_shards_of(self.array.metadata) if self.spec is not None
+            sharded = (shards_of(self.array.metadata) if self.spec is not None
                        and getattr(self.array.metadata, "zarr_format", 3) == 3 else None)
             self.shards = sharded[0] if sharded is not None else None
             self._chunk_root = self._local_chunk_root()
             if level != 0:
                 field = "multiscales"
-                self.stored_header = _level_header(self.stored_header, self.group, self._path,
-                                                   _level_path(self.group, 0, name),
+                self.stored_header = level_header(self.stored_header, self.group, self._path,
+                                                   level_path(self.group, 0, name),
                                                    self.nifti_shape_of_array())
             self.identity = StoreIdentity(location, store.record) if local else None
         except Exception as exc:
@@ -209,7 +153,7 @@ class NiftiZarr:
             raise FormatError(f"{name}: not a Zarr group: {type(exc).__name__}: {exc}",
                               path=name, field="zarr.json") from exc
         self.group = group
-        path = _level_path(group, self.level, name)
+        path = level_path(group, self.level, name)
         try:
             array = group[path]
         except KeyError:
@@ -232,15 +176,15 @@ class NiftiZarr:
     def _check_axes(self):
         names = self.axes
         if (len(names) != self.array.ndim or len(set(names)) != len(names)
-                or any(n not in _NIFTI_AXIS for n in names)):
-            raise FormatError(f"{self.name}: expected axes named from {list(_ZARR_AXES)} (one per "
+                or any(n not in NIFTI_AXIS for n in names)):
+            raise FormatError(f"{self.name}: expected axes named from {list(ZARR_AXES)} (one per "
                               f"dimension, {self.array.ndim}), but received {names}",
                               path=self.name, field="axes")
 
     def nifti_shape_of_array(self) -> tuple[int, ...]:
         """The array's shape in NIfTI's axis order (x, y, z[, t[, c]])."""
         sizes = dict(zip(self.axes, self.array.shape))
-        n = max(_NIFTI_AXIS[a] for a in self.axes) + 1
+        n = max(NIFTI_AXIS[a] for a in self.axes) + 1
         return tuple(int(sizes.get(a, 1)) for a in ("x", "y", "z", "t", "c")[:max(n, 3)])
 
     def check_against(self, shape: Sequence[int], dtype: np.dtype):
@@ -335,7 +279,7 @@ class NiftiZarr:
         fstrides = [int(np.prod(counts[:i], dtype=np.int64)) for i in range(len(counts))]
         sel, strides = [], []
         for name in self.axes:
-            axis = _NIFTI_AXIS[name]
+            axis = NIFTI_AXIS[name]
             if axis < len(ranges):
                 sel.append(tuple(int(v) for v in ranges[axis]))
                 strides.append(fstrides[axis])
@@ -466,261 +410,7 @@ class NiftiZarr:
         return sync(get_all())
 
 
-def _stored_dtype(array) -> tuple[np.dtype, bool]:
-    """(the elements' dtype, whether they are stored big-endian): zarr v3 says the byte order in
-    its bytes codec, v2 in the dtype."""
-    meta = array.metadata
-    if getattr(meta, "zarr_format", 3) == 2:
-        dt = np.dtype(array.dtype)
-        big = dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian)
-        return dt.newbyteorder("="), big and dt.itemsize > 1
-    dt = np.dtype(meta.data_type.to_native_dtype()).newbyteorder("=")
-    big = False
-    codecs = list(meta.codecs)
-    if len(codecs) == 1 and type(codecs[0]).__name__ == "ShardingCodec":
-        codecs = list(codecs[0].codecs)  # a shard's inner chunks say how elements are stored
-    for codec in codecs:
-        endian = getattr(codec, "endian", None)
-        if type(codec).__name__ == "BytesCodec" and endian is not None:
-            big = getattr(endian, "value", endian) == "big"
-    return dt, big and dt.itemsize > 1
-
-
-class _Shards:
-    """How a sharded array (Zarr v3 sharding_indexed) stores its inner chunks: the shard shape,
-    inner chunks per shard along each axis, and where the shard index is and how it is checked
-    (each inner chunk's (offset, size) as little-endian uint64, C order over the shard's inner
-    grid; (2^64-1, 2^64-1) for an absent one; a CRC32C after it where the index has one)."""
-
-    def __init__(self, shard_shape, inner_shape, at_end: bool, crc: bool):
-        self.shape = [int(d) for d in shard_shape]
-        self.per = [int(d) // int(c) for d, c in zip(shard_shape, inner_shape)]
-        self.count = int(np.prod(self.per, dtype=np.int64))
-        self.at_end, self.crc = at_end, crc
-        self.index_bytes = 16 * self.count + (4 if crc else 0)
-
-
-def _shards_of(meta) -> tuple[_Shards, list[Any]] | None:
-    """(the shard layout, the inner chunks' codecs) of a v3 array sharded in the layout the core
-    reads (a plain inner bytes codec and compressor; an index of bytes and optionally crc32c),
-    else None."""
-    codecs = list(getattr(meta, "codecs", ()))  # v2 metadata have none: never sharded
-    if len(codecs) != 1 or type(codecs[0]).__name__ != "ShardingCodec":
-        return None
-    sharding = codecs[0]
-    index = [type(c).__name__ for c in sharding.index_codecs]
-    endian = getattr(sharding.index_codecs[0], "endian", None) if index else None
-    if index not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]) or \
-            getattr(endian, "value", endian) not in (None, "little"):
-        return None
-    location = getattr(sharding.index_location, "value", sharding.index_location)
-    shards = _Shards(meta.chunk_grid.chunk_shape, sharding.chunk_shape, location == "end",
-                     len(index) == 2)
-    return shards, list(sharding.codecs)
-
-
-def _sizes(values, minimum: int, field: str, name: str) -> list[int]:
-    """Sizes from metadata as ints in [minimum, 2^62]: what a shape or chunk shape can be, and
-    what index arithmetic over them holds without overflow."""
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
-                or not minimum <= int(v) <= 1 << 62:
-            raise FormatError(f"{name}: expected the {field} to be integers from {minimum} to "
-                              f"2^62, but it is {list(values)}", path=name, field=field)
-        out.append(int(v))
-    return out
-
-
-def _core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, Any] | None:
-    """The core's description of the array where the core decodes its chunks (regular chunks,
-    or the inner chunks of regular shards; zstd, blosc, gzip, zlib or none; no filters or
-    transposes), else None."""
-    if dtype.fields is not None or dtype.kind not in "biufc":
-        return None
-    try:
-        dtype_name = core_dtype_name(dtype)
-    except ValueError:
-        return None
-    meta = array.metadata
-    order_f = False
-    if getattr(meta, "zarr_format", 3) == 2:
-        if meta.filters:
-            return None
-        comp = meta.compressor
-        compressor = "none" if comp is None else _CORE_COMPRESSORS.get(type(comp).__name__)
-        order_f = meta.order == "F"
-        chunk_shape = list(meta.chunks)
-    else:
-        codecs = list(meta.codecs)
-        sharded = _shards_of(meta)
-        if sharded is not None:
-            codecs = sharded[1]
-        if not codecs or type(codecs[0]).__name__ != "BytesCodec":
-            return None
-        rest = codecs[1:]
-        if not rest:
-            compressor = "none"
-        elif len(rest) == 1:
-            compressor = _CORE_COMPRESSORS.get(type(rest[0]).__name__)
-        else:
-            return None
-        grid = meta.chunk_grid
-        if type(grid).__name__ != "RegularChunkGrid":
-            return None
-        chunk_shape = list(grid.chunk_shape)
-        if sharded is not None:  # the core decodes the inner chunks
-            chunk_shape = list(meta.codecs[0].chunk_shape)
-    if compressor is None:
-        return None
-    fill = np.asarray(array.metadata.fill_value if getattr(meta, "zarr_format", 3) == 3
-                      else (meta.fill_value if meta.fill_value is not None else 0))
-    fill = fill.astype(dtype.newbyteorder(">" if big_endian else "<")).tobytes()
-    return {"shape": _sizes(array.shape, 0, "shape", name),
-            "chunk_shape": _sizes(chunk_shape, 1, "chunk_shape", name),
-            "dtype": dtype_name, "big_endian": big_endian, "chunk_f_order": order_f,
-            "compressor": compressor, "fill_value": fill, "name": name}
-
-
-# The largest header array read: the header, the extension flag and extensions of any size
-# a NIfTI writer makes in practice (CIFTI-2's XML, dcm2niix's JSON: megabytes at most). The
-# array is read whole, so its declared size is checked against this before anything is read.
-MAX_HEADER_ARRAY_BYTES = 64 << 20
-# At most this many chunks: writers store the header as one (voxpipe, niizarr); a tiny chunk
-# size over a large array would be millions of requests for absent chunks.
-_MAX_HEADER_CHUNKS = 1024
-
-
-def _read_header_array(group, name: str) -> bytes:
-    """The stored header block: the ``nifti`` array, a 1-D array of bytes whose size, checked
-    before it is read, is at most MAX_HEADER_ARRAY_BYTES in at most _MAX_HEADER_CHUNKS chunks
-    (the block is a header of 348 or 540 bytes, then optionally the extension flag and the
-    extensions; the core's parse of it checks the extensions' sizes against it)."""
-    try:
-        nifti = group["nifti"]
-    except KeyError:
-        raise FormatError(f"{name}: not a NIfTI-Zarr: expected a 'nifti' header array, but the "
-                          f"group has none", path=name, field="nifti") from None
-    shape = tuple(getattr(nifti, "shape", ()) or ())
-    dtype = getattr(nifti, "dtype", None)
-    if len(shape) != 1 or dtype is None or np.dtype(str(dtype)).itemsize != 1 \
-            or np.dtype(str(dtype)).kind not in "ui":
-        raise FormatError(f"{name}: expected the 'nifti' header array to be 1-D bytes (u1), but "
-                          f"it has shape {shape} and dtype {dtype}", path=name, field="nifti")
-    size, chunk = int(shape[0]), int(nifti.chunks[0])
-    if size > MAX_HEADER_ARRAY_BYTES:
-        raise LimitError(f"{name}: expected a 'nifti' header array of at most "
-                         f"{MAX_HEADER_ARRAY_BYTES} bytes (a header and its extensions), but its "
-                         f"metadata declare {size}", path=name, field="nifti")
-    if chunk < 1 or -(-size // chunk) > _MAX_HEADER_CHUNKS:
-        raise LimitError(f"{name}: expected the 'nifti' header array in at most "
-                         f"{_MAX_HEADER_CHUNKS} chunks, but its chunks of {chunk} bytes make "
-                         f"{-(-size // max(chunk, 1))}", path=name, field="nifti")
-    return np.asarray(nifti[...]).view(np.uint8).tobytes()
-
-
-def _header_fields(block: bytes, name: str = "") -> tuple[int, str, int]:
-    """(NIfTI version, byte order '<'/'>', sizeof_hdr) of a stored header block, decided as the
-    core (and nibabel) decide them when they open the virtual .nii built from it: NIfTI-1 by its
-    magic at 344, else NIfTI-2 by a sizeof_hdr of 540 in either order; the byte order by dim[0]
-    (by sizeof_hdr where dim[0] is 0). Deciding otherwise would write the virtual vox_offset in
-    one version's place and order and have the core read another's: data elsewhere, the
-    header's own bytes read as voxels."""
-    if len(block) >= 348 and block[344:347] in (b"n+1", b"ni1"):
-        version, size = 1, 348
-    elif len(block) >= 4 and 540 in (struct.unpack("<i", block[:4])[0],
-                                     struct.unpack(">i", block[:4])[0]):
-        version, size = 2, 540
-    else:
-        raise FormatError(f"{name}: expected a NIfTI header in the 'nifti' array (a NIfTI-1 "
-                          f"magic at byte 344, or a NIfTI-2 sizeof_hdr of 540), but it holds "
-                          f"{len(block)} bytes starting {block[:4].hex()}", path=name,
-                          field="magic", offset=344 if len(block) >= 348 else 0)
-    if len(block) < size:
-        raise FormatError(f"{name}: expected a NIfTI-2 header of 540 bytes, but the 'nifti' "
-                          f"array holds {len(block)}", path=name, field="sizeof_hdr", offset=0)
-    dim0 = struct.unpack_from("<h", block, 40)[0] if version == 1 else \
-        struct.unpack_from("<q", block, 16)[0]
-    if dim0 == 0:
-        swapped = struct.unpack(">i", block[:4])[0] == size
-    else:
-        swapped = not 1 <= dim0 <= 7
-    return version, (">" if swapped else "<"), size
-
-
-def _level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, ...]) -> bytes:
-    """The header of a coarser level: the level's dims, voxel sizes and affines (the finest
-    level's, composed with the change of OME scale and translation between the levels, as the
-    specification's reference reader does)."""
-    from nibabel.nifti1 import Nifti1Header
-    from nibabel.nifti2 import Nifti2Header
-
-    version, order, size = _header_fields(block, str(group.store))
-    klass = Nifti1Header if version == 1 else Nifti2Header
-    hdr = klass(block[:size], endianness=order, check=False)
-    qform, qcode = hdr.get_qform(coded=True)
-    sform, scode = hdr.get_sform(coded=True)
-
-    def phys(p):
-        scale = _level_scales(group, p)
-        trans = None
-        for d in (_multiscales(group) or [{}])[0].get("datasets", []):
-            if str(d.get("path")) == p:
-                for t in d.get("coordinateTransformations", []):
-                    if t.get("type") == "translation":
-                        trans = [float(v) for v in t["translation"]]
-        m = np.eye(4)
-        if scale:
-            m[[0, 1, 2], [0, 1, 2]] = list(reversed(scale[-3:]))
-        if trans:
-            m[:3, 3] = list(reversed(trans[-3:]))
-        return m
-
-    change = np.linalg.inv(phys(path0)) @ phys(path)
-    old_shape = hdr.get_data_shape()
-    hdr.set_data_shape(shape[:len(old_shape)] + tuple(old_shape[len(shape):]))
-    zooms = list(hdr.get_zooms())
-    for i in range(min(3, len(zooms))):
-        zooms[i] = zooms[i] * change[i, i]
-    hdr.set_zooms(zooms)
-    if qform is not None:
-        hdr.set_qform(qform @ change, int(qcode))
-    if sform is not None:
-        hdr.set_sform(sform @ change, int(scode))
-    return hdr.binaryblock + block[size:]
-
-
 # -- the virtual .nii the core opens ---------------------------------------------------------
-def _virtual_prefix(block: bytes, name: str = "") -> tuple[bytes, int]:
-    """(the bytes of a .nii before its data: the stored header block, its extension flag and
-    extensions, padded to 16 bytes; the stored vox_offset where it is another, else -1). A stored header of a pair ('ni1') is opened as a single file's ('n+1')."""
-    version, order, size = _header_fields(block, name)
-    hdr = bytearray(block[:size])
-    rest = block[size:]
-    if len(rest) == 0:
-        ext = b"\x00\x00\x00\x00"
-    elif len(rest) >= 4:
-        ext = bytes(rest)
-    else:
-        raise FormatError(f"{name}: expected the header, or the header, 4 extension flag bytes "
-                          f"and the extensions, but the 'nifti' array holds {len(block)} bytes",
-                          path=name, field="extension", offset=size)
-    magic_at, off_at, off_fmt = (344, 108, "f") if version == 1 else (4, 168, "q")
-    if bytes(hdr[magic_at:magic_at + 3]) in (b"ni1", b"ni2"):
-        hdr[magic_at + 1:magic_at + 2] = b"+"
-    width = struct.calcsize(off_fmt)
-    stored_offset = struct.unpack(order + off_fmt, bytes(hdr[off_at:off_at + width]))[0]
-    # vox_offset means nothing in a store (the voxels are the array's): the virtual file's data
-    # start right after the extensions, whatever the stored value (2e9 sizes no padding).
-    offset = (size + len(ext) + 15) // 16 * 16
-    raised = -1
-    if not (math.isfinite(stored_offset) and stored_offset == offset):
-        raised = stored_offset
-        hdr[off_at:off_at + width] = struct.pack(order + off_fmt, offset)
-    prefix = bytes(hdr) + ext
-    return prefix + b"\x00" * (offset - len(prefix)), raised
-
-
 class _VirtualFetcher:
     """The core's fetcher of the virtual .nii: header bytes from the prefix, data bytes decoded
     from the store (stored values, in the header's byte order), range by range."""
@@ -790,7 +480,7 @@ def open_input(store: NiftiZarr, threads: int = 0):
     """(a _core.RemoteInput of the .nii whose header is the store's stored block and whose data
     are the store's voxels, decoded on demand; the stored vox_offset where the virtual file had
     to change it (vox_offset means nothing in a store), else -1)."""
-    prefix, raised = _virtual_prefix(store.stored_header, store.location)
+    prefix, raised = virtual_prefix(store.stored_header, store.location)
     head = _core.RemoteInput(store.location, len(prefix),
                              _VirtualFetcher(store, prefix, (), np.dtype("u1"), threads),
                              initial=prefix)
@@ -823,36 +513,6 @@ def open_core_input(location: str):
     return open_input(NiftiZarr(location))[0]
 
 
-# Codecs that compress nothing: how elements are laid out (bytes, transpose) and checksums.
-_NOT_COMPRESSORS = frozenset({"bytes", "transpose", "crc32c"})
-
-
-def compression_of(array) -> str:
-    """How the array's chunks are compressed, as its metadata say: each compressor's name, blosc's
-    inner compressor, and the level ("blosc zstd 5", "gzip 1"; chained ones joined by " + "),
-    followed by " (sharded)" for the inner chunks of a sharded array; "none" where the chunks
-    are stored as they are."""
-    meta = array.metadata.to_dict()
-    sharded = False
-    if meta.get("zarr_format") == 2:
-        comp = meta.get("compressor")
-        codecs = [] if comp is None else [{"name": comp.get("id"), "configuration": comp}]
-    else:
-        codecs = list(meta.get("codecs") or ())
-        if len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed":
-            sharded = True
-            codecs = list(codecs[0].get("configuration", {}).get("codecs") or ())
-    parts = []
-    for codec in codecs:
-        if codec.get("name") in _NOT_COMPRESSORS:
-            continue
-        config = codec.get("configuration") or {}
-        words = [codec.get("name"), config.get("cname"), config.get("clevel", config.get("level"))]
-        parts.append(" ".join(str(w) for w in words if w is not None))
-    text = " + ".join(parts) or "none"
-    return f"{text} (sharded)" if sharded else text
-
-
 def describe_layout(location: str) -> str:
     """The core's handler for a store's description (voxpipe info): its chunks' compression as
     :func:`compression_of` names it on the first line, then ``key=value`` lines of what the
@@ -864,14 +524,15 @@ def describe_layout(location: str) -> str:
     try:
         lines = [compression_of(array)]
         lines.append(f"zarr_format={int(getattr(array.metadata, 'zarr_format', 3))}")
-        ms = _multiscales(store.group)
+        ms = multiscales(store.group)
         datasets = ms[0].get("datasets", []) if ms else []
         levels = len(datasets) or sum(1 for i in range(64) if str(i) in store.group)
         lines.append(f"levels={levels}")
 
         def nifti_order(sizes) -> str:
             by_axis = dict(zip(store.axes, sizes))
-            return ",".join(str(int(by_axis[a])) for a in sorted(by_axis, key=_NIFTI_AXIS.__getitem__))
+            return ",".join(str(int(by_axis[a]))
+                            for a in sorted(by_axis, key=NIFTI_AXIS.__getitem__))
 
         lines.append(f"chunks={nifti_order(array.chunks)}")
         shards = getattr(array, "shards", None)

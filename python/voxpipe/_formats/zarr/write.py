@@ -22,7 +22,7 @@ import numpy as np
 from ..._foundation.native import core as _core
 from ..._sources import remote as _remote
 from ..._foundation.optional import require
-from .read import _NIFTI_AXIS, _ZARR_AXES, _zarr
+from .metadata import NIFTI_AXIS, ZARR_AXES, zarr_module
 from ..._foundation.errors import InvalidArgumentError, UnsupportedError
 
 _OME_TYPES = {"x": "space", "y": "space", "z": "space", "t": "time", "c": "channel"}
@@ -33,7 +33,7 @@ _TIME_UNITS = {8: "second", 16: "millisecond", 24: "microsecond"}
 
 
 def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int):
-    zarr = _zarr()
+    zarr = zarr_module()
     if codec == "none":
         return None
     if zarr_format == 3:
@@ -60,7 +60,7 @@ def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int):
 
 
 def _zarr_axes(ndim: int) -> list[str]:
-    return ["z", "y", "x"] if ndim <= 3 else ["t", "z", "y", "x"] if ndim == 4 else list(_ZARR_AXES)
+    return ["z", "y", "x"] if ndim <= 3 else ["t", "z", "y", "x"] if ndim == 4 else list(ZARR_AXES)
 
 
 # A 3D image is cut into slabs of whole slices of about this size: chunks are then runs of the
@@ -180,7 +180,7 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
     values) and ``values``, the stored values (an ArrayProxy read unscaled block by block, or an
     array in the header's dtype), with ``levels`` pyramid levels. Written into a temporary
     folder beside ``path`` that replaces it when complete."""
-    zarr = _zarr()
+    zarr = zarr_module()
     if _remote.is_url(path):
         raise UnsupportedError(f"{path}: writing NIfTI-Zarr to object storage is not supported; "
                                f"write a local store and upload it", path=path)
@@ -203,7 +203,7 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
         raise UnsupportedError(f"{path}: NIfTI-Zarr of RGB data is not supported by voxpipe yet",
                                path=path, field="datatype")
     axes = _zarr_axes(len(nshape))
-    perm = [_NIFTI_AXIS[a] for a in axes]
+    perm = [NIFTI_AXIS[a] for a in axes]
     zshape = [nshape[i] for i in perm]
     nchunks = _nifti_order(chunks, nshape, "chunks") or _default_chunks(nshape, dtype.itemsize)
     zchunks = [nchunks[i] for i in perm]
