@@ -43,8 +43,10 @@ def cuda_status() -> CudaStatus:
     """The CUDA status of this process, probed once (loads libcuda.so.1 and calls cuInit on the
     first call; never raises)."""
     d = _core.cuda_status()
-    d["device_names"] = tuple(d["device_names"])
-    return CudaStatus(**d)
+    return CudaStatus(available=d["available"], reason=d["reason"],
+                      kernels_built=d["kernels_built"], driver_version=d["driver_version"],
+                      device_count=d["device_count"], device_names=tuple(d["device_names"]),
+                      cufile_available=d["cufile_available"], cufile_reason=d["cufile_reason"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ image (``FormatError``, ``TruncatedError``, ``CorruptError``) is also nibabel's
 
 from __future__ import annotations
 
+from typing import Any
+
 from nibabel.filebasedimages import ImageFileError
 
 from .redact import redact
@@ -28,7 +30,8 @@ class VoxpipeError(Exception):
         self.field = field
         self.offset = offset
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[VoxpipeError], tuple[str, str, str, int | None],
+                                  dict[str, Any]]:
         # Rebuilt from its own arguments: the default (through the built-in bases, ValueError and
         # OSError for TruncatedError) fails to unpickle, so an error raised in a Dask worker or
         # a multiprocessing child would reach the caller as another exception.

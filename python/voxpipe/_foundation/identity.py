@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.TypeAlias and Unpack are newer than 3.9; annotations aren't evaluated
+    from typing import TypeAlias, Unpack
 
 from .native import core as _core
+
+# (device, inode, size, mtime_ns) of a file.
+FileIdentity: TypeAlias = tuple[int, int, int, int]
+# What a pickle of a file records: the machine, then each file's identity (None: not known).
+PickledIdentity: TypeAlias = "tuple[str, Unpack[tuple[FileIdentity | None, ...]]]"
 
 
 def _this_machine() -> str:
@@ -25,7 +34,7 @@ def _this_machine() -> str:
 THIS_MACHINE = _this_machine()
 
 
-def stat_identity(path):
+def stat_identity(path: str) -> FileIdentity | None:
     """(device, inode, size, mtime_ns) of the file `path` names now, or None."""
     try:
         st = os.stat(path)
@@ -34,7 +43,8 @@ def stat_identity(path):
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def check_reopened(files, identity):
+def check_reopened(files: Iterable[tuple[str, FileIdentity | None]],
+                   identity: PickledIdentity) -> None:
     """VoxpipeIOError unless `files` ((path, identity now) pairs) are those a pickle was made
     of (`identity`: the machine, then the header's and data's (device, inode, size, mtime_ns)).
     On another machine the device and inode say nothing (NFS numbers devices per client; a

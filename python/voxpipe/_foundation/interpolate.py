@@ -252,7 +252,8 @@ def _offsets(offset: Any, rank: int) -> list[float]:
             raise ResampleArgumentError(
                 f"offset: expected one number per axis, but received shape {array.shape}",
                 field="offset")
-        return array.tolist()
+        floats: list[float] = array.tolist()
+        return floats
     return [float(offset)] * rank
 
 

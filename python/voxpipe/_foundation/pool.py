@@ -11,29 +11,31 @@ faulted in. Nothing is overwritten while any array still references it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from .native import core as _core
+from .types import Array
 
 # Below this an output comes from NumPy as usual: the allocator's own free lists serve small
 # arrays, and the pool is for the volumes whose fresh pages cost.
 POOL_FROM = 1 << 20
 
 
-def empty(shape: tuple[int, ...], dtype: Any, order: str = "F",
-          subtype: type = np.ndarray) -> np.ndarray:
+def empty(shape: tuple[int, ...], dtype: npt.DTypeLike, order: Literal["C", "F"] = "F",
+          subtype: type[np.ndarray[Any, Any]] = np.ndarray) -> Array:
     """An uninitialised array of `subtype`, from the pool when it is at least POOL_FROM bytes."""
-    dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize
+    dt = np.dtype(dtype)
+    nbytes = dt.itemsize
     for n in shape:
         nbytes *= int(n)
     if nbytes < POOL_FROM:
         if subtype is np.ndarray:
-            return np.empty(shape, dtype=dtype, order=order)
-        return np.ndarray.__new__(subtype, shape, dtype=dtype, order=order)
-    return np.ndarray.__new__(subtype, shape, dtype=dtype, buffer=_core.pool_buffer(nbytes),
+            return np.empty(shape, dtype=dt, order=order)
+        return np.ndarray.__new__(subtype, shape, dtype=dt, order=order)
+    return np.ndarray.__new__(subtype, shape, dtype=dt, buffer=_core.pool_buffer(nbytes),
                               order=order)
 
 
