@@ -29,7 +29,8 @@ from ._integrations import core_hooks as _core_hooks
 from ._integrations.view import view
 from ._many.convert import ConvertResult, convert_many, resample_many
 from ._many.dask import to_dask
-from ._many.loading import LoadIterator, empty_batch, iter_load, load_batch, load_many
+from ._many.iterate import LoadIterator, iter_load, load_many
+from ._many.loading import empty_batch, load_batch
 from ._many.resample_series import resample
 from ._foundation.errors import DeviceUnavailableError, SkippedFileWarning, VoxpipeError
 

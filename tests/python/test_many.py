@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import voxpipe as vp
+import voxpipe._many.iterate as iterate
 import voxpipe._many.loading as many
 
 
@@ -113,8 +114,8 @@ def test_close_from_another_thread_ends_a_waiting_next(files, monkeypatch):
     """A caller blocked in next() while another thread closes the iterator gets StopIteration
     instead of waiting for ever (the decode is held back until the close)."""
     release = threading.Event()
-    real = many._decode
-    monkeypatch.setattr(many, "_decode", lambda *a, **k: release.wait(30) and real(*a, **k))
+    real = iterate._decode
+    monkeypatch.setattr(iterate, "_decode", lambda *a, **k: release.wait(30) and real(*a, **k))
     it = vp.iter_load(files, threads=1)
     result = []
 
