@@ -85,7 +85,8 @@ def load_affine(path: StrPath, format: Literal["auto", "itk", "fsl", "matrix"] |
 
         raise FormatError(f"{os.fspath(path)}: expected one transform, but found {m.shape[0]}",
                           path=os.fspath(path))
-    return m[0]
+    first: Float64Array = m[0]
+    return first
 
 
 def load_field(path: StrPath,

@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from . import remote as _remote
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
 
 # GETs in flight at once when the caller does not say (io_threads): enough to hide a request's
 # latency behind the others' transfers, few enough to stay polite to a store. 18 small objects
 # behind 0.2 s of latency (the tests' slow HTTP server, 2 cores): 3.9 s with 1, 1.2 s with 4,
 # 0.77 s with 8.
 DEFAULT_FETCHES = 8
+
+# A fetch's outcome: the object, or the error it raised (raised by take, in the consumer's order).
+_Fetched: TypeAlias = Union[tuple[_remote.RemoteObject, None], tuple[None, BaseException]]
 
 
 def prefetcher_for(sources: Sequence[str], positions: Sequence[int],
@@ -72,7 +78,7 @@ class Prefetcher:
         self._next = 0          # next object (by slot) to fetch
         self._started: set[int] = set()   # slots fetching or held, not released
         self._sizes: dict[int, int] = {}  # bytes of the slots fetched and not released
-        self._results: dict[int, tuple[Any, BaseException | None]] = {}  # fetched, not taken
+        self._results: dict[int, _Fetched] = {}  # fetched, not taken
         self._closed = False
         n = min(max(1, int(fetches)), len(self._urls))
         self._threads = [threading.Thread(target=self._run, name=f"voxpipe-fetch-{k}",
@@ -103,8 +109,7 @@ class Prefetcher:
                 self._next += 1
                 self._started.add(k)
             try:
-                result: tuple[Any, BaseException | None] = (
-                    _remote.fetch(self._urls[k], self._options), None)
+                result: _Fetched = (_remote.fetch(self._urls[k], self._options), None)
             except Exception as exc:  # noqa: BLE001 - raised by take(), in the consumer's order
                 result = (None, exc)
             with self._cond:
@@ -124,10 +129,10 @@ class Prefetcher:
                 self._cond.wait()
             if self._closed:
                 raise RuntimeError("the loader was closed")
-            obj, error = self._results.pop(k)
-        if error is not None:
-            raise error
-        return obj
+            result = self._results.pop(k)
+        if result[1] is not None:
+            raise result[1]
+        return result[0]
 
     def release(self, i: int) -> None:
         """Stop counting the object at position `i` (taken, or failed): its consumer accounts

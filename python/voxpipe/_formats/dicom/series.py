@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Optional, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +27,17 @@ from .dataset import FileDataset
 from ..._foundation.types import Array, Device, Float64Array, StrPath
 from ..._foundation.errors import FormatError, InvalidArgumentError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
+
     from ..._foundation.device import DeviceArray
+    from ..._sources.remote import RemoteObject
+
+# What a Series pickles as (Series._state): (names, ETags or None, storage_options, threads,
+# SeriesInstanceUID, split, files).
+SeriesState: TypeAlias = tuple[list[str], Optional[list[Optional[str]]],
+                               Optional[Mapping[str, Any]], int, str, str,
+                               list[tuple[str, int]]]
 
 _FLOATS = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
@@ -41,8 +50,8 @@ class Series:
     storage_options), never their data; the receiver scans them again when it first uses it,
     and for URLs reads those versions only (VoxpipeIOError if an object changed)."""
 
-    def __init__(self, core_series: Any, threads: int,
-                 objects: Mapping[str, Any] | None = None,
+    def __init__(self, core_series: _core.DicomSeries | None, threads: int,
+                 objects: Mapping[str, RemoteObject] | None = None,
                  storage_options: Mapping[str, Any] | None = None) -> None:
         self._core_series = core_series
         self._threads = threads
@@ -54,23 +63,23 @@ class Series:
         # gave them, are relative to.
         self._opened_in = _identity.working_directory()
         # An unpickled series: its state, until first used (and its core series is None).
-        self._pickled: tuple[Any, ...] = ()
+        self._pickled: SeriesState | tuple[()] = ()
 
     @property
-    def _s(self) -> Any:
+    def _s(self) -> _core.DicomSeries:
         s = self._core_series
         if s is None:
             s = self._core_series = self._scan_again(*self._pickled)
         return s
 
-    def _state(self) -> tuple[Any, ...]:
+    def _state(self) -> SeriesState:
         """(names, ETags or None, storage_options, threads, SeriesInstanceUID, split, files):
         what the series pickles as. Local files by absolute names, made so against the folder
         they were scanned from: the receiver may run in another folder, and this process may
         have changed its own since."""
         if self._pickled:
             return self._pickled
-        files = [tuple(f) for f in self._s.files]
+        files = [(name, frame) for name, frame in self._s.files]
         if self._objects is None:
             files = [(os.path.join(self._opened_in, name), k) for name, k in files]
         names = list(dict.fromkeys(name for name, _ in files))
@@ -90,7 +99,7 @@ class Series:
 
     def _scan_again(self, names: list[str], etags: list[str | None] | None,
                     options: Mapping[str, Any] | None, threads: int, uid: str, split: str,
-                    files: list[tuple[str, int]]) -> Any:
+                    files: list[tuple[str, int]]) -> _core.DicomSeries:
         """The core series of an unpickled Series (its _state): its files scanned again (objects
         fetched in the versions it had), and the part that has exactly its images."""
         if etags is None:
@@ -129,7 +138,8 @@ class Series:
     def split(self) -> str:
         """What sets this part of its SeriesInstanceUID apart ("" if whole)."""
         s = self._s  # an unpickled series is scanned again first, which sets _split
-        return self.__dict__.get("_split", s.split)
+        split: str = self.__dict__.get("_split", s.split)
+        return split
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -147,7 +157,8 @@ class Series:
 
     @property
     def pixel_spacing(self) -> tuple[float, float]:
-        return tuple(self._s.pixel_spacing)
+        row, column = self._s.pixel_spacing  # two values in the core
+        return (row, column)
 
     @property
     def orientation(self) -> tuple[float, ...]:
@@ -202,6 +213,8 @@ class Series:
         ds: FileDataset | None = self.__dict__.get("_dataset")
         if ds is None:
             core_file = self._s.first_file
+            if core_file is None:  # the core lists no series without images
+                raise FormatError(f"series {self.series_instance_uid} has no images")
             if self._objects is not None:  # its values are read from the object's bytes
                 obj = self._objects[core_file.path]
                 ds = FileDataset(core_file, False, obj.size, buffer=obj.data)
