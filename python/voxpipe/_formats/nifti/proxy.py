@@ -6,7 +6,11 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, overload
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the annotations are not evaluated
+    from typing_extensions import Self
 
 import numpy as np
 import numpy.typing as npt
@@ -23,10 +27,18 @@ from ..._foundation.types import Array, Device
 from ..._sources import remote as _remote
 from ..._foundation.errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
 from .remote import open_image
-from .slicing import empty_for, nibabel_segments, plan, read_shape, reads_whole
+from .slicing import Range, empty_for, nibabel_segments, plan, read_shape, reads_whole
 
 # read_into gives back what it was given: a NumPy array or a DeviceArray.
 _Out = TypeVar("_Out", Array, DeviceArray)
+_DType = TypeVar("_DType", bound=np.dtype[Any])
+
+# nibabel's mmap argument: True or "c" (copy-on-write), "r" (read-only), False (no map).
+MmapMode = Union[bool, Literal["c", "r"]]
+
+# What a pickle of a proxy holds besides where its data are: threads, index, mmap,
+# keep_file_open and shape (ArrayProxy._options).
+Options = dict[str, Any]
 
 # Outputs the reader casts, swaps and scales into itself.
 _FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
@@ -37,7 +49,7 @@ _FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
 _fork_lock = threading.Lock()
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     global _fork_lock
     _fork_lock = threading.Lock()
 
@@ -46,9 +58,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-
-
-def as_bytes_view(arr: np.ndarray) -> np.ndarray:
+def as_bytes_view(arr: Array) -> npt.NDArray[np.uint8]:
     """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
     flat = arr.reshape(-1, order="F")
     return flat.view(np.uint8)
@@ -74,9 +84,10 @@ class ArrayProxy(ArrayLike):
         """True, read-only (nibabel's proxy contract: assigning it raises AttributeError)."""
         return True
 
-    def __init__(self, core_image, threads: int = 0, index_mode: str = "auto",
-                 index_path: str = "", *, mmap=True, keep_file_open=None, source=None,
-                 opened_in=None):
+    def __init__(self, core_image: _core.NiftiImage, threads: int = 0, index_mode: str = "auto",
+                 index_path: str = "", *, mmap: MmapMode = True,
+                 keep_file_open: bool | None = None, source: object = None,
+                 opened_in: str | None = None) -> None:
         self._img = core_image
         # The bytes an in-memory image was opened from (None for a file): what it pickles as.
         self._source = source
@@ -87,17 +98,17 @@ class ArrayProxy(ArrayLike):
         self._index = (index_mode, index_path)
         self._mmap = mmap
         self._keep_file_open = bool(keep_file_open)
-        self._kept_reader = None
+        self._kept_reader: _core.Reader | None = None
         self._reader_lock = threading.Lock()
         self._reader_pid = os.getpid()
-        self._shape = tuple(core_image.shape)
+        self._shape: tuple[int, ...] = tuple(core_image.shape)
         raw = _NAME_TO_DTYPE[core_image.dtype]
         if raw.fields is None:
             raw = raw.newbyteorder(">" if core_image.big_endian else "<")
         self._dtype = raw
 
     # -- copies and pickles -----------------------------------------------------------------
-    def _options(self):
+    def _options(self) -> Options:
         mode, index_path = self._index
         if mode == "path":
             index_path = self._absolute(index_path)
@@ -113,7 +124,7 @@ class ArrayProxy(ArrayLike):
         """The absolute names of the header and data files (the same file for a .nii)."""
         return self._absolute(self._img.header_path), self._absolute(self._img.data_path)
 
-    def __copy__(self):
+    def __copy__(self) -> Self:
         """A proxy of the same opened image (headers are immutable) with its own reader."""
         new = type(self)(self._img, self._threads, *self._index, mmap=self._mmap,
                          keep_file_open=self._keep_file_open, source=self._source,
@@ -121,31 +132,31 @@ class ArrayProxy(ArrayLike):
         new._shape = self._shape
         return new
 
-    def copy(self):
+    def copy(self) -> Self:
         """nibabel's ArrayProxy.copy: a proxy of the same file and options."""
         return self.__copy__()
 
-    def reshape(self, shape):
+    def reshape(self, shape: Sequence[int]) -> Self:
         """nibabel's ArrayProxy.reshape: a proxy of the same stored values under another shape
         of the same size (one axis may be -1), in the file's (Fortran) order, still lazy.
         nibabel's CIFTI-2 loader and MGH writer reshape data objects this way. Adding or
         dropping length-1 axes keeps reads of slices to the bytes they need; any other shape
         reads the whole data for a slice."""
         size = int(np.prod(self._shape))
-        shape = tuple(int(d) for d in shape)
-        unknown = [i for i, d in enumerate(shape) if d == -1]
+        new_shape = tuple(int(d) for d in shape)
+        unknown = [i for i, d in enumerate(new_shape) if d == -1]
         if len(unknown) > 1:
             raise ValueError("can only specify one unknown dimension")
         if unknown:
-            known = -int(np.prod(shape))
-            shape = tuple(size // known if d == -1 else d for d in shape)
-        if int(np.prod(shape)) != size:
-            raise ValueError(f"cannot reshape array of size {size:d} into shape {shape!s}")
+            known = -int(np.prod(new_shape))
+            new_shape = tuple(size // known if d == -1 else d for d in new_shape)
+        if int(np.prod(new_shape)) != size:
+            raise ValueError(f"cannot reshape array of size {size:d} into shape {new_shape!s}")
         new = self.__copy__()
-        new._shape = shape
+        new._shape = new_shape
         return new
 
-    def _stored_ranges(self, ranges):
+    def _stored_ranges(self, ranges: Sequence[Range]) -> Sequence[Range] | None:
         """Ranges over this proxy's shape as ranges over the stored image's shape, or None where
         a reshape mixes axes (the selection is then cut out of the whole data)."""
         stored = tuple(self._img.shape)
@@ -158,10 +169,10 @@ class ArrayProxy(ArrayLike):
         kept = iter(r for r, d in zip(ranges, self._shape) if d != 1)
         return [(0, 1, 1) if d == 1 else next(kept) for d in stored]
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         return self.__copy__()
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ArrayProxy], tuple[Any, ...]]:
         # The file's absolute name and the options, never the data: the receiver opens the
         # header again, in whatever folder it runs.
         # An image from memory has no name to send: its bytes go, as a nibabel proxy over a
@@ -169,8 +180,8 @@ class ArrayProxy(ArrayLike):
         if not self._img.data_in_file:
             if isinstance(self._source, _remote.RemoteObject):
                 # An object fetched whole (many-file loaders): the same, as a ranged open.
-                src = self._source
-                return (_reopened_remote_proxy, (src.url, src.storage_options, src.etag,
+                obj = self._source
+                return (_reopened_remote_proxy, (obj.url, obj.storage_options, obj.etag,
                                                  self._options()))
             if isinstance(self._source, _remote.RemoteFile):
                 # An object from a URL: its URL, store options and ETag, never its bytes; the
@@ -183,14 +194,14 @@ class ArrayProxy(ArrayLike):
                          src.filesystem))
             if self._source is not None:
                 return (_reopened_proxy, (self._img.data_path, self._options(),
-                                          bytes(self._source)))
+                                          bytes(_remote.buffer_of(self._source))))
             raise TypeError("an image opened from memory does not pickle: save it to a file, or "
                             "pickle np.asanyarray(img.dataobj)")
         return (_reopened_proxy, (self._files()[0], self._options(), None,
                                   (_identity.THIS_MACHINE, self._img.header_identity,
                                    self._img.data_identity)))
 
-    def __dask_tokenize__(self):
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
         """What identifies the values this proxy reads, for dask's deterministic names: where
         they are (a file's path, size, mtime and inode; an object's URL and ETag; an image from
         memory, a hash of its bytes) and the shape. Cheap: no data is read."""
@@ -206,16 +217,18 @@ class ArrayProxy(ArrayLike):
             # The files as they were opened (device, inode, size, mtime_ns), not as they are
             # now: the proxy reads those or fails, and so does every task of a graph named after
             # them.
-            header, data = self._files()
-            where = ("file", (os.path.normpath(header), img.header_identity))
-            if data != header:
-                where += ((os.path.normpath(data), img.data_identity),)
+            header_path, data_path = self._files()
+            where = ("file", (os.path.normpath(header_path), img.header_identity))
+            if data_path != header_path:
+                where += ((os.path.normpath(data_path), img.data_identity),)
         else:  # opened from memory: the bytes themselves
             where = ("bytes", _identity.bytes_token(_remote.buffer_of(src)))
         return ("voxpipe.ArrayProxy", where, tuple(self.shape))
 
+    # nibabel's ArrayLike protocol declares shape as an attribute; its own ArrayProxy has a
+    # read-only property too.
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:  # type: ignore[override]
         return self._shape
 
     @property
@@ -227,26 +240,26 @@ class ArrayProxy(ArrayLike):
         return self._dtype
 
     @property
-    def slope(self):
+    def slope(self) -> float:
         return self._img.slope
 
     @property
-    def inter(self):
+    def inter(self) -> float:
         return self._img.inter
 
     @property
-    def offset(self):
+    def offset(self) -> int:
         return self._img.data_offset
 
     @property
-    def file_like(self):
+    def file_like(self) -> str:
         return self._img.data_path
 
-    def _scaled(self):
+    def _scaled(self) -> bool:
         return (self._img.slope, self._img.inter) != (1.0, 0.0)
 
     # -- files ----------------------------------------------------------------------------------
-    def _open_reader(self):
+    def _open_reader(self) -> _core.Reader:
         """A reader of the data file whose size has been checked against the header, so that a
         missing or short file fails before any output is allocated. With keep_file_open, one
         reader made on first use and kept (always for gzip data); otherwise a new one for the
@@ -260,20 +273,21 @@ class ArrayProxy(ArrayLike):
                 self._kept_reader = self._new_reader()
             return self._kept_reader
 
-    def _new_reader(self):
-        remote = isinstance(self._source, _remote.RemoteFile)
-        if remote and self._index[0] == "auto" and self._img.gzip:
+    def _new_reader(self) -> _core.Reader:
+        source = self._source
+        if isinstance(source, _remote.RemoteFile) and self._index[0] == "auto" \
+                and self._img.gzip:
             # An object: the seek index of this version in the cache, or its sidecar object,
             # looked up first (with one, even sized members are found without a request per
             # member). One that does not match the object (stale, damaged) is dropped, as
             # locally, and the read goes on without it.
-            args = self._source.data_file.index_args()
+            args = source.data_file.index_args()
             reader = None
             if args[0] == "path":
                 try:
                     reader = _core.Reader(self._img, *args)
                 except (InvalidArgumentError, FormatError, TruncatedError):
-                    self._source.data_file.forget_index()
+                    source.data_file.forget_index()
             if reader is None:
                 reader = _core.Reader(self._img, "none", "")
         else:
@@ -281,7 +295,7 @@ class ArrayProxy(ArrayLike):
         reader.check_data_size()
         return reader
 
-    def _forget_parent_reader(self):
+    def _forget_parent_reader(self) -> None:
         """In a forked child (multiprocessing, DataLoader workers): a lock and reader of its own.
         The parent's may have been in use by a thread that does not exist here, their locks
         held for good and a gzip stream half-advanced: the reader is never used, nor destroyed
@@ -295,12 +309,12 @@ class ArrayProxy(ArrayLike):
             self._reader_lock = threading.Lock()
             self._reader_pid = os.getpid()
 
-    def _gzip_reader(self):
+    def _gzip_reader(self) -> _core.Reader | None:
         """The reader an access would use now, for gzip data (None otherwise): whether it found
         a member table or an index shows in its ``random_access``."""
         return self._open_reader() if self._img.gzip else None
 
-    def _map(self):
+    def _map(self) -> np.memmap[Any, np.dtype[Any]] | None:
         """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file, or
         None where nibabel reads instead (mmap=False, gzip data, a file that cannot be mapped).
         A short or missing file gives None here and a voxpipe error from the read that follows.
@@ -324,8 +338,9 @@ class ArrayProxy(ArrayLike):
             except (AttributeError, TypeError, ValueError, OSError):
                 return None
 
-    def _read(self, ranges, dtype: np.dtype, apply_scaling: bool, file_order: bool,
-              real_part: bool = False, out: np.ndarray | None = None, subtype=np.ndarray):
+    def _read(self, ranges: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
+              file_order: bool, real_part: bool = False, out: Array | None = None,
+              subtype: type[Array] = np.ndarray) -> Array:
         shape = read_shape(ranges)
         if out is not None and (out.shape != shape or out.dtype != dtype
                                 or not out.flags.f_contiguous):
@@ -344,8 +359,9 @@ class ArrayProxy(ArrayLike):
         return self._read_stored(stored, dtype, apply_scaling, file_order, real_part, out, shape,
                                  subtype)
 
-    def _read_stored(self, stored, dtype, apply_scaling, file_order, real_part, out, shape,
-                     subtype=np.ndarray):
+    def _read_stored(self, stored: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
+                     file_order: bool, real_part: bool, out: Array | None,
+                     shape: tuple[int, ...], subtype: type[Array] = np.ndarray) -> Array:
         """Decode the ranges `stored` (over the stored image's axes) into `out`, or into a new
         array of `shape`, allocated once the file has been checked."""
         reader = self._open_reader()
@@ -359,7 +375,7 @@ class ArrayProxy(ArrayLike):
             del reader
         return out
 
-    def _full_ranges(self):
+    def _full_ranges(self) -> list[Range]:
         return [(0, 1, d) for d in self._shape]
 
     # -- voxpipe's doorway -------------------------------------------------------------------------
@@ -381,7 +397,8 @@ class ArrayProxy(ArrayLike):
         return (self._img.data_in_file or type(self).__reduce__ is not ArrayProxy.__reduce__
                 or isinstance(self._source, (_remote.RemoteFile, _remote.RemoteObject)))
 
-    def result_dtype(self, dtype: npt.DTypeLike = None, scaling: bool = True) -> np.dtype[Any]:
+    def result_dtype(self, dtype: npt.DTypeLike | None = None,
+                     scaling: bool = True) -> np.dtype[Any]:
         """The dtype ``read`` gives for `dtype`: itself when given; otherwise, with `scaling`,
         the dtype of ``np.asanyarray(proxy)`` (the stored one, or nibabel's float for scaled
         data), without it the stored dtype (byte order included)."""
@@ -389,8 +406,9 @@ class ArrayProxy(ArrayLike):
             return np.dtype(dtype)
         return self._natural_dtype() if scaling else self._dtype
 
-    def read(self, slicer: Any = (), dtype: npt.DTypeLike = None, *, out: Array | None = None,
-             device: Device = None, scaling: bool = True) -> Array | DeviceArray:
+    def read(self, slicer: Any = (), dtype: npt.DTypeLike | None = None, *,
+             out: Array | None = None, device: Device = None,
+             scaling: bool = True) -> Array | DeviceArray:
         """The values of ``proxy[slicer]`` as a new array (or in `out`), decoded in one pass.
 
         ``dtype``: None gives nibabel's dtype (``np.asanyarray(proxy)``'s); float32/float64 and
@@ -447,7 +465,8 @@ class ArrayProxy(ArrayLike):
         would convert too. The one way in for every consumer: load_many, load_batch, the
         torch datasets and the device path."""
         if isinstance(out, np.ndarray):
-            return self.read(slicer, out.dtype, out=out, scaling=scaling)
+            self.read(slicer, out.dtype, out=out, scaling=scaling)  # reads into out
+            return out
         if not reads_whole(slicer, self._shape) or not scaling:
             raise ValueError("device reads take the whole image, scaled")
         dtype = np.dtype(out.dtype)
@@ -478,36 +497,37 @@ class ArrayProxy(ArrayLike):
                 return mapped
         return self._read(self._full_ranges(), self._dtype, False, True, out=out)
 
-    def _natural_dtype(self):
+    def _natural_dtype(self) -> np.dtype[Any]:
         return _NAME_TO_DTYPE[self._img.scaled_dtype] if self._scaled() else self._dtype
 
-    def _decodes_directly(self, dtype: np.dtype) -> bool:
+    def _decodes_directly(self, dtype: np.dtype[Any]) -> bool:
         """Whether `dtype` output is decoded (cast, scaled) by the reader itself."""
         return dtype in _FAST_OUTPUTS and self._natural_dtype().fields is None
 
-    def _get_scaled(self, dtype, ranges, out=None, subtype=np.ndarray):
+    def _get_scaled(self, dtype: npt.DTypeLike | None, ranges: Sequence[Range],
+                    out: Array | None = None, subtype: type[Array] = np.ndarray) -> Array:
         """nibabel's ArrayProxy._get_scaled, always read into a new array (or `out`): the
         natural dtype, or `dtype` where asked."""
         if dtype is None:
             if not self._scaled():
                 return self._read(ranges, self._dtype, False, True, out=out)
             return self._read(ranges, self._natural_dtype(), True, False, out=out)
-        dtype = np.dtype(dtype)
-        if self._decodes_directly(dtype):
-            real_part = self._natural_dtype().kind == "c" and dtype.kind == "f"
+        want = np.dtype(dtype)
+        if self._decodes_directly(want):
+            real_part = self._natural_dtype().kind == "c" and want.kind == "f"
             if real_part:
                 warnings.warn("Casting complex values to real discards the imaginary part",
                               np.exceptions.ComplexWarning, stacklevel=3)
-            return self._read(ranges, dtype, True, False, real_part=real_part, out=out,
+            return self._read(ranges, want, True, False, real_part=real_part, out=out,
                               subtype=subtype)
         arr = self._get_scaled(None, ranges)
-        arr = arr.astype(np.promote_types(arr.dtype, dtype), copy=False).astype(dtype, copy=False)
+        arr = arr.astype(np.promote_types(arr.dtype, want), copy=False).astype(want, copy=False)
         if out is not None:
             out[...] = arr
             return out
         return arr
 
-    def _whole(self, dtype=None):
+    def _whole(self, dtype: npt.DTypeLike | None = None) -> Array:
         """What nibabel's ArrayProxy.__array__(dtype) gives. Unscaled data it memory-maps where
         it can; converting the map with astype keeps the np.memmap type, on a copy that owns
         its memory (the reader decodes that copy straight from the file)."""
@@ -516,16 +536,23 @@ class ArrayProxy(ArrayLike):
             return self._get_scaled(dtype, self._full_ranges())
         if dtype is None:
             return mapped
-        dtype = np.dtype(dtype)
-        if np.promote_types(mapped.dtype, dtype) == mapped.dtype == dtype:
+        want = np.dtype(dtype)
+        if np.promote_types(mapped.dtype, want) == mapped.dtype == want:
             return mapped
-        if self._decodes_directly(dtype):
+        if self._decodes_directly(want):
             del mapped
-            return self._get_scaled(dtype, self._full_ranges(), subtype=np.memmap)
-        arr = mapped.astype(np.promote_types(mapped.dtype, dtype), copy=False)
-        return arr.astype(dtype, copy=False)
+            return self._get_scaled(want, self._full_ranges(), subtype=np.memmap)
+        arr = mapped.astype(np.promote_types(mapped.dtype, want), copy=False)
+        return arr.astype(want, copy=False)
 
-    def __array__(self, dtype: npt.DTypeLike = None, copy: bool | None = None) -> Array:
+    @overload
+    def __array__(self, dtype: None = None, copy: bool | None = None) -> Array: ...
+    @overload
+    def __array__(self, dtype: _DType, copy: bool | None = None) -> np.ndarray[Any, _DType]: ...
+    @overload
+    def __array__(self, dtype: npt.DTypeLike, copy: bool | None = None) -> Array: ...
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> Array:
         arr = self._whole(dtype)
         if dtype is not None:
             arr = arr.astype(dtype, copy=False)
@@ -541,7 +568,7 @@ class ArrayProxy(ArrayLike):
             return self._whole()
         return self._get_scaled(None, ranges).reshape(out_shape, order="F")
 
-    def _get_unscaled(self, slicer):
+    def _get_unscaled(self, slicer: Any) -> Any:
         """nibabel's ArrayProxy._get_unscaled, which nibabel's own code calls (nib-roi's
         lossless_slice): the stored values of ``proxy[slicer]``, as nibabel's fileslice or
         array_from_file returns them."""
@@ -558,16 +585,17 @@ class ArrayProxy(ArrayLike):
                                                                  self._dtype.itemsize) > 1)
         return arr
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<ArrayProxy shape={self._shape} dtype={self._dtype} "
                 f"file={redact(self._img.data_path)!r}>")
 
 
-def _open_nonblocking(path, flags):
+def _open_nonblocking(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK)
 
 
-def _reopened_proxy(path, options, source=None, identity=None):
+def _reopened_proxy(path: str, options: Options, source: bytes | None = None,
+                    identity: tuple[Any, ...] | None = None) -> ArrayProxy:
     """An unpickled ArrayProxy: the file (or, with `source`, the bytes) opened again with the
     pickled options; with `identity` (pickles of files), VoxpipeIOError if the files are no
     longer those the pickle was made of: never the new file under the old header's promises."""
@@ -589,8 +617,9 @@ def _reopened_proxy(path, options, source=None, identity=None):
     return proxy if shape is None else proxy.reshape(shape)
 
 
-def _reopened_remote_proxy(url, storage_options, etag, options, data_url=None, data_etag=None,
-                           filesystem=None):
+def _reopened_remote_proxy(url: str, storage_options: Mapping[str, Any] | None,
+                           etag: str | None, options: Options, data_url: str | None = None,
+                           data_etag: str | None = None, filesystem: Any = None) -> ArrayProxy:
     """An unpickled ArrayProxy of an object from a URL (and its .img object for a pair): the
     same versions opened again, or VoxpipeIOError if they changed."""
     core, source = open_image(url, storage_options, etag, data_url, data_etag, filesystem)

@@ -9,13 +9,20 @@ wrapping a second time, and non-integer floats are refused as NumPy refuses them
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..._foundation import pool as _pool
+from ..._foundation.types import Array
+
+# A read's selection: per axis (start, step, count).
+Range = tuple[int, int, int]
 
 
-def _is_fancy(sliceobj) -> bool:
+def _is_fancy(sliceobj: tuple[Any, ...]) -> bool:
     for slicer in sliceobj:
         if getattr(slicer, "ndim", 0) > 0:
             return True
@@ -28,7 +35,7 @@ def _is_fancy(sliceobj) -> bool:
     return False
 
 
-def plan(sliceobj, shape):
+def plan(sliceobj: Any, shape: Sequence[int]) -> tuple[list[Range], tuple[int, ...]]:
     """Returns (ranges, out_shape).
 
     ranges: per on-disk axis (start, step, count);
@@ -39,8 +46,8 @@ def plan(sliceobj, shape):
     if _is_fancy(sliceobj):
         raise ValueError("Cannot handle fancy indexing")
     ndim = len(shape)
-    ranges = []
-    out_shape = []
+    ranges: list[Range] = []
+    out_shape: list[int] = []
     n_real = 0
     for i, slicer in enumerate(sliceobj):
         if slicer is None:
@@ -82,11 +89,12 @@ def plan(sliceobj, shape):
     return ranges, tuple(out_shape)
 
 
-def read_shape(ranges):
+def read_shape(ranges: Sequence[Range]) -> tuple[int, ...]:
     return tuple(count for _, _, count in ranges)
 
 
-def empty_for(shape, dtype, subtype=np.ndarray):
+def empty_for(shape: tuple[int, ...], dtype: npt.DTypeLike,
+              subtype: type[np.ndarray[Any, Any]] = np.ndarray) -> Array:
     """An uninitialised F-ordered array of `subtype` for a read's output: over a recycled buffer
     of the pool when large (pool.py; huge pages where the kernel offers them), otherwise from
     NumPy."""
@@ -101,12 +109,12 @@ _SKIP_THRESH = 256  # fileslice.SKIP_THRESH: gaps up to this many bytes are read
 _FULL = slice(None)
 
 
-def _real_slicers(sliceobj, shape):
+def _real_slicers(sliceobj: Any, shape: Sequence[int]) -> list[slice | int]:
     """fileslice.canonical_slicers without its None entries: per on-disk axis, a non-negative
     int or the slice as given."""
     if not isinstance(sliceobj, tuple):
         sliceobj = (sliceobj,)
-    out = []
+    out: list[slice | int] = []
     for i, slicer in enumerate(sliceobj):
         if slicer is None:
             continue
@@ -122,7 +130,7 @@ def _real_slicers(sliceobj, shape):
     return out
 
 
-def reads_whole(sliceobj, shape) -> bool:
+def reads_whole(sliceobj: Any, shape: Sequence[int]) -> bool:
     """Whether nibabel reads `sliceobj` as the whole array (array_from_file, memory-mapped where
     it can) rather than through fileslice: no None, and every axis ``:`` or ``0|None:len:1|None``
     (canonical_slicers(sliceobj) == canonical_slicers(()))."""
@@ -155,7 +163,7 @@ def _positive(slicer: slice) -> slice:
     return slice(start + n * step, start + 1, -step)
 
 
-def _heuristic(slicer, dim: int, stride: int):
+def _heuristic(slicer: slice | int, dim: int, stride: int) -> str | None:
     """fileslice.threshold_heuristic."""
     if isinstance(slicer, int):
         return "full" if (dim - 1) * stride <= _SKIP_THRESH else None
@@ -165,10 +173,10 @@ def _heuristic(slicer, dim: int, stride: int):
     return "full" if (dim - (p.stop - p.start)) * stride <= _SKIP_THRESH else "contiguous"
 
 
-def _read_slicer(slicer, dim: int, all_full: bool, is_slowest: bool, stride: int):
+def _read_slicer(slicer: slice | int, dim: int, all_full: bool, is_slowest: bool,
+                 stride: int) -> slice | int:
     """The part of fileslice.optimize_slicer that decides what is read."""
-    is_int = isinstance(slicer, int)
-    if not is_int:
+    if isinstance(slicer, slice):
         if slicer == _FULL:
             return _FULL
         slicer = _fill(slicer, dim)
@@ -177,22 +185,24 @@ def _read_slicer(slicer, dim: int, all_full: bool, is_slowest: bool, stride: int
     if all_full:
         action = _heuristic(slicer, dim, stride)
         if is_slowest and action == "full":
-            action = None if is_int else "contiguous"
+            action = "contiguous" if isinstance(slicer, slice) else None
         if action == "full":
             return _FULL
-        if action == "contiguous" and slicer.step not in (-1, 1):
+        # (an int is never "contiguous": _heuristic gives it "full" or None)
+        if action == "contiguous" and isinstance(slicer, slice) and slicer.step not in (-1, 1):
             p = _positive(slicer)
             return slice(p.start, p.stop, 1)
-    if is_int or slicer.step > 0:
+    if not isinstance(slicer, slice) or slicer.step > 0:
         return slicer
     return _positive(slicer)
 
 
-def nibabel_segments(sliceobj, shape, itemsize: int) -> int:
+def nibabel_segments(sliceobj: Any, shape: Sequence[int], itemsize: int) -> int:
     """How many byte segments nibabel's fileslice reads for `sliceobj` (optimize_read_slicers,
     then slicers2segments). Its result wraps bytes (read-only) for one segment and an anonymous
     mmap (writable) for more."""
-    reads, all_full, stride = [], True, itemsize
+    reads: list[slice | int] = []
+    all_full, stride = True, itemsize
     for k, (slicer, dim) in enumerate(zip(_real_slicers(sliceobj, shape), shape)):
         read = _read_slicer(slicer, dim, all_full, k == len(shape) - 1, stride)
         reads.append(read)
