@@ -60,7 +60,7 @@ class DataElement:
         self._raw = raw
         self._dataset = dataset
         self._converted = False
-        self._value: Any = None
+        self._value: Value | list[Dataset] = None
         self.tag = Tag(raw.tag)
         self.VR = raw.vr
 
