@@ -134,7 +134,7 @@ def for_reading(obj: Any) -> Format:
         head = _first_bytes(obj)
         if head is not None:
             for f in sniffers:
-                if f.sniff(head):  # type: ignore[misc]
+                if f.sniff is not None and f.sniff(head):
                     return f
     return default
 

@@ -6,24 +6,28 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import zlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # typing.Buffer is Python 3.12+; the annotations are not evaluated
+    from typing_extensions import Buffer
 
 import numpy as np
 
 import nibabel as nib
 from nibabel import imageglobals
 from nibabel.batteryrunners import BatteryRunner
-from nibabel.fileholders import FileHolder, copy_file_map
-from nibabel.nifti1 import Nifti1Extension, extension_codes
+from nibabel.fileholders import FileHolder, FileMap, copy_file_map
+from nibabel.nifti1 import Nifti1Extension, Nifti1Header, Nifti1Pair, extension_codes
 
 from ..._foundation.native import core as _core
 from ..._foundation.header import Nifti2Header
 from ..._foundation.types import NiftiImage
 from ..._sources import remote as _remote
-from .proxy import ArrayProxy
+from .proxy import ArrayProxy, MmapMode
 from .remote import open_image, pair_partner_url
 
 # Header extensions are nibabel's: Extension(code, content) makes one.
@@ -35,8 +39,23 @@ Extension = Nifti1Extension
 NIBABEL_CLASSES = {(1, False): nib.Nifti1Image, (2, False): nib.Nifti2Image,
                     (1, True): nib.Nifti1Pair, (2, True): nib.Nifti2Pair}
 
+# The class of an image voxpipe assembles: nibabel's four NIfTI classes all derive from it.
+ImageClass = type[Nifti1Pair]
 
-def _index_args(index):
+
+class Report(Protocol):
+    """A header check's report, as nibabel's batteryrunners.Report logs or raises it."""
+
+    problem_level: int
+
+    def log_raise(self, logger: logging.Logger, error_level: int = 40) -> None: ...
+
+
+# (header, reports): a header as nibabel's checks left it, and their reports.
+CheckedHeader = tuple[Nifti1Header, Sequence[Report]]
+
+
+def _index_args(index: object) -> tuple[str, str]:
     if index is None:
         return ("auto", "")
     if index is False:
@@ -46,14 +65,14 @@ def _index_args(index):
     raise TypeError(f"index must be None, False or a path, not {type(index).__name__}")
 
 
-def check_open_args(mmap, keep_file_open):
+def check_open_args(mmap: object, keep_file_open: object) -> None:
     if mmap not in (True, False, "c", "r"):
         raise ValueError("mmap should be one of {True, False, 'c', 'r'}")
     if keep_file_open not in (True, False, None):
         raise ValueError("keep_file_open should be one of {None, True, False}")
 
 
-def _stored_header_block(core, source, size):
+def _stored_header_block(core: _core.NiftiImage, source: object, size: int) -> bytes | None:
     """The first `size` bytes of the header as stored, before any fix: from `source` (the bytes
     of an image from memory) or the header file, inflated where gzip; None for an image from
     memory whose bytes were not kept."""
@@ -72,7 +91,7 @@ def _stored_header_block(core, source, size):
         return f.read(size)
 
 
-def _leading_bytes(data, size):
+def _leading_bytes(data: Buffer, size: int) -> bytes:
     """The first `size` bytes of the .nii held in `data`, inflated where gzip (member after
     member), without copying the rest: an image from memory may be hundreds of MiB."""
     view = memoryview(data).cast("B")
@@ -94,7 +113,8 @@ def _leading_bytes(data, size):
     return bytes(out[:size])
 
 
-def _checked_header(klass, core, source):
+def _checked_header(klass: ImageClass, core: _core.NiftiImage,
+                    source: object) -> CheckedHeader:
     """(header, reports): `klass`'s header of `core` and the reports of nibabel's check_fix on
     it, which nibabel logs (and raises at imageglobals.error_level) when it loads the file. The
     core applied the same fixes and says so in core.warnings: only then are nibabel's checks
@@ -109,7 +129,8 @@ def _checked_header(klass, core, source):
         return (klass.header_class(core.header_bytes, endian, check=False),
                 [_CoreReport(message) for message in core.warnings])
     hdr = klass.header_class(raw, check=False)  # byte order guessed, as nibabel's from_fileobj
-    return BatteryRunner(klass.header_class._get_checks()).check_fix(hdr)
+    checked: CheckedHeader = BatteryRunner(klass.header_class._get_checks()).check_fix(hdr)
+    return checked
 
 
 class _CoreReport:
@@ -118,20 +139,22 @@ class _CoreReport:
 
     problem_level = 0
 
-    def __init__(self, message):
+    def __init__(self, message: str) -> None:
         self.message = message
 
-    def log_raise(self, logger, error_level=40):
+    def log_raise(self, logger: logging.Logger, error_level: int = 40) -> None:
         logger.warning(self.message)
 
 
-def _nibabel_would_raise(reports) -> bool:
+def _nibabel_would_raise(reports: Sequence[Report]) -> bool:
     level = imageglobals.error_level
     return any(r.problem_level and r.problem_level >= level for r in reports)
 
 
-def image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source=None,
-                     checked=None, proxy=None):
+def image_from_core(klass: ImageClass, core: _core.NiftiImage, file_map: FileMap,
+                    mmap: MmapMode, keep_file_open: bool | None, threads: int, index: object,
+                    source: object = None, checked: CheckedHeader | None = None,
+                    proxy: ArrayProxy | None = None) -> Nifti1Pair:
     """An instance of `klass` (voxpipe's or nibabel's class) over an opened core image, built as
     nibabel's from_file_map builds one: its header (the core's fixed block, extensions through
     nibabel's handlers; header fixes logged, or raised, as nibabel logs them), voxpipe's proxy,
@@ -143,8 +166,9 @@ def image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index,
     for report in reports:
         report.log_raise(imageglobals.logger, imageglobals.error_level)
     for code, content in core.extensions:
+        # nibabel types a Recoder's values as Hashable; its handler field holds extension classes.
         handler = extension_codes.handler.get(code, Nifti1Extension)
-        hdr.extensions.append(handler(code, content))
+        hdr.extensions.append(handler(code, content))  # type: ignore[operator]
     if proxy is None:
         proxy = ArrayProxy(core, threads, *index_args, mmap=mmap, keep_file_open=keep_file_open,
                            source=source)
@@ -152,12 +176,14 @@ def image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index,
         _core.Reader(core, *index_args)  # an explicit index is checked now, not at the first read
     img = klass(proxy, None, hdr, file_map=file_map)
     img._affine = np.array(core.affine, dtype=np.float64).reshape(4, 4)
-    img._load_cache = {"header": hdr.copy(), "affine": img._affine.copy(),
-                       "file_map": copy_file_map(file_map)}
+    # nibabel's from_file_map sets _load_cache, which its classes do not declare.
+    img._load_cache = {"header": hdr.copy(),  # type: ignore[attr-defined]
+                       "affine": img._affine.copy(), "file_map": copy_file_map(file_map)}
     return img
 
 
-def _from_file_map(klass, file_map, mmap, keep_file_open, threads, index):
+def _from_file_map(klass: ImageClass, file_map: FileMap, mmap: MmapMode,
+                   keep_file_open: bool | None, threads: int, index: object) -> Nifti1Pair | None:
     """`klass`'s image of `file_map` read through voxpipe, or None where nibabel's own
     from_file_map should serve it (see _VoxpipeImage.from_file_map)."""
     check_open_args(mmap, keep_file_open)
@@ -190,14 +216,14 @@ def _from_file_map(klass, file_map, mmap, keep_file_open, threads, index):
                             checked)
 
 
-def _file_map_of(core):
+def _file_map_of(core: _core.NiftiImage) -> dict[str, FileHolder]:
     if core.header_path == core.data_path:
         return {"image": FileHolder(filename=core.data_path)}
     return {"header": FileHolder(filename=core.header_path),
             "image": FileHolder(filename=core.data_path)}
 
 
-def _stream_name(fileobj) -> str:
+def _stream_name(fileobj: object) -> str:
     # Named for messages only: a stream's name may not describe its bytes (gzip.open's names
     # the .gz file, its bytes are the .nii).
     name = getattr(fileobj, "name", None)
@@ -205,7 +231,7 @@ def _stream_name(fileobj) -> str:
     return f"{name} ({kind} stream)" if isinstance(name, str) else f"<{kind}>"
 
 
-def _stream_bytes(fileobj):
+def _stream_bytes(fileobj: Any) -> bytes | bytearray:
     """What a readable binary file object holds from its position on."""
     data = fileobj.read()
     if not isinstance(data, (bytes, bytearray)):
@@ -214,7 +240,8 @@ def _stream_bytes(fileobj):
     return data
 
 
-def _open_input(source, storage_options=None, filesystem=None):
+def _open_input(source: Any, storage_options: Mapping[str, Any] | None = None,
+                filesystem: Any = None) -> tuple[_core.NiftiImage, dict[str, FileHolder], object]:
     """(core image, file map, bytes or None) for a path, a URL, a bytes-like object or a readable
     file object (read from its position to its end, now, once). The bytes go with the image's
     proxy, which holds them (and pickles them, as nibabel's proxy over a BytesIO does)."""
@@ -230,7 +257,7 @@ def _open_input(source, storage_options=None, filesystem=None):
                 source = pair_partner_url(head) + sep + query
             core, remote = open_image(source, storage_options, filesystem=filesystem)
             return core, {"header": FileHolder(filename=source),
-                          "image": FileHolder(filename=remote.partner.url)}, remote
+                          "image": FileHolder(filename=remote.data_file.url)}, remote
         core, remote = open_image(source, storage_options, filesystem=filesystem)
         return core, {"image": FileHolder(filename=source)}, remote
     if storage_options:
@@ -241,7 +268,8 @@ def _open_input(source, storage_options=None, filesystem=None):
     if isinstance(source, (bytes, bytearray, memoryview)):
         core = _core.open_bytes(source, "<bytes>")
         # As nibabel's from_bytes: a BytesIO of the bytes (which shares a bytes object).
-        holder = FileHolder(fileobj=io.BytesIO(source)) if isinstance(source, bytes) else FileHolder()
+        holder = (FileHolder(fileobj=io.BytesIO(source)) if isinstance(source, bytes)
+                  else FileHolder())
         return core, {"image": holder}, source
     if hasattr(source, "read"):
         data = _stream_bytes(source)

@@ -10,14 +10,16 @@ from typing import Any
 import numpy as np
 
 import nibabel as nib
+from nibabel.nifti1 import Nifti1Header, Nifti1Pair
 
 from ..._foundation.native import core as _core
 from ..._foundation.header import convert_header
+from ..._foundation.types import Array
 from .open import NIBABEL_CLASSES
 from .proxy import ArrayProxy, as_bytes_view
 
 
-def _image_for(obj, affine, header):
+def _image_for(obj: Any, affine: Any, header: Any) -> Nifti1Pair:
     """A NIfTI image of `obj`: a nibabel image as it is (other formats converted as nibabel's
     from_image does), or an array with `affine` and `header`."""
     if isinstance(obj, (nib.Nifti1Pair, nib.Nifti2Pair)):
@@ -28,7 +30,7 @@ def _image_for(obj, affine, header):
 
 
 def prepare(img: Any, affine: Any, header: Any, version: int | None,
-            pair: bool) -> tuple[Any, Any, bool]:
+            pair: bool) -> tuple[Nifti1Header, ArrayProxy | Array, bool]:
     """(header, values, keeps_stored) to write `img` (or an array with `affine` and `header`)
     as NIfTI-`version` (None: the image's own), single file or .hdr/.img `pair`: the header
     converted as nib.save converts it, with scale factors; the values are the image's proxy
@@ -64,9 +66,11 @@ def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
     """The NIfTI format's writer (vp.save's for .nii, .nii.gz and .hdr/.img names; options of
     other formats are ignored, as vp.save has always ignored them)."""
     path = os.fspath(filename)
-    hdr, data, keeps_stored = prepare(img, affine, header, version, bool(_core.is_pair_path(path)))
-    if keeps_stored:
-        data = data.get_unscaled().astype(hdr.get_data_dtype(), copy=False)
+    hdr, values, _keeps_stored = prepare(img, affine, header, version,
+                                         bool(_core.is_pair_path(path)))
+    # The proxy where its stored values are kept (keeps_stored), else the array.
+    data = (values.get_unscaled().astype(hdr.get_data_dtype(), copy=False)
+            if isinstance(values, ArrayProxy) else values)
     hdr.set_data_offset(0)
     if not data.flags.f_contiguous:
         data = np.asfortranarray(data)
@@ -74,7 +78,7 @@ def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
                 as_bytes_view(data), 1 if level is None else level, gzip_layout, threads)
 
 
-def _data_for_writing(data: np.ndarray, out_dtype: np.dtype):
+def _data_for_writing(data: Array, out_dtype: np.dtype[Any]) -> tuple[Array, float, float]:
     """(array in out_dtype and byte order, slope, inter) following nibabel's array writers."""
     if out_dtype.fields is not None:
         if data.dtype.fields is None or data.dtype.itemsize != out_dtype.itemsize:
