@@ -262,8 +262,8 @@ class Series:
         else:
             dt = np.dtype(dtype)
             if dt not in _FLOATS and dt != self.stored_dtype:
-                raise InvalidArgumentError(
-                    f"dtype must be float32, float64 or None (stored {self.stored_dtype}), not {dt}")
+                raise InvalidArgumentError(f"dtype must be float32, float64 or None (stored "
+                                           f"{self.stored_dtype}), not {dt}")
         if ordinal is not None:
             arr = _device._new(ordinal, self.shape, dt)
             _core.dicom_series_to_device(arr._memory, 0, self._s, dt.name,
