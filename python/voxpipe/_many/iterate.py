@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -36,13 +36,20 @@ _ON_ERROR = ("raise", "skip")
 
 _T = TypeVar("_T", Array, NiftiImage)
 
+# A file's outcome, held until the caller takes it: (True, its array or image, the bytes it
+# holds) or (False, its error, 0).
+_Result = Union[tuple[Literal[True], Union[Array, NiftiImage], int],
+                tuple[Literal[False], BaseException, int]]
+
 
 class _Loader:
     """The state shared by a LoadIterator and its file workers. The workers reference this, not
     the iterator, so an iterator the caller drops is collected and stops them."""
 
-    def __init__(self, paths: Sequence, dtype, threads, io_threads, prefetch, max_inflight_bytes,
-                 on_error, images, index, storage_options=None):
+    def __init__(self, paths: Sequence[StrPath], dtype: npt.DTypeLike | None,
+                 threads: int | None, io_threads: int | None, prefetch: int | None,
+                 max_inflight_bytes: int | None, on_error: str, images: bool,
+                 index: IndexChoice, storage_options: StorageOptions = None) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self._paths = [os.fspath(p) for p in paths]
@@ -67,7 +74,7 @@ class _Loader:
         self._next_take = 0     # next file the caller takes
         self._inflight = 0      # bytes admitted and not taken yet
         self._peak_inflight = 0
-        self._results: dict[int, tuple[bool, object, int]] = {}
+        self._results: dict[int, _Result] = {}
         self._closed = False
         self._pid = os.getpid()
         self._storage_options = storage_options
@@ -82,7 +89,7 @@ class _Loader:
             t.start()
 
     # -- workers -------------------------------------------------------------------------------
-    def _work(self):
+    def _work(self) -> None:
         while True:
             with self._cond:
                 if self._closed or self._next_claim >= len(self._paths):
@@ -95,14 +102,16 @@ class _Loader:
                     return
             self._load_one(i)
 
-    def _load_one(self, i: int):
+    def _load_one(self, i: int) -> None:
         path = self._paths[i]
-        img: Any = None
-        nbytes, error = 0, None
-        fetched = self._fetch is not None and i in self._fetch
+        img: NiftiImage | None = None
+        nbytes = 0
+        error: Exception | None = None
+        value: Array | NiftiImage
+        fetched = self._fetch if self._fetch is not None and i in self._fetch else None
         try:
-            if fetched:  # the object's bytes: counted here from its admission on
-                obj = self._fetch.take(i)  # type: ignore[union-attr]
+            if fetched is not None:  # the object's bytes: counted here from its admission on
+                obj = fetched.take(i)
                 nbytes = obj.size
                 img = open_fetched(obj, self._file_threads, self._index)
                 del obj
@@ -125,12 +134,12 @@ class _Loader:
             if error is None:
                 self._inflight += nbytes
                 self._peak_inflight = max(self._peak_inflight, self._inflight)
-            if fetched:
-                self._fetch.release(i)  # type: ignore[union-attr]  # (the lock is reentrant)
+            if fetched is not None:
+                fetched.release(i)  # (the lock is reentrant)
             self._cond.notify_all()
-        if error is None:
+        if error is None and img is not None:  # (no error: the image is open)
             try:
-                if self._images:
+                if self._images and self._dtype is not None:  # (a float dtype: see __init__)
                     img.get_fdata(dtype=self._dtype, caching="fill")
                     value = img
                 else:
@@ -154,7 +163,7 @@ class _Loader:
         locked for good by one of them."""
         return self._pid != os.getpid()
 
-    def next(self):
+    def next(self) -> Array | NiftiImage:
         if self._forked():
             raise RuntimeError(
                 f"this iterator was made by process {self._pid}, whose file workers a forked "
@@ -168,19 +177,19 @@ class _Loader:
                     self._cond.wait()
                 if self._closed:  # closed from another thread while waiting
                     raise StopIteration
-                ok, value, nbytes = self._results.pop(i)
+                result = self._results.pop(i)
                 self._next_take += 1
-                self._inflight -= nbytes
+                self._inflight -= result[2]
                 self._cond.notify_all()
-            if ok:
-                return value
+            if result[0]:
+                return result[1]
             if self._on_error == "raise":
                 self.close()
-                raise value
-            warnings.warn(redact(f"skipped {self._paths[i]} (input {i}): {value}"),
+                raise result[1]
+            warnings.warn(redact(f"skipped {self._paths[i]} (input {i}): {result[1]}"),
                           SkippedFileWarning, stacklevel=3)
 
-    def close(self):
+    def close(self) -> None:
         if self._forked():
             self._closed = True  # no workers here to stop
             return
@@ -204,7 +213,9 @@ class LoadIterator(Iterator[_T], Generic[_T]):
         self._loader = _Loader(*args)
 
     def __next__(self) -> _T:
-        return self._loader.next()
+        # An array or an image as the loader's `images` says, which iter_load's overloads
+        # pair with this iterator's item type: a pairing made at run time, unseen here.
+        return self._loader.next()  # type: ignore[return-value]
 
     def __len__(self) -> int:
         return len(self._loader._paths)
@@ -231,20 +242,20 @@ class LoadIterator(Iterator[_T], Generic[_T]):
 
 
 @overload
-def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
-              io_threads: int | None = ..., prefetch: int | None = ...,
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: Literal[False] = ..., index: IndexChoice = ...,
               storage_options: StorageOptions = ...) -> LoadIterator[Array]: ...
 @overload
-def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
-              io_threads: int | None = ..., prefetch: int | None = ...,
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: Literal[True], index: IndexChoice = ...,
               storage_options: StorageOptions = ...) -> LoadIterator[NiftiImage]: ...
 @overload
-def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *, threads: int | None = ...,
-              io_threads: int | None = ..., prefetch: int | None = ...,
+def iter_load(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = ..., *,
+              threads: int | None = ..., io_threads: int | None = ..., prefetch: int | None = ...,
               max_inflight_bytes: int | None = ..., on_error: Literal["raise", "skip"] = ...,
               images: bool, index: IndexChoice = ..., storage_options: StorageOptions = ...
               ) -> LoadIterator[Array] | LoadIterator[NiftiImage]: ...

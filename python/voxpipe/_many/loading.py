@@ -65,9 +65,16 @@ def _check_dtype(dtype: npt.DTypeLike | None) -> np.dtype[Any] | None:
     return None if dtype is None else np.dtype(dtype)
 
 
+def _proxy(img: NiftiImage) -> Any:
+    """img's data object: voxpipe's ArrayProxy (or a subclass) in every image the loaders open,
+    whose ``result_dtype`` and ``read`` nibabel's type for it, its ArrayLike protocol, lacks."""
+    return img.dataobj
+
+
 def _natural_dtype(img: NiftiImage) -> np.dtype[Any]:
     """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
-    return img.dataobj.result_dtype()  # type: ignore[attr-defined]
+    dtype: np.dtype[Any] = _proxy(img).result_dtype()
+    return dtype
 
 
 def _out_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
@@ -77,7 +84,8 @@ def _out_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
 def _decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = None) -> Array:
     """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
     written into `out` when given (F-contiguous, of the right shape and dtype)."""
-    return img.dataobj.read(dtype=dtype, out=out)  # type: ignore[attr-defined]
+    data: Array = _proxy(img).read(dtype=dtype, out=out)
+    return data
 
 
 def note_path(exc: BaseException, path: str, i: int) -> BaseException:
