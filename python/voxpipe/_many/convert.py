@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,10 @@ __all__ = ["ConvertResult", "convert_many", "resample_many"]
 # What an input may be called, longest first: convert_many's outputs take the rest of the name.
 _IMAGE_SUFFIXES = (".nii.gz", ".nii.zarr", ".hdr.gz", ".img.gz", ".nii", ".hdr", ".img", ".zarr")
 _CONVERT_TO = ("nii", "nii.gz", "nii.zarr")
+
+# A job: ``job(source, output, threads, *args)`` writes `output` from `source` (each job takes
+# args of its own).
+_Job = Callable[..., "ConvertResult"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def _resample_one(source: str, output: str, threads: int, reference: Any, transf
     return ConvertResult(source, output)
 
 
-def _job_task(job: Any, source: str, output: str, threads: int | None, args: tuple[Any, ...],
+def _job_task(job: _Job, source: str, output: str, threads: int | None, args: tuple[Any, ...],
               report: bool) -> ConvertResult:
     """One job on a worker, with the worker's thread budget; its failure returned as text
     when `report` (nothing but the result crosses back: no exception to pickle)."""
@@ -117,7 +121,7 @@ def _outputs_for(inputs: Iterable[StrPath], out_dir: StrPath,
     return sources, outputs
 
 
-def _run_jobs(job: Any, sources: list[str], outputs: list[str], args: list[tuple[Any, ...]],
+def _run_jobs(job: _Job, sources: list[str], outputs: list[str], args: list[tuple[Any, ...]],
               threads: int | None, client: distributed.Client | None,
               errors: str) -> list[ConvertResult]:
     """``job(source, output, threads, *args[i])`` for every input: here one after another
@@ -151,7 +155,8 @@ def _run_jobs(job: Any, sources: list[str], outputs: list[str], args: list[tuple
                 results.append(ConvertResult(source, None, _error_text(exc)))
     finally:
         if len(results) < len(futures):
-            client.cancel(futures[len(results):])
+            # (distributed's Client.cancel is not annotated)
+            client.cancel(futures[len(results):])  # type: ignore[no-untyped-call]
     return results
 
 

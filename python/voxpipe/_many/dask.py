@@ -55,7 +55,7 @@ from .._images.image import load
 from .loading import note_path
 from .._foundation.optional import require
 from .._sources.prefetch import DEFAULT_FETCHES
-from .._foundation.types import NiftiImage, StrPath
+from .._foundation.types import Array, NiftiImage, StrPath
 from .._foundation.errors import FormatError, InvalidArgumentError, VoxpipeError
 
 if TYPE_CHECKING:
@@ -122,20 +122,20 @@ def _task_threads(threads: int | None) -> int:
 
 
 def _read_block(source: _Source, slicer: tuple[slice, ...], dtype: np.dtype[Any] | None,
-                scaling: bool, threads: int | None, stacked: bool) -> np.ndarray:
+                scaling: bool, threads: int | None, stacked: bool) -> Array:
     """One chunk: ``proxy.read(slicer, dtype, scaling=scaling)``, with a trailing axis of 1
     for a chunk of a stack of files."""
-    arr = source.open(_task_threads(threads)).read(slicer, dtype, scaling=scaling)
+    arr: Array = source.open(_task_threads(threads)).read(slicer, dtype, scaling=scaling)
     return arr[..., np.newaxis] if stacked else arr
 
 
 def _read_series_block(source: _Source, read_dtype: np.dtype[Any] | None,
                        out_dtype: np.dtype[Any], shape: tuple[int, ...],
-                       threads: int | None) -> np.ndarray:
+                       threads: int | None) -> Array:
     """One chunk of a DICOM series: the volumes (or slices) of its part, ``get_data``'s
     values, as `out_dtype`."""
     n = _task_threads(threads)
-    data = source.open(n).get_data(read_dtype, threads=n).reshape(shape, order="F")
+    data: Array = source.open(n).get_data(read_dtype, threads=n).reshape(shape, order="F")
     return data if data.dtype == out_dtype else data.astype(out_dtype)
 
 
@@ -209,7 +209,9 @@ def chunk_plan(shape: Sequence[int], itemsize: int, chunks: Chunks = None,
     if units is None:
         from dask.array.core import normalize_chunks
 
-        return tuple(tuple(int(c) for c in axis) for axis in normalize_chunks(chunks, shape))
+        # (dask.array.core.normalize_chunks is not annotated)
+        normalized = normalize_chunks(chunks, shape)  # type: ignore[no-untyped-call]
+        return tuple(tuple(int(c) for c in axis) for axis in normalized)
     sizes = list(shape[:first])
     left = units
     for d in shape[first:]:
@@ -296,15 +298,18 @@ def _one_series(path: str, storage_options: Mapping[str, Any] | None) -> Series:
 
 # -- graphs --------------------------------------------------------------------------------------
 def _array(da: Any, name: str, layer: dict[Any, Any], chunks: tuple[tuple[int, ...], ...],
-           dtype: np.dtype[Any]) -> Any:
+           dtype: np.dtype[Any]) -> dask.array.Array:
     from dask.highlevelgraph import HighLevelGraph
 
     graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-    return da.Array(graph, name, chunks, meta=np.empty((0,) * len(chunks), dtype))
+    arr: dask.array.Array = da.Array(graph, name, chunks,
+                                     meta=np.empty((0,) * len(chunks), dtype))
+    return arr
 
 
 def _image_array(da: Any, sources: list[tuple[str, Any]], want: np.dtype[Any] | None,
-                 scaling: bool, chunks: Chunks, threads: int | None, stacked: bool) -> Any:
+                 scaling: bool, chunks: Chunks, threads: int | None, stacked: bool
+                 ) -> dask.array.Array:
     """The dask array of one image (`stacked` False) or of a stack of images along a new last
     axis, every chunk a block of one image."""
     from dask.base import tokenize
@@ -370,7 +375,8 @@ def _reads_from_start(proxy: Any) -> bool:
 def _result_dtype(proxy: Any, want: np.dtype[Any] | None, scaling: bool) -> np.dtype[Any]:
     get = getattr(proxy, "result_dtype", None)
     if get is not None:
-        return np.dtype(get(want, scaling))
+        dtype: np.dtype[Any] = np.dtype(get(want, scaling))
+        return dtype
     return want if want is not None else np.dtype(proxy.dtype)
 
 
@@ -388,7 +394,7 @@ def _series_dtypes(series: Series, want: np.dtype[Any] | None, scaling: bool
 
 
 def _series_array(da: Any, series: Series, want: np.dtype[Any] | None, scaling: bool,
-                  chunks: Chunks, threads: int | None) -> Any:
+                  chunks: Chunks, threads: int | None) -> dask.array.Array:
     """A DICOM series: chunks of whole volumes (4D) or slices (3D), each read by a series of
     its own images (rescanned where it is read); one chunk where a file's frames would fall
     in two chunks (multi-frame files, mosaics)."""
