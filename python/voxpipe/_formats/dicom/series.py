@@ -69,7 +69,11 @@ class Series:
     def _s(self) -> _core.DicomSeries:
         s = self._core_series
         if s is None:
-            s = self._core_series = self._scan_again(*self._pickled)
+            state = self._pickled
+            if not state:
+                raise InvalidArgumentError("a Series is made by vp.dicom.scan (or unpickled), "
+                                           "not from None")
+            s = self._core_series = self._scan_again(*state)
         return s
 
     def _state(self) -> SeriesState:
