@@ -5,7 +5,10 @@ DICOM's "DICM" preamble) is ``vp.load_dicom`` of it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from nibabel import Nifti1Image
 
 from .. import registry
 from .series import load_dicom
@@ -13,7 +16,9 @@ from .series import load_dicom
 __all__ = ["FORMAT"]
 
 
-def _load(source: Any, *, threads: int = 0, storage_options: Any = None, **_: Any) -> Any:
+# source: whatever vp.load was given that the registry routes here (a name, or names).
+def _load(source: Any, *, threads: int = 0, storage_options: Mapping[str, Any] | None = None,
+          **_: Any) -> Nifti1Image:
     return load_dicom(source, threads=threads or None, storage_options=storage_options)
 
 
