@@ -12,8 +12,11 @@ header it refuses), is opened by nibabel's own code, so nibabel's errors stay ni
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
+from nibabel.fileholders import FileMap
+from nibabel.filebasedimages import FileBasedImage
 
 from .._formats import registry
 
@@ -22,19 +25,21 @@ _lock = threading.Lock()
 # nibabel's own from_file_map of each class a format serves: (the function, whether the class
 # defines it itself), taken before the class is first patched. Nifti1Pair has none of its own (it
 # inherits AnalyzeImage's): disabling removes the patch rather than setting anything.
-_originals: dict[type, tuple[Any, bool]] = {}
+_originals: dict[type, tuple[Callable[..., FileBasedImage], bool]] = {}
 
 
-def _served() -> list[tuple[type, Any]]:
+def _served() -> list[tuple[type, Callable[..., Any]]]:
     """(nibabel class, voxpipe's from_file_map) of each registered format that serves one."""
     return [(f.nibabel_class, f.from_file_map) for f in registry.formats()
             if f.nibabel_class is not None and f.from_file_map is not None]
 
 
-def _accelerated(klass: type, serve: Any) -> Any:
+def _accelerated(klass: type, serve: Callable[..., Any]) -> classmethod[Any, Any, Any]:
     original = _originals[klass][0]
 
-    def from_file_map(cls, file_map, *, mmap=True, keep_file_open=None):
+    def from_file_map(cls: type, file_map: FileMap, *, mmap: bool | Literal["c", "r"] = True,
+                      keep_file_open: bool | None = None) -> FileBasedImage:
+        img: FileBasedImage | None
         try:
             img = serve(cls, file_map, mmap, keep_file_open)
         except Exception:  # noqa: BLE001 - refused by voxpipe: nibabel decides, raises its own
@@ -43,6 +48,7 @@ def _accelerated(klass: type, serve: Any) -> Any:
             img = original(cls, file_map, mmap=mmap, keep_file_open=keep_file_open)
         return img
 
+    # The mark that tells a patch of voxpipe's apart (functions declare no such attribute).
     from_file_map._voxpipe = True  # type: ignore[attr-defined]
     return classmethod(from_file_map)
 
@@ -53,17 +59,20 @@ def _is_patched(klass: type) -> bool:
 
 
 def _set(enabled: bool) -> None:
+    # Through getattr/setattr/delattr: the registry knows the classes only as types, and a
+    # classmethod replaced at run time is what a type checker refuses to see.
     for klass, serve in _served():
         if klass not in _originals:
-            _originals[klass] = (klass.from_file_map.__func__, "from_file_map" in vars(klass))
+            _originals[klass] = (getattr(klass, "from_file_map").__func__,
+                                 "from_file_map" in vars(klass))
         original, own = _originals[klass]
         if enabled:
             if not _is_patched(klass):
-                klass.from_file_map = _accelerated(klass, serve)
+                setattr(klass, "from_file_map", _accelerated(klass, serve))
         elif own:
-            klass.from_file_map = classmethod(original)
+            setattr(klass, "from_file_map", classmethod(original))
         elif "from_file_map" in vars(klass):
-            del klass.from_file_map
+            delattr(klass, "from_file_map")
 
 
 def nibabel_accelerated() -> bool:
@@ -76,13 +85,13 @@ class NibabelAcceleration:
     """What ``accelerate_nibabel`` returns: a context manager that restores, on exit, the
     state before the call."""
 
-    def __init__(self, previous: bool):
+    def __init__(self, previous: bool) -> None:
         self._previous = previous
 
     def __enter__(self) -> NibabelAcceleration:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         with _lock:
             _set(self._previous)
 

@@ -78,9 +78,11 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     >>> img.dataobj[..., 7].shape               # inflates only up to the end of volume 7
     (64, 64, 40)
     """
-    return registry.for_reading(filename).load(  # type: ignore[misc]
+    # (for_reading gives a format with a reader; the record's type allows None)
+    img: NiftiImage = registry.for_reading(filename).load(  # type: ignore[misc]
         filename, mmap=mmap, keep_file_open=keep_file_open, threads=threads, index=index,
         storage_options=storage_options, filesystem=filesystem, level=level)
+    return img
 
 
 def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
@@ -118,6 +120,7 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     >>> vp.load("small.nii.gz").get_fdata()[1, 2, 3]
     np.float64(23.0)
     """
+    # (for_writing gives a format with a writer; the record's type allows None)
     registry.for_writing(filename).save(  # type: ignore[misc]
         img, filename, affine, header=header, level=level, version=version,
         gzip_layout=gzip_layout, threads=threads, chunks=chunks, shards=shards, levels=levels,
