@@ -17,11 +17,15 @@ import tempfile
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import NoReturn
 
 import numpy as np
 
 from nibabel import Nifti1Image
 
+from ._formats.nifti.proxy import ArrayProxy
 from ._images.image import load, save
 
 
@@ -48,8 +52,8 @@ def make_sample(path: str) -> None:
     os.remove(path[:-3])
 
 
-def median_time(fn, repeat=5):
-    times = []
+def median_time(fn: Callable[[], object], repeat: int = 5) -> float:
+    times: list[float] = []
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
@@ -57,13 +61,13 @@ def median_time(fn, repeat=5):
     return float(np.median(times))
 
 
-def _terminated(signum, frame):
+def _terminated(signum: int, frame: FrameType | None) -> NoReturn:
     # SIGTERM's default action ends the process at once, past every `finally`; as an exception it
     # unwinds like Ctrl-C, and the temporary folder is removed on the way out.
     raise SystemExit(128 + signum)
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="where to write the sample (default: a temporary folder, "
                         "removed at the end)")
@@ -98,15 +102,17 @@ def run(workdir: str) -> int:
     path = os.path.join(workdir, "demo_bold.nii.gz")
     make_sample(path)
 
-    cli = os.path.join(os.path.dirname(sys.executable), "voxpipe")
-    cli = cli if os.path.exists(cli) else shutil.which("voxpipe")
+    beside = os.path.join(os.path.dirname(sys.executable), "voxpipe")
+    cli = beside if os.path.exists(beside) else shutil.which("voxpipe")
     print(f"$ voxpipe info {path}")
     if cli:
         print(subprocess.run([cli, "info", path], capture_output=True, text=True, check=True).stdout)
 
     img = load(path)
-    print(f"vp.load: shape {img.shape}, stored {img.dataobj.dtype}, "
-          f"slope {img.dataobj.slope}, inter {img.dataobj.inter}")
+    proxy = img.dataobj
+    assert isinstance(proxy, ArrayProxy)  # the sample is a NIfTI file
+    print(f"vp.load: shape {img.shape}, stored {proxy.dtype}, "
+          f"slope {proxy.slope}, inter {proxy.inter}")
     data = img.get_fdata(dtype=np.float32)
     try:
         import nibabel as nib
@@ -114,12 +120,19 @@ def run(workdir: str) -> int:
         print("nibabel is not installed: skipping the comparison")
         return 0
     ref = nib.load(path)
+    assert isinstance(ref, nib.Nifti1Image)  # nibabel's class for the sample
     same = (np.array_equal(data, ref.get_fdata(dtype=np.float32))
             and np.array_equal(img.affine, ref.affine)
             and np.array_equal(img.dataobj[..., 7], ref.dataobj[..., 7]))
     print(f"values, affine and a volume slice equal nibabel's: {same}")
     t_vp = median_time(lambda: load(path).get_fdata(dtype=np.float32))
-    t_nib = median_time(lambda: nib.load(path).get_fdata(dtype=np.float32))
+
+    def nibabel_fdata() -> object:
+        loaded = nib.load(path)
+        assert isinstance(loaded, nib.Nifti1Image)
+        return loaded.get_fdata(dtype=np.float32)
+
+    t_nib = median_time(nibabel_fdata)
     mb = data.nbytes / 2**20
     print(f"load .nii.gz -> float32 ({mb:.0f} MiB), median of 5: voxpipe {t_vp * 1000:.0f} ms, "
           f"nibabel {t_nib * 1000:.0f} ms, {t_nib / t_vp:.1f}x")

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._foundation.optional import require
 
@@ -54,7 +56,9 @@ from monai.utils import SpaceKeys, ensure_tuple
 from ._foundation.native import core as _core
 from ._integrations import monai_meta as _monai_meta
 from ._foundation import pool as _pool
+from ._foundation.types import Array, NiftiImage, StrPath
 from ._formats.dicom.series import load_dicom
+from ._formats.nifti.proxy import ArrayProxy
 from ._images.image import load
 
 __all__ = ["VoxpipeReader"]
@@ -62,7 +66,7 @@ __all__ = ["VoxpipeReader"]
 _NIFTI_SUFFIXES = ("nii", "nii.gz")
 
 
-def _decodes_exactly(proxy, dtype: np.dtype) -> bool:
+def _decodes_exactly(proxy: ArrayProxy, dtype: np.dtype[Any]) -> bool:
     """Whether voxpipe's decode into float `dtype` equals LoadImage's cast of NibabelReader's
     array (float64 for scaled data, else the stored dtype). Both round once where that array is
     float64 computed from the stored values, or the stored values widen to float64 exactly;
@@ -80,7 +84,7 @@ def _decodes_exactly(proxy, dtype: np.dtype) -> bool:
 _SLAB_BYTES = 1 << 20
 
 
-def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
+def _decode_c_order(proxy: ArrayProxy, dtype: np.dtype[Any], threads: int) -> Array:
     """The proxy's data in `dtype`, C-contiguous. Read whole, voxpipe's output is in the file's
     (Fortran) order, and NumPy's transposing copy of it takes about as long as the decode (0.09
     to 0.12 s for 256x256x176 float32 on the 2-core build machine). Here a few planes of the last
@@ -92,7 +96,8 @@ def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
     out = _pool.empty(shape, dtype, "C")
     long_axes = [k for k, n in enumerate(shape) if n > 1]
     if out.size == 0 or len(long_axes) < 2:  # C and Fortran order are the same
-        return proxy.read(dtype=dtype, out=out)
+        proxy.read(dtype=dtype, out=out)  # returns `out`
+        return out
     last = long_axes[-1]
     n = shape[last]
     step = max(1, _SLAB_BYTES // (int(np.prod(shape[:last])) * dtype.itemsize))
@@ -101,12 +106,12 @@ def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
     bufs = [np.empty(shape[:last] + (min(step, n),), dtype, order="F")
             for _ in range(2 if threads > 1 else 1)]
 
-    def read(buf, k):
+    def read(buf: Array, k: int) -> Array:
         part = buf[..., :min(step, n - k)]
         proxy.read(lead + (slice(k, k + part.shape[-1]),) + trail, dtype, out=part)
         return part
 
-    def place(part, k):
+    def place(part: Array, k: int) -> None:
         for j in range(part.shape[-1]):  # plane by plane: NumPy's inner loop then runs along
             dest[..., k + j] = part[..., j]  # a row, not across the few planes (1.4x faster)
 
@@ -114,11 +119,12 @@ def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
         for k in range(0, n, step):
             place(read(bufs[0], k), k)
         return out
-    copies: list = [None, None]
+    copies: list[Future[None] | None] = [None, None]
     with ThreadPoolExecutor(1) as pool:
         for i, k in enumerate(range(0, n, step)):
-            if copies[i % 2] is not None:
-                copies[i % 2].result()  # the slab before in this buffer is in place
+            before = copies[i % 2]
+            if before is not None:
+                before.result()  # the slab before in this buffer is in place
             copies[i % 2] = pool.submit(place, read(bufs[i % 2], k), k)
         for copy in copies:
             if copy is not None:
@@ -126,7 +132,7 @@ def _decode_c_order(proxy, dtype: np.dtype, threads: int) -> np.ndarray:
     return out
 
 
-def _c_contiguous(data: np.ndarray, threads: int) -> np.ndarray:
+def _c_contiguous(data: Array, threads: int) -> Array:
     """`data` as a C-contiguous array, the layout LoadImage gives every image (its
     convert_to_numpy calls np.ascontiguousarray). NumPy's transposing copy of a Fortran-ordered
     volume walks the source across whole planes for every output row, on one core: 0.09 s for
@@ -138,7 +144,7 @@ def _c_contiguous(data: np.ndarray, threads: int) -> np.ndarray:
     n = data.shape[-1]
     blocks = [slice(k, min(k + 4, n)) for k in range(0, n, 4)]
 
-    def copy(block):
+    def copy(block: slice) -> None:
         out[..., block] = data[..., block]  # NumPy releases the GIL while it copies
 
     if threads > 1 and len(blocks) > 1:
@@ -165,26 +171,30 @@ class VoxpipeReader(ImageReader):
     """
 
     def __init__(self, channel_dim: str | int | None = None, as_closest_canonical: bool = False,
-                 squeeze_non_spatial_dims: bool = False, dtype=np.float32, **kwargs):
+                 squeeze_non_spatial_dims: bool = False, dtype: npt.DTypeLike = np.float32,
+                 **kwargs: Any):
         super().__init__()
-        self.channel_dim = _monai_meta.NO_CHANNEL if channel_dim == "no_channel" else channel_dim
+        self.channel_dim: _monai_meta.ChannelDim = (
+            _monai_meta.NO_CHANNEL if channel_dim == "no_channel" else channel_dim)
         self.as_closest_canonical = as_closest_canonical
         self.squeeze_non_spatial_dims = squeeze_non_spatial_dims
-        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
         self.kwargs = kwargs
 
-    def verify_suffix(self, filename: Sequence[os.PathLike | str] | os.PathLike | str) -> bool:
+    def verify_suffix(self, filename: Sequence[StrPath] | StrPath) -> bool:
         """True for .nii / .nii.gz files and for folders (DICOM series), every one of a list."""
         names = ensure_tuple(filename)
         return all(os.path.isdir(n) or is_supported_format(n, _NIFTI_SUFFIXES) for n in names)
 
-    def read(self, data, **kwargs):
+    def read(self, data: Sequence[StrPath] | StrPath,
+             **kwargs: Any) -> NiftiImage | list[NiftiImage]:
         """Open each file (header only; DICOM folders are decoded here): one nibabel image, or a
         list of them for a list of names. `kwargs` override the constructor's for ``vp.load``."""
         kwargs_ = {**self.kwargs, **kwargs}
         filenames = ensure_tuple(data)
-        images = []
+        images: list[NiftiImage] = []
         for name in filenames:
+            img: NiftiImage
             if os.path.isdir(name):
                 dtype = np.float32 if self.dtype is None else self.dtype
                 img = load_dicom(name, dtype=dtype, threads=kwargs_.get("threads"))
@@ -193,11 +203,11 @@ class VoxpipeReader(ImageReader):
             images.append(correct_nifti_header_if_necessary(img))
         return images if len(filenames) > 1 else images[0]
 
-    def get_data(self, img) -> tuple[np.ndarray, dict]:
+    def get_data(self, img: NiftiImage | Sequence[NiftiImage]) -> tuple[Array, dict[str, Any]]:
         """The data and metadata of an image from ``read`` (several: stacked on a new first axis,
         or concatenated on ``channel_dim``, with the first one's metadata), as NibabelReader."""
-        arrays = []
-        compatible_meta: dict = {}
+        arrays: list[Array] = []
+        compatible_meta: dict[str, Any] = {}
         for image in ensure_tuple(img):
             meta = _monai_meta.image_meta(image, self.channel_dim)
             meta["space"] = SpaceKeys.RAS  # the same value as "RAS", in MONAI's enum
@@ -226,9 +236,10 @@ class VoxpipeReader(ImageReader):
     def _threads(self) -> int:
         return _core.resolve_threads(self.kwargs.get("threads", 0))
 
-    def _array(self, img) -> np.ndarray:
+    def _array(self, img: NiftiImage) -> Array:
         if self.dtype is None:
             return np.asanyarray(img.dataobj)
-        if not isinstance(img.dataobj, np.ndarray) and _decodes_exactly(img.dataobj, self.dtype):
+        # Images from ``read`` hold voxpipe's proxy or, for DICOM, an array.
+        if isinstance(img.dataobj, ArrayProxy) and _decodes_exactly(img.dataobj, self.dtype):
             return _decode_c_order(img.dataobj, self.dtype, self._threads())
         return np.asanyarray(img.dataobj).astype(self.dtype, copy=False)

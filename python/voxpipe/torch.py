@@ -40,10 +40,11 @@ not each start a thread per core; pass ``threads`` to choose.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ._foundation.optional import require
 
@@ -54,6 +55,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from ._foundation.types import Array, NiftiImage, StrPath
 from ._integrations import monai_meta as _monai_meta
 from ._sources import remote as _remote
 from ._many.loading import _decode, _load_batch, empty_batch
@@ -61,20 +63,25 @@ from ._images.image import load
 
 __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
 
+# An item of a VolumeDataset: the volume tensor alone, or a tuple (volume, label, meta) of the
+# parts it has.
+Sample = Union[torch.Tensor, tuple[Any, ...]]
 
-class VolumeBatch(list):
+
+class VolumeBatch(list[Sample]):
     """The samples of one batch (as __getitem__ gives them) together with the batch tensor their
     volumes are views of, and the batch's collated labels and metadata; ``collate`` returns the
     batch tensor without stacking."""
 
-    def __init__(self, samples, volumes: torch.Tensor, labels=None, meta=None):
+    def __init__(self, samples: Iterable[Sample], volumes: torch.Tensor, labels: Any = None,
+                 meta: Any = None):
         super().__init__(samples)
         self.volumes = volumes
         self.labels = labels
         self.meta = meta
 
 
-class VolumeDataset(Dataset):
+class VolumeDataset(Dataset[Sample]):
     """A map-style dataset of NIfTI files: item i is the volume of ``paths[i]`` as a tensor, or
     ``(volume, labels[i])`` when ``labels`` are given.
 
@@ -95,15 +102,17 @@ class VolumeDataset(Dataset):
     torch.Size([2, 64, 64, 40, 60])
     """
 
-    def __init__(self, paths: Sequence, labels: Sequence | None = None, dtype=np.float32,
-                 transform: Callable | None = None, threads: int | None = None,
-                 channel_dim: bool = False, index=None, meta: bool = False,
+    def __init__(self, paths: Sequence[StrPath], labels: Sequence[Any] | None = None,
+                 dtype: npt.DTypeLike = np.float32,
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 threads: int | None = None, channel_dim: bool = False,
+                 index: StrPath | Literal[False] | None = None, meta: bool = False,
                  storage_options: Mapping[str, Any] | None = None):
         self.paths = [os.fspath(p) for p in paths]
         if labels is not None and len(labels) != len(self.paths):
             raise ValueError(f"{len(labels)} labels for {len(self.paths)} paths")
         self.labels = labels
-        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
         self.transform = transform
         self.threads = threads
         self.channel_dim = channel_dim
@@ -111,7 +120,7 @@ class VolumeDataset(Dataset):
         self.meta = meta
         self.storage_options = dict(storage_options) if storage_options else None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.paths)
 
     def _threads(self) -> int:
@@ -119,11 +128,11 @@ class VolumeDataset(Dataset):
             return self.threads
         return 1 if get_worker_info() is not None else 0
 
-    def _tensor(self, arr: np.ndarray) -> torch.Tensor:
+    def _tensor(self, arr: Array) -> torch.Tensor:
         t = torch.from_numpy(arr)
         return t.unsqueeze(0) if self.channel_dim else t
 
-    def _meta(self, i: int, img) -> dict:
+    def _meta(self, i: int, img: NiftiImage) -> dict[str, Any]:
         """What MONAI's NibabelReader and LoadImage record for the file (no channel axis, as
         the file has none), in the form default_collate takes."""
         meta = _monai_meta.collatable(_monai_meta.set_channel_dim(_monai_meta.image_meta(img),
@@ -131,15 +140,16 @@ class VolumeDataset(Dataset):
         meta["filename_or_obj"] = self.paths[i]
         return meta
 
-    def _sample(self, i: int, volume: torch.Tensor, meta: dict | None = None):
+    def _sample(self, i: int, volume: torch.Tensor,
+                meta: dict[str, Any] | None = None) -> Sample:
         if self.transform is not None:
             volume = self.transform(volume)
-        sample: tuple = (volume,) if self.labels is None else (volume, self.labels[i])
+        sample: tuple[Any, ...] = (volume,) if self.labels is None else (volume, self.labels[i])
         if meta is not None:
             sample += (meta,)
         return sample[0] if len(sample) == 1 else sample
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Sample:
         kwargs: dict[str, Any] = {} if self.index is None else {"index": self.index}
         if self.storage_options and _remote.is_url(self.paths[i]):
             kwargs["storage_options"] = self.storage_options
@@ -147,7 +157,7 @@ class VolumeDataset(Dataset):
         meta = self._meta(i, img) if self.meta else None
         return self._sample(i, self._tensor(_decode(img, self.dtype)), meta)
 
-    def __getitems__(self, indices):
+    def __getitems__(self, indices: Iterable[int]) -> list[Sample]:
         """A whole batch (DataLoader's fetcher calls this with the batch's indices)."""
         indices = list(indices)
         if self.transform is not None or len(indices) < 2:
@@ -165,7 +175,7 @@ class VolumeDataset(Dataset):
         volumes = shared[0] if shared else torch.from_numpy(batch)
         if self.channel_dim:
             volumes = volumes.unsqueeze(1)
-        metas: list = [None] * len(indices)
+        metas: list[dict[str, Any] | None] = [None] * len(indices)
         if self.meta:  # the batch's own images: their headers, nothing read again
             metas = [self._meta(i, img) for i, img in zip(indices, imgs)]
         samples = [self._sample(i, volumes[k], metas[k]) for k, i in enumerate(indices)]
@@ -175,11 +185,12 @@ class VolumeDataset(Dataset):
         return VolumeBatch(samples, volumes, labels, default_collate(metas) if self.meta else None)
 
 
-def _shared_batch(made: list):
+def _shared_batch(made: list[torch.Tensor]) -> Callable[[int, tuple[int, ...], np.dtype[Any]],
+                                                         Array]:
     """empty_batch for a DataLoader worker: the batch in shared memory, as PyTorch's own collate
     makes it in workers, so that it reaches the main process as a handle, not copied into shared
     memory on the way. The tensor over it is appended to `made`."""
-    def allocate(n: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def allocate(n: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
         dims = tuple(int(d) for d in shape)
         volume = int(np.prod(dims, dtype=np.int64))
         tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
@@ -194,7 +205,7 @@ def _shared_batch(made: list):
     return allocate
 
 
-def collate(samples):
+def collate(samples: Sequence[Sample]) -> Any:
     """DataLoader collate_fn for VolumeDataset: the batch tensor of a VolumeBatch as it is (no
     copy), with its labels and metadata collated; otherwise PyTorch's default_collate, and a list
     of tensors for volumes of different shapes."""

@@ -34,14 +34,18 @@ require("torchio", "torchio", "voxpipe.torchio", "TorchIO")
 import torch
 from torchio.data.io import check_uint_to_int
 
+from ._foundation.types import Array, NiftiImage, StrPath
 from ._formats.dicom.series import load_dicom
+from ._formats.nifti.proxy import ArrayProxy
 from ._images.image import load
 
 __all__ = ["read"]
 
 
-def _decode(img) -> np.ndarray:
+def _decode(img: NiftiImage) -> Array:
     proxy = img.dataobj
+    if not isinstance(proxy, ArrayProxy):  # a .dcm file's image holds its decoded array
+        return np.asanyarray(proxy)
     if (proxy.slope, proxy.inter) == (1.0, 0.0):
         return np.asanyarray(proxy)
     # ITK's NIfTI reader gives scaled data as float32, float64 data as float64.
@@ -50,7 +54,7 @@ def _decode(img) -> np.ndarray:
     return img.get_fdata(dtype=dtype, caching="unchanged")
 
 
-def _channels_first(data: np.ndarray) -> np.ndarray:
+def _channels_first(data: Array) -> Array:
     """(W, H, D) -> (1, W, H, D); (W, H, D, C) and (W, H, D, 1, C) -> (C, W, H, D);
     (W, H) -> (1, W, H, 1): TorchIO's layouts for what SimpleITK reads."""
     if data.ndim == 5 and data.shape[3] == 1:
@@ -64,10 +68,11 @@ def _channels_first(data: np.ndarray) -> np.ndarray:
     return data  # TorchIO rejects other ranks with its own message
 
 
-def read(path) -> tuple[torch.Tensor, np.ndarray]:
-    """A NIfTI file (.nii, .nii.gz, .hdr/.img) or a DICOM folder as (tensor, affine), for
-    ``tio.ScalarImage(path, reader=voxpipe.torchio.read)`` and ``tio.LabelMap``."""
+def read(path: StrPath) -> tuple[torch.Tensor, Array]:
+    """A NIfTI file (.nii, .nii.gz, .hdr/.img), a DICOM folder or a .dcm file as (tensor,
+    affine), for ``tio.ScalarImage(path, reader=voxpipe.torchio.read)`` and ``tio.LabelMap``."""
     path = os.fspath(path)
+    img: NiftiImage
     if os.path.isdir(path):
         img = load_dicom(path)
         data = np.asanyarray(img.dataobj)

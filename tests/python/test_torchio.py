@@ -120,6 +120,21 @@ def test_dicom_folder_equals_torchio_default_reader(tmp_path):
     assert_same(got.affine, want.affine)
 
 
+def test_dicom_file_equals_torchio_default_reader(tmp_path):
+    """One .dcm file (vp.load reads it as a series of one image, whose image holds the decoded
+    array, not a proxy): ITK's values in ITK's order, and the affine of the folder holding it
+    (ITK gives a single file a slice spacing of 1; voxpipe the slice thickness)."""
+    pytest.importorskip("pydicom")
+    from test_dicom_series import write_series
+
+    ((path, _),) = write_series(str(tmp_path), orientation="axial", n=1).values()
+    got = tio.ScalarImage(path, reader=voxpipe.torchio.read)
+    want = tio.ScalarImage(path)
+    assert got.data.dtype == torch.float32 and want.data.dtype == torch.int32
+    assert_same(got.data, want.data.to(torch.float32))
+    assert_same(got.affine, tio.ScalarImage(tmp_path, reader=voxpipe.torchio.read).affine)
+
+
 def test_import_without_torchio_names_the_package(monkeypatch):
     monkeypatch.delitem(sys.modules, "voxpipe.torchio", raising=False)
     monkeypatch.setitem(sys.modules, "torchio", None)  # import torchio -> ModuleNotFoundError

@@ -12,8 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 from nibabel.filebasedimages import FileBasedHeader
-from nibabel.nifti1 import Nifti1Header, Nifti1PairHeader
-from nibabel.nifti2 import Nifti2Header, Nifti2PairHeader
+# nibabel's classes, named here for the modules that build headers.
+from nibabel.nifti1 import Nifti1Header as Nifti1Header, Nifti1PairHeader as Nifti1PairHeader
+from nibabel.nifti2 import Nifti2Header as Nifti2Header, Nifti2PairHeader as Nifti2PairHeader
 
 RGB24 = np.dtype([("R", "u1"), ("G", "u1"), ("B", "u1")])
 RGBA32 = np.dtype([("R", "u1"), ("G", "u1"), ("B", "u1"), ("A", "u1")])
@@ -29,8 +30,9 @@ _CODE_TO_DTYPE: dict[int, np.dtype[Any]] = {
 # The one form a dtype takes across the binding (python/src/conversions.hpp): NumPy's dtype name,
 # and rgb24/rgba32 for NIfTI's RGB structures, which NumPy names only "void24"/"void32".
 _RGB_NAMES: dict[np.dtype[Any], str] = {RGB24: "rgb24", RGBA32: "rgba32"}
-_NAME_TO_DTYPE = {**{dt.name: dt for dt in _CODE_TO_DTYPE.values() if dt.fields is None},
-                  **{name: dt for dt, name in _RGB_NAMES.items()}}
+_NAME_TO_DTYPE: dict[str, np.dtype[Any]] = {
+    **{dt.name: dt for dt in _CODE_TO_DTYPE.values() if dt.fields is None},
+    **{name: dt for dt, name in _RGB_NAMES.items()}}
 
 
 def core_dtype_name(dtype: npt.DTypeLike) -> str:

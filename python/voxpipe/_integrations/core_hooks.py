@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from .._formats.zarr import read as _zarr
 from .._images.image import load, save
 from .._sources import listing, remote
 from .._foundation.errors import InvalidArgumentError
+from .._foundation.types import NiftiImage
 
 
 def _open_for_core(url: str) -> Any:
@@ -67,6 +69,7 @@ def _write_zarr_for_core(source: str, output: str, options: Sequence[tuple[str, 
     dicom = (not _zarr.is_nifti_zarr(source)
              and (os.path.isdir(source) or source.endswith("/")
                   or source.lower().endswith((".dcm", ".ima"))))
+    img: NiftiImage
     if dicom:
         img = load_dicom(source, threads=threads or None)
     else:
@@ -91,7 +94,7 @@ class _Signalled(BaseException):
 
 
 @contextlib.contextmanager
-def _signals_end_the_write():
+def _signals_end_the_write() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP during ``voxpipe convert``'s write: the command's own handlers
     remove the files the core writes, but not the store's temporary folder, written here. While
     the store is written, they raise instead (between Python statements), the write removes its
@@ -99,10 +102,11 @@ def _signals_end_the_write():
     A signal the caller ignores stays ignored."""
     import signal
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise _Signalled(signum)
 
-    previous = {}
+    previous: dict[signal.Signals,
+                   Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             previous[sig] = signal.signal(sig, handler)

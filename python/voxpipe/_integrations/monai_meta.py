@@ -10,38 +10,51 @@ dropped where MONAI drops them, see ``collatable``), ``original_pixdim``, ``affi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Union
+
 import numpy as np
+from nibabel.nifti1 import Nifti1Header
+
+from .._foundation.types import Array, NiftiImage
+
+if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
+    from typing import TypeAlias
 
 NO_CHANNEL = float("nan")
 
+# MONAI's channel_dim: an axis, None or "no_channel" (or NaN, NO_CHANNEL) for none.
+ChannelDim: TypeAlias = Union[int, float, str, None]
 
-def is_no_channel(channel_dim) -> bool:
+
+def is_no_channel(channel_dim: ChannelDim) -> bool:
     """MONAI's is_no_channel: None, "no_channel" or NaN."""
     if channel_dim is None or channel_dim == "no_channel":
         return True
     return isinstance(channel_dim, float) and np.isnan(channel_dim)
 
 
-def _little_endian_header(img):
+def _little_endian_header(img: NiftiImage) -> Nifti1Header:
     # PyTorch has no big-endian tensors: MONAI swaps the header (nibabel raises ValueError
     # where it cannot, and then the header is kept as it is).
     try:
-        return img.header.as_byteswapped("<")
+        swapped: Nifti1Header = img.header.as_byteswapped("<")
     except ValueError:
         return img.header
+    return swapped
 
 
-def spatial_shape(img, channel_dim=None) -> np.ndarray:
+def spatial_shape(img: NiftiImage, channel_dim: ChannelDim = None) -> Array:
     """NibabelReader._get_spatial_shape: the header's dim without the channel axis, at most 3."""
     dim = _little_endian_header(img).get("dim", None)
     ndim = dim[0]
     size = list(dim[1:])
-    if not is_no_channel(channel_dim):
+    if channel_dim is not None and not is_no_channel(channel_dim):
         size.pop(int(channel_dim))
     return np.asarray(size[:max(min(ndim, 3), 1)])
 
 
-def image_meta(img, channel_dim=None) -> dict:
+def image_meta(img: NiftiImage, channel_dim: ChannelDim = None) -> dict[str, Any]:
     """The header fields, pixdim copy, affines and spatial shape of `img` (a nibabel image), as
     NibabelReader.get_data records them before the data are read; ``original_channel_dim`` is
     set by ``set_channel_dim`` once the data's rank is known."""
@@ -56,7 +69,8 @@ def image_meta(img, channel_dim=None) -> dict:
     return meta
 
 
-def set_channel_dim(meta: dict, data_ndim: int, channel_dim=None) -> dict:
+def set_channel_dim(meta: dict[str, Any], data_ndim: int,
+                    channel_dim: ChannelDim = None) -> dict[str, Any]:
     """``original_channel_dim``: `channel_dim` if given, else NaN ("no_channel") when the data
     have only spatial axes and -1 (channel last) when they have more."""
     if channel_dim is None:
@@ -65,7 +79,7 @@ def set_channel_dim(meta: dict, data_ndim: int, channel_dim=None) -> dict:
     return meta
 
 
-def collatable(meta: dict) -> dict:
+def collatable(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What MONAI keeps of a reader's dict (image_reader._copy_compatible_dict): no arrays of
     strings, bytes or objects (PyTorch's default_collate refuses them), None as "none"."""
     return {k: "none" if v is None else v for k, v in meta.items()
