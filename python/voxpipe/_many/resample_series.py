@@ -15,7 +15,7 @@ import os
 import re
 import types
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
 
 if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
     from typing import TypeAlias
@@ -30,7 +30,7 @@ from .._foundation.header import Nifti1Header, Nifti2Header
 from nibabel import Nifti1Image, Nifti2Image
 
 from .._images.image import load
-from .._foundation.types import Array, GridLike, NiftiImage, StrPath
+from .._foundation.types import Array, Float64Array, GridLike, NiftiImage, StrPath
 from .._foundation.errors import InvalidArgumentError
 
 __all__ = ["resample"]
@@ -42,12 +42,34 @@ Transforms: TypeAlias = Union[Transform, Sequence[Transform]]
 
 _NIFTI_NAME = re.compile(r"\.(nii|nii\.gz|hdr|hdr\.gz)$", re.IGNORECASE)
 
+# One transform, read: ("affine", (4, 4)), ("affines", (N, 4, 4)) or ("field", (field, affine)).
+_Element: TypeAlias = Union[tuple[Literal["affine", "affines"], Float64Array],
+                            tuple[Literal["field"], tuple[Float64Array, Float64Array]]]
+# What the core takes: a chain's step (kind, 16 affine values, field index) and a field with
+# its 16 affine values.
+_Step: TypeAlias = tuple[int, list[float], int]
+_Field: TypeAlias = tuple[Float64Array, list[float]]
+
+
+class _Options(TypedDict):
+    """The core's resampling options, the same for a file and an array."""
+
+    order: int
+    mode: str
+    cval: float
+    prefilter: bool
+    dtype: str
+    threads: int
+    memory_limit: int
+    reference_header: bytes
+    fast: bool
+
 
 def _invalid(field: str, message: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{field}: {message}", field=field)
 
 
-def _moving_path(moving):
+def _moving_path(moving: object) -> str | None:
     """The file of a path or a file-backed image; None for an array or an in-memory image."""
     if isinstance(moving, (str, os.PathLike)):
         return os.fspath(moving)
@@ -56,7 +78,8 @@ def _moving_path(moving):
     return os.fspath(name) if name else None
 
 
-def _moving_array(moving, moving_affine):
+def _moving_array(moving: Any, moving_affine: npt.ArrayLike | None
+                  ) -> tuple[Array, Float64Array, Any]:
     """(data, affine, header or None) of an in-memory image or an array and its affine; data is
     the caller's array itself (any layout) unless its dtype must change for the core."""
     if isinstance(moving, np.ndarray) or not hasattr(moving, "affine"):
@@ -99,55 +122,53 @@ def _moving_array(moving, moving_affine):
     return data, affine, header
 
 
-def _reference(reference):
+def _reference(reference: GridLike
+               ) -> tuple[tuple[int, ...], Float64Array, Nifti1Header | None]:
     """(shape, affine, header or None) of a path, an image, or anything with .shape/.affine."""
-    if isinstance(reference, (str, os.PathLike)):
-        reference = load(reference)
+    grid = load(reference) if isinstance(reference, (str, os.PathLike)) else reference
     try:
-        shape = tuple(int(n) for n in reference.shape)
-        affine = np.array(reference.affine, dtype=np.float64)
+        shape = tuple(int(n) for n in grid.shape)
+        affine = np.array(grid.affine, dtype=np.float64)
     except AttributeError:
         raise _invalid("reference", "expected a path or an image (.shape and .affine), but "
-                       "received " + type(reference).__name__) from None
+                       "received " + type(grid).__name__) from None
     if len(shape) < 3 or affine.shape != (4, 4):
         raise _invalid("reference", f"expected a grid of 3 (or more) axes and a 4x4 affine, but "
                        f"received shape {shape} and affine shape {affine.shape}")
-    header = getattr(reference, "header", None)
+    header = getattr(grid, "header", None)
     kind = type(header).__name__ if header is not None else ""
-    if kind in ("Nifti1Header", "Nifti1PairHeader", "Nifti2Header", "Nifti2PairHeader"):
-        # The same fields and byte order, as a single-file header of the same version.
-        klass = Nifti2Header if kind.startswith("Nifti2") else Nifti1Header
-        copy = klass(header.binaryblock, header.endianness, check=False)
-        copy.extensions[:] = header.extensions[:]
-        header = copy
-    else:
-        header = None
-    return shape[:3], affine, header
+    if header is None or kind not in ("Nifti1Header", "Nifti1PairHeader", "Nifti2Header",
+                                      "Nifti2PairHeader"):
+        return shape[:3], affine, None
+    # The same fields and byte order, as a single-file header of the same version.
+    klass: type[Nifti1Header] = Nifti2Header if kind.startswith("Nifti2") else Nifti1Header
+    copy = klass(header.binaryblock, header.endianness, check=False)
+    copy.extensions[:] = header.extensions[:]
+    return shape[:3], affine, copy
 
 
-def _field(value):
+def _field(value: tuple[npt.ArrayLike, npt.ArrayLike]) -> tuple[Float64Array, Float64Array]:
     """(F-ordered (X, Y, Z, 3) float64 field, affine) from a (field, affine) pair."""
-    field, affine = value
-    field = np.asarray(field, dtype=np.float64)
+    field = np.asarray(value[0], dtype=np.float64)
     if field.ndim == 5 and field.shape[3] == 1:
         field = field[:, :, :, 0, :]
     if field.ndim != 4 or field.shape[3] != 3:
         raise _invalid("transforms", f"expected a displacement field of shape (X, Y, Z, 3), but "
                        f"received {field.shape}")
-    affine = np.asarray(affine, dtype=np.float64)
+    affine = np.asarray(value[1], dtype=np.float64)
     if affine.shape != (4, 4):
         raise _invalid("transforms", f"expected a field affine of shape (4, 4), but received "
                        f"{affine.shape}")
     return np.asfortranarray(field), affine
 
 
-def _is_matrix_list(value) -> bool:
+def _is_matrix_list(value: list[Any]) -> bool:
     """A list of 4 rows of numbers is one matrix; any other list is a chain."""
     return (len(value) == 4 and all(isinstance(r, (list, tuple)) for r in value)
             and all(np.isscalar(v) for r in value for v in r))
 
 
-def _element(value, moving_path: str, reference):
+def _element(value: Any, moving_path: GridLike, reference: GridLike) -> _Element:
     """One transform: ("affine", (4,4)), ("affines", (N,4,4)) or ("field", (field, affine))."""
     if isinstance(value, (str, os.PathLike)):
         from .. import transforms  # written beside this module; imported when a file is given
@@ -169,7 +190,23 @@ def _element(value, moving_path: str, reference):
                    f"affine) pair, a file name or a list of these, but received shape {a.shape}")
 
 
-def _chains(transforms, moving_path: str, reference, volumes: int):
+def _field_step(i: int) -> Callable[[int], _Step]:
+    """Every volume's step through field i."""
+    return lambda t: (1, [], i)
+
+
+def _affine_step(m: list[float]) -> Callable[[int], _Step]:
+    """Every volume's step through one affine (16 values, row-major)."""
+    return lambda t: (0, m, -1)
+
+
+def _volume_step(ms: list[list[float]]) -> Callable[[int], _Step]:
+    """Volume t's step through affine t of a per-volume stack."""
+    return lambda t: (0, ms[t], -1)
+
+
+def _chains(transforms: Transforms, moving_path: GridLike, reference: GridLike,
+            volumes: int) -> tuple[list[list[_Step]], list[_Field]]:
     """(chains as lists of core steps, fields) for the core."""
     if isinstance(transforms, list) and not _is_matrix_list(transforms):
         items = transforms
@@ -184,18 +221,17 @@ def _chains(transforms, moving_path: str, reference, volumes: int):
     if n != 1 and n != volumes:
         raise _invalid("transforms", f"expected 1 affine or one per volume ({volumes}), but "
                        f"received {n}")
-    fields = []
-    steps: list[Callable[..., tuple[int, Any, int]]] = []  # per element: a function of the volume index giving the core step
-    for kind, value in elements:
-        if kind == "field":
-            fields.append((value[0], value[1].ravel().tolist()))
-            steps.append(lambda t, i=len(fields) - 1: (1, [], i))
-        elif kind == "affine":
-            m = value.ravel().tolist()
-            steps.append(lambda t, m=m: (0, m, -1))
+    fields: list[_Field] = []
+    # Per element: a function of the volume index giving the core step.
+    steps: list[Callable[[int], _Step]] = []
+    for e in elements:
+        if e[0] == "field":
+            fields.append((e[1][0], e[1][1].ravel().tolist()))
+            steps.append(_field_step(len(fields) - 1))
+        elif e[0] == "affine":
+            steps.append(_affine_step(e[1].ravel().tolist()))
         else:
-            ms = [x.ravel().tolist() for x in value]
-            steps.append(lambda t, ms=ms: (0, ms[t], -1))
+            steps.append(_volume_step([x.ravel().tolist() for x in e[1]]))
     chains = [[s(t) for s in steps] for t in range(n)]
     return chains, fields
 
@@ -210,7 +246,7 @@ def _dtype(dtype: npt.DTypeLike | None, out: object) -> np.dtype[Any]:
     return dtype
 
 
-def _count(value, field: str) -> int:
+def _count(value: int | None, field: str) -> int:
     if value is None:
         return 0
     n = operator.index(value)
@@ -240,8 +276,9 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
     a (4, 4) affine for every volume; an (N, 4, 4) stack, one per volume (N = the volume count);
     a displacement field ``(field, affine)`` with field (X, Y, Z, 3) in RAS mm; a file name (a
     NIfTI is read with ``voxpipe.transforms.load_field``: ITK/ANTs when 5-D (X, Y, Z, 1, 3),
-    nitransforms' RAS when 4-D; anything else with ``voxpipe.transforms.load_affines``); or a list of these, a chain applied in list order
-    (nitransforms' TransformChain). Fields must come before any per-volume stack in a chain.
+    nitransforms' RAS when 4-D; anything else with ``voxpipe.transforms.load_affines``); or a
+    list of these, a chain applied in list order (nitransforms' TransformChain). Fields must
+    come before any per-volume stack in a chain.
 
     ``order``, ``mode``, ``cval``, ``prefilter``: as scipy.ndimage (float64 computation; an
     affine-only chain gives scipy.ndimage.affine_transform's values bit for bit).
@@ -274,7 +311,7 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
         moving_img = load(moving_path)
         mshape = tuple(moving_img.shape)
         moving_header = moving_img.header
-        moving_grid = moving_path
+        moving_grid: GridLike = moving_path
     else:
         moving_data, maffine, moving_header = _moving_array(moving, moving_affine)
         mshape = tuple(moving_data.shape)
@@ -295,11 +332,12 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
     if isinstance(progress, str) and progress not in _progress.MODES:
         raise _invalid("progress", "expected a callable, None or one of "
                        f"{', '.join(map(repr, _progress.MODES))}, but received {progress!r}")
-    args = dict(order=operator.index(order), mode=mode, cval=float(cval),
-                prefilter=bool(prefilter), dtype=dtype.name, threads=_count(threads, "threads"),
-                memory_limit=_count(memory_limit, "memory_limit"),
-                reference_header=bytes(ref_header.binaryblock),
-                fast=bool(fast))
+    args = _Options(order=operator.index(order), mode=mode, cval=float(cval),
+                    prefilter=bool(prefilter), dtype=dtype.name,
+                    threads=_count(threads, "threads"),
+                    memory_limit=_count(memory_limit, "memory_limit"),
+                    reference_header=bytes(ref_header.binaryblock),
+                    fast=bool(fast))
     # The output's time step and units: the moving header's, else (an array, or a header
     # without them) the reference's own.
     try:
@@ -308,7 +346,7 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
     except (KeyError, TypeError, IndexError, ValueError):
         time_step, xyzt_units = float(ref_header["pixdim"][4]), int(ref_header["xyzt_units"])
 
-    def run(data, out_path):
+    def run(data: Array | None, out_path: str | None) -> None:
         # The report starts with the work, after every argument is checked.
         callback, report = _progress.reporter(progress, volumes, "voxpipe.resample", "volumes")
         try:
@@ -352,7 +390,7 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
         raise _invalid("out", "expected None, an array or a path, but received "
                        + type(out).__name__)
     run(data, None)
-    klass = Nifti2Image if isinstance(ref_header, Nifti2Header) else Nifti1Image
+    klass: type[Nifti1Image] = Nifti2Image if isinstance(ref_header, Nifti2Header) else Nifti1Image
     header = ref_header.copy()
     if len(shape) == 4:
         header["pixdim"][4] = time_step
