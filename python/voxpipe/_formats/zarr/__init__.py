@@ -10,7 +10,7 @@ from .. import registry
 from ..nifti import check_open_args
 from ..nifti.write import prepare
 from .proxy import load as load_store
-from .write import write as write_store
+from .write import Codec, ZarrFormat, write as write_store
 
 __all__ = ["FORMAT"]
 
@@ -26,8 +26,8 @@ def _load(location: Any, *, mmap: Any = True, keep_file_open: bool | None = None
 
 def _save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
           level: int | None = None, version: int | None = None, threads: int = 0,
-          chunks: Any = None, shards: Any = None, levels: int = 1, codec: str = "zstd",
-          zarr_format: int = 3, **_: Any) -> None:
+          chunks: Any = None, shards: Any = None, levels: int = 1, codec: Codec = "zstd",
+          zarr_format: ZarrFormat = 3, **_: Any) -> None:
     hdr, values, _keeps_stored = prepare(img, affine, header, version, False)
     # Stored values read block by block from the proxy (bounded memory), or the array.
     write_store(os.fspath(filename), hdr, values, chunks=chunks, shards=shards, levels=levels,

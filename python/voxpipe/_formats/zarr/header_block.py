@@ -8,9 +8,10 @@ import math
 import struct
 
 import numpy as np
+import numpy.typing as npt
 
 from ..._foundation.errors import FormatError, LimitError
-from .metadata import level_scales, multiscales
+from .metadata import ZarrGroup, level_scales, multiscales
 
 # The largest header array read: the header, the extension flag and extensions of any size
 # a NIfTI writer makes in practice (CIFTI-2's XML, dcm2niix's JSON: megabytes at most). The
@@ -21,7 +22,7 @@ MAX_HEADER_ARRAY_BYTES = 64 << 20
 _MAX_HEADER_CHUNKS = 1024
 
 
-def read_header_array(group, name: str) -> bytes:
+def read_header_array(group: ZarrGroup, name: str) -> bytes:
     """The stored header block: the ``nifti`` array, a 1-D array of bytes whose size, checked
     before it is read, is at most MAX_HEADER_ARRAY_BYTES in at most _MAX_HEADER_CHUNKS chunks
     (the block is a header of 348 or 540 bytes, then optionally the extension flag and the
@@ -78,7 +79,8 @@ def header_fields(block: bytes, name: str = "") -> tuple[int, str, int]:
     return version, (">" if swapped else "<"), size
 
 
-def level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, ...]) -> bytes:
+def level_header(block: bytes, group: ZarrGroup, path: str, path0: str,
+                 shape: tuple[int, ...]) -> bytes:
     """The header of a coarser level: the level's dims, voxel sizes and affines (the finest
     level's, composed with the change of OME scale and translation between the levels, as the
     specification's reference reader does)."""
@@ -86,12 +88,12 @@ def level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, .
     from nibabel.nifti2 import Nifti2Header
 
     version, order, size = header_fields(block, str(group.store))
-    klass = Nifti1Header if version == 1 else Nifti2Header
+    klass: type[Nifti1Header] = Nifti1Header if version == 1 else Nifti2Header
     hdr = klass(block[:size], endianness=order, check=False)
     qform, qcode = hdr.get_qform(coded=True)
     sform, scode = hdr.get_sform(coded=True)
 
-    def phys(p):
+    def phys(p: str) -> npt.NDArray[np.float64]:
         scale = level_scales(group, p)
         trans = None
         for d in (multiscales(group) or [{}])[0].get("datasets", []):
@@ -117,7 +119,8 @@ def level_header(block: bytes, group, path: str, path0: str, shape: tuple[int, .
         hdr.set_qform(qform @ change, int(qcode))
     if sform is not None:
         hdr.set_sform(sform @ change, int(scode))
-    return hdr.binaryblock + block[size:]
+    head: bytes = hdr.binaryblock
+    return head + block[size:]
 
 
 def virtual_prefix(block: bytes, name: str = "") -> tuple[bytes, int]:

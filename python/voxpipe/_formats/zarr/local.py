@@ -24,7 +24,12 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # zarr is an optional extra: imported when a store is opened
+    from zarr.abc.store import ByteRequest
+    from zarr.core.buffer import Buffer, BufferPrototype
+    from zarr.storage import LocalStore
 
 from ..._foundation.optional import require
 from ..._foundation.errors import LimitError, VoxpipeIOError
@@ -72,7 +77,7 @@ def open_regular(path: str) -> tuple[io.BufferedReader, os.stat_result]:
         raise
 
 
-def _read(path: Path, byte_range: Any, record: dict[str, Identity] | None) -> bytes:
+def _read(path: Path, byte_range: ByteRequest | None, record: dict[str, Identity] | None) -> bytes:
     """The bytes zarr's LocalStore would read for ``byte_range`` (None: all), from a regular
     file only; metadata documents bounded by MAX_METADATA_BYTES."""
     from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
@@ -103,17 +108,19 @@ def _read(path: Path, byte_range: Any, record: dict[str, Identity] | None) -> by
         return f.read(max(0, end - start))
 
 
-def _store_class():
-    zarr = require("zarr", "zarr", "NIfTI-Zarr", "zarr")
+def _store_class() -> type[LocalStore]:
+    require("zarr", "zarr", "NIfTI-Zarr", "zarr")
     from zarr.core.buffer.core import default_buffer_prototype
+    from zarr.storage import LocalStore
 
-    class CheckedLocalStore(zarr.storage.LocalStore):
+    class CheckedLocalStore(LocalStore):
         """zarr's LocalStore reading regular files only (module docstring); while ``record``
         is a dict, the identity of every file read goes into it."""
 
         record: dict[str, Identity] | None = None
 
-        def _get_checked(self, key: str, prototype, byte_range):
+        def _get_checked(self, key: str, prototype: BufferPrototype | None,
+                         byte_range: ByteRequest | None) -> Buffer | None:
             if prototype is None:
                 prototype = default_buffer_prototype()
             try:
@@ -122,27 +129,32 @@ def _store_class():
                 return None
             return prototype.buffer.from_bytes(data)
 
-        def get_sync(self, key, *, prototype=None, byte_range=None):
+        def get_sync(self, key: str, *, prototype: BufferPrototype | None = None,
+                     byte_range: ByteRequest | None = None) -> Buffer | None:
             self._ensure_open_sync()
             return self._get_checked(key, prototype, byte_range)
 
-        async def get(self, key, prototype=None, byte_range=None):
+        async def get(self, key: str, prototype: BufferPrototype | None = None,
+                      byte_range: ByteRequest | None = None) -> Buffer | None:
             if not self._is_open:
                 await self._open()
             return await asyncio.to_thread(self._get_checked, key, prototype, byte_range)
 
-        async def get_partial_values(self, prototype, key_ranges: Iterable[tuple[str, Any]]):
+        async def get_partial_values(
+                self, prototype: BufferPrototype,
+                key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
             return await asyncio.gather(*(asyncio.to_thread(self._get_checked, key, prototype, r)
                                           for key, r in key_ranges))
 
     return CheckedLocalStore
 
 
-_StoreClass: Any = None
+_StoreClass: type[LocalStore] | None = None
 
 
-def local_store(location: str, read_only: bool):
-    """A zarr store over the local folder ``location`` that reads regular files only."""
+def local_store(location: str, read_only: bool) -> LocalStore:
+    """A zarr store over the local folder ``location`` that reads regular files only (a
+    CheckedLocalStore: its ``record``, set to a dict, collects the identity of each file read)."""
     global _StoreClass
     if _StoreClass is None:
         _StoreClass = _store_class()
@@ -153,7 +165,7 @@ class StoreIdentity:
     """What a local store was when opened: its folder's identity and each recorded file's,
     by path. ``check`` compares them with the files there now."""
 
-    def __init__(self, root: str, files: dict[str, Identity]):
+    def __init__(self, root: str, files: dict[str, Identity]) -> None:
         self.root = root
         self.files = dict(files)
         self.folder = identity_of(os.stat(root))[0]  # a folder's size and mtime change with use

@@ -5,7 +5,7 @@ chunk or the header array (header_block.py); the opened store is read.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -14,6 +14,13 @@ import numpy as np
 from ..._foundation.header import core_dtype_name
 from ..._foundation.optional import require
 from ..._foundation.errors import FormatError, InvalidArgumentError
+
+# zarr's objects: a group, an array, an array's metadata (v2 or v3). zarr is an optional extra,
+# imported when a store is opened, and its metadata are read alike across both formats' classes
+# (getattr where only one has a field): they are typed as what they are, any object.
+ZarrGroup = Any
+ZarrArray = Any
+ZarrMetadata = Any
 
 # The axes a NIfTI-Zarr array may have, slowest first, and the NIfTI axis each one is.
 ZARR_AXES = ("t", "c", "z", "y", "x")
@@ -28,7 +35,7 @@ def zarr_module() -> ModuleType:
     return require("zarr", "zarr", "NIfTI-Zarr", "zarr")
 
 
-def axes_of(group, array, ndim: int) -> list[str]:
+def axes_of(group: ZarrGroup, array: ZarrArray, ndim: int) -> list[str]:
     """The names of the array's axes, slowest first: the OME multiscales axes, else the
     array's dimension_names, else the specification's order cut to ``ndim``."""
     ms = multiscales(group)
@@ -42,14 +49,14 @@ def axes_of(group, array, ndim: int) -> list[str]:
     return names
 
 
-def multiscales(group) -> list[Any]:
+def multiscales(group: ZarrGroup) -> list[Any]:
     attrs = group.attrs.asdict()
     ome = attrs.get("ome")
     ms = ome.get("multiscales") if isinstance(ome, Mapping) else attrs.get("multiscales")
     return ms if isinstance(ms, list) else []
 
 
-def level_path(group, level: int, name: str) -> str:
+def level_path(group: ZarrGroup, level: int, name: str) -> str:
     ms = multiscales(group)
     datasets = ms[0].get("datasets", []) if ms else []
     paths = [str(d["path"]) for d in datasets if isinstance(d, Mapping) and "path" in d]
@@ -64,7 +71,7 @@ def level_path(group, level: int, name: str) -> str:
     return paths[level]
 
 
-def level_scales(group, path: str) -> list[float] | None:
+def level_scales(group: ZarrGroup, path: str) -> list[float] | None:
     for d in (multiscales(group) or [{}])[0].get("datasets", []):
         if str(d.get("path")) == path:
             for t in d.get("coordinateTransformations", []):
@@ -73,7 +80,7 @@ def level_scales(group, path: str) -> list[float] | None:
     return None
 
 
-def stored_dtype(array) -> tuple[np.dtype, bool]:
+def stored_dtype(array: ZarrArray) -> tuple[np.dtype[Any], bool]:
     """(the elements' dtype, whether they are stored big-endian): zarr v3 says the byte order in
     its bytes codec, v2 in the dtype."""
     meta = array.metadata
@@ -99,7 +106,8 @@ class Shards:
     (each inner chunk's (offset, size) as little-endian uint64, C order over the shard's inner
     grid; (2^64-1, 2^64-1) for an absent one; a CRC32C after it where the index has one)."""
 
-    def __init__(self, shard_shape, inner_shape, at_end: bool, crc: bool):
+    def __init__(self, shard_shape: Sequence[int], inner_shape: Sequence[int], at_end: bool,
+                 crc: bool) -> None:
         self.shape = [int(d) for d in shard_shape]
         self.per = [int(d) // int(c) for d, c in zip(shard_shape, inner_shape)]
         self.count = int(np.prod(self.per, dtype=np.int64))
@@ -107,7 +115,7 @@ class Shards:
         self.index_bytes = 16 * self.count + (4 if crc else 0)
 
 
-def shards_of(meta) -> tuple[Shards, list[Any]] | None:
+def shards_of(meta: ZarrMetadata) -> tuple[Shards, list[Any]] | None:
     """(the shard layout, the inner chunks' codecs) of a v3 array sharded in the layout the core
     reads (a plain inner bytes codec and compressor; an index of bytes and optionally crc32c),
     else None."""
@@ -126,7 +134,7 @@ def shards_of(meta) -> tuple[Shards, list[Any]] | None:
     return shards, list(sharding.codecs)
 
 
-def _sizes(values, minimum: int, field: str, name: str) -> list[int]:
+def _sizes(values: Sequence[Any], minimum: int, field: str, name: str) -> list[int]:
     """Sizes from metadata as ints in [minimum, 2^62]: what a shape or chunk shape can be, and
     what index arithmetic over them holds without overflow."""
     out = []
@@ -139,7 +147,8 @@ def _sizes(values, minimum: int, field: str, name: str) -> list[int]:
     return out
 
 
-def core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, Any] | None:
+def core_spec(array: ZarrArray, dtype: np.dtype[Any], big_endian: bool,
+              name: str) -> dict[str, Any] | None:
     """The core's description of the array where the core decodes its chunks (regular chunks,
     or the inner chunks of regular shards; zstd, blosc, gzip, zlib or none; no filters or
     transposes), else None."""
@@ -182,18 +191,18 @@ def core_spec(array, dtype: np.dtype, big_endian: bool, name: str) -> dict[str, 
         return None
     fill = np.asarray(array.metadata.fill_value if getattr(meta, "zarr_format", 3) == 3
                       else (meta.fill_value if meta.fill_value is not None else 0))
-    fill = fill.astype(dtype.newbyteorder(">" if big_endian else "<")).tobytes()
+    fill_bytes = fill.astype(dtype.newbyteorder(">" if big_endian else "<")).tobytes()
     return {"shape": _sizes(array.shape, 0, "shape", name),
             "chunk_shape": _sizes(chunk_shape, 1, "chunk_shape", name),
             "dtype": dtype_name, "big_endian": big_endian, "chunk_f_order": order_f,
-            "compressor": compressor, "fill_value": fill, "name": name}
+            "compressor": compressor, "fill_value": fill_bytes, "name": name}
 
 
 # Codecs that compress nothing: how elements are laid out (bytes, transpose) and checksums.
 _NOT_COMPRESSORS = frozenset({"bytes", "transpose", "crc32c"})
 
 
-def compression_of(array) -> str:
+def compression_of(array: ZarrArray) -> str:
     """How the array's chunks are compressed, as its metadata say: each compressor's name, blosc's
     inner compressor, and the level ("blosc zstd 5", "gzip 1"; chained ones joined by " + "),
     followed by " (sharded)" for the inner chunks of a sharded array; "none" where the chunks

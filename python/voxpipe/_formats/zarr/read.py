@@ -22,10 +22,11 @@ them: metadata.py; the stored header block: header_block.py; writing: write.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..._foundation.native import core as _core
 from ..._sources import remote as _remote
@@ -34,10 +35,16 @@ from ..._foundation.header import core_dtype_name
 from ..._foundation.optional import require
 from .header_block import level_header, read_header_array, virtual_prefix
 from .local import StoreIdentity, local_store
-from .metadata import (NIFTI_AXIS, ZARR_AXES, axes_of, core_spec, compression_of, level_path,
-                       multiscales, shards_of, stored_dtype, zarr_module)
+from .metadata import (NIFTI_AXIS, ZARR_AXES, Shards, ZarrArray, ZarrGroup, axes_of, core_spec,
+                       compression_of, level_path, multiscales, shards_of, stored_dtype,
+                       zarr_module)
 from ..._foundation.errors import (CorruptError, FormatError, LimitError, TruncatedError,
                                    VoxpipeError, VoxpipeFileNotFoundError, VoxpipeIOError)
+from ..nifti.slicing import Range
+
+# A chunk as the core's read_zarr_chunks takes it: (grid index, key, the local file holding it
+# or None, its encoded bytes or None; neither: absent, the fill value).
+Chunk = tuple[tuple[int, ...], str, "str | None", "npt.NDArray[np.uint8] | None"]
 
 
 def is_nifti_zarr(path: Any) -> bool:
@@ -51,9 +58,11 @@ def is_nifti_zarr(path: Any) -> bool:
     return path.split("?", 1)[0].rstrip("/").lower().endswith(".zarr")
 
 
-def _group_store(location: str, storage_options: Mapping[str, Any] | None, read_only: bool):
+def _group_store(location: str, storage_options: Mapping[str, Any] | None,
+                 read_only: bool) -> Any:
     """A zarr store rooted at ``location``: a local folder, or a URL through voxpipe's obstore
-    client (configured as for vp.load)."""
+    client (configured as for vp.load). Any: zarr's ObjectStore, or local.py's checked
+    LocalStore, whose ``record`` the open sets."""
     zarr = zarr_module()
     if _remote.is_url(location):
         store, _ = _remote.store_for(location.rstrip("/") + "/zarr.json", storage_options)
@@ -87,8 +96,19 @@ class NiftiZarr:
     how the array's axes map to NIfTI's. What the proxy reads through, and what it pickles as
     (location, options, level)."""
 
+    group: ZarrGroup
+    array: ZarrArray
+    name: str
+    stored_header: bytes
+    axes: list[str]
+    stored_dtype: np.dtype[Any]
+    stored_big_endian: bool
+    spec: dict[str, Any] | None
+    shards: Shards | None
+    identity: StoreIdentity | None
+
     def __init__(self, location: str, storage_options: Mapping[str, Any] | None = None,
-                 level: int = 0):
+                 level: int = 0) -> None:
         zarr = zarr_module()
         self.location = location
         # What the store pickles as: a local store by its absolute name, made so against the
@@ -130,7 +150,7 @@ class NiftiZarr:
         finally:
             store.record = None
 
-    def _open(self, zarr, store, name: str) -> None:
+    def _open(self, zarr: Any, store: Any, name: str) -> None:
         """The group, the level's array and its name."""
         try:
             # Zarr v3 first, then v2: asked for either, zarr probes both formats' files (and
@@ -173,7 +193,7 @@ class NiftiZarr:
         if self.identity is not None:
             self.identity.check(self.location)
 
-    def _check_axes(self):
+    def _check_axes(self) -> None:
         names = self.axes
         if (len(names) != self.array.ndim or len(set(names)) != len(names)
                 or any(n not in NIFTI_AXIS for n in names)):
@@ -187,7 +207,7 @@ class NiftiZarr:
         n = max(NIFTI_AXIS[a] for a in self.axes) + 1
         return tuple(int(sizes.get(a, 1)) for a in ("x", "y", "z", "t", "c")[:max(n, 3)])
 
-    def check_against(self, shape: Sequence[int], dtype: np.dtype):
+    def check_against(self, shape: Sequence[int], dtype: np.dtype[Any]) -> None:
         """The header's shape and dtype against the array's: a store whose header describes
         other voxels than its array holds is refused, naming both."""
         sizes = dict(zip(self.axes, self.array.shape))
@@ -210,16 +230,17 @@ class NiftiZarr:
     def _local_chunk_root(self) -> str | None:
         store = self.array.store
         root = getattr(store, "root", None)
-        # zarr's LocalStore or voxpipe's checked one (_zarr_local); the core's chunk files are
+        # zarr's LocalStore or voxpipe's checked one (local.py); the core's chunk files are
         # regular files only too (core::InputFile).
         if root is None or not any(c.__name__ == "LocalStore" for c in type(store).__mro__):
             return None
-        return os.path.join(os.fspath(root), *self.array.path.split("/"))
+        folder: str = os.fspath(root)
+        return os.path.join(folder, *self.array.path.split("/"))
 
     # -- reads -----------------------------------------------------------------------------------
-    def read(self, ranges: Sequence[tuple[int, int, int]], dtype: np.dtype, apply_scaling: bool,
-             file_order: bool, real_part: bool, slope: float, inter: float, out: np.ndarray,
-             threads: int):
+    def read(self, ranges: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
+             file_order: bool, real_part: bool, slope: float, inter: float,
+             out: npt.NDArray[Any], threads: int) -> None:
         """Decode the NIfTI-axis ranges (start, step, count) into ``out`` (F-ordered, of the
         ranges' counts), as the NIfTI reader's OutputSpec says. Afterwards, the store is checked
         to be the one opened (check_unchanged): values read from a store replaced under the
@@ -231,21 +252,23 @@ class NiftiZarr:
             raise _failure(self.name, "chunk", exc) from exc
         self.check_unchanged()
 
-    def _read(self, ranges, dtype, apply_scaling, file_order, real_part, slope, inter, out,
-              threads):
+    def _read(self, ranges: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
+              file_order: bool, real_part: bool, slope: float, inter: float,
+              out: npt.NDArray[Any], threads: int) -> None:
         sel, strides = self._zarr_selection(ranges)
         flat = out.reshape(-1, order="F").view(np.uint8) if out.size else np.empty(0, np.uint8)
         if any(c == 0 for _, _, c in sel):
             return
         name = core_dtype_name(dtype)
         if self.spec is not None:
-            chunks = self._chunks_for(sel)
+            chunks = self._chunks_for(sel, self.spec)
             _core.read_zarr_chunks(self.spec, chunks, sel, name, apply_scaling, file_order,
                                    real_part, slope, inter, flat, strides, threads)
             return
         # zarr decodes (codecs the core does not), the core converts: one uncompressed chunk
         # holding exactly the selection, read back with the selection's own steps.
-        slices, local = [], []
+        slices: list[slice] = []
+        local: list[Range] = []
         for start, step, count in sel:
             lo = start if step > 0 else start + step * (count - 1)
             hi = lo + abs(step) * (count - 1) + 1
@@ -269,52 +292,53 @@ class NiftiZarr:
                                local, name, apply_scaling, file_order, real_part, slope, inter,
                                flat, strides, threads)
 
-    def _raw_spec(self):
+    def _raw_spec(self) -> dict[str, Any]:
         return {"dtype": core_dtype_name(self.stored_dtype), "big_endian": self.stored_big_endian,
                 "fill_value": b"", "name": self.name}
 
-    def _zarr_selection(self, ranges):
+    def _zarr_selection(self, ranges: Sequence[Range]) -> tuple[list[Range], list[int]]:
         """(per zarr axis (start, step, count), per zarr axis the element stride in ``out``)."""
         counts = [c for _, _, c in ranges]
         fstrides = [int(np.prod(counts[:i], dtype=np.int64)) for i in range(len(counts))]
-        sel, strides = [], []
+        sel: list[Range] = []
+        strides: list[int] = []
         for name in self.axes:
             axis = NIFTI_AXIS[name]
             if axis < len(ranges):
-                sel.append(tuple(int(v) for v in ranges[axis]))
+                start, step, count = ranges[axis]
+                sel.append((int(start), int(step), int(count)))
                 strides.append(fstrides[axis])
             else:
                 sel.append((0, 1, 1))
                 strides.append(0)
         return sel, strides
 
-    def _chunks_for(self, sel):
+    def _chunks_for(self, sel: Sequence[Range], spec: dict[str, Any]) -> list[Chunk]:
         """(grid index, key, local path or None, bytes or None) of every chunk ``sel`` touches."""
-        cshape = self.spec["chunk_shape"]
+        cshape = spec["chunk_shape"]
         per_axis = []
         for (start, step, count), cs in zip(sel, cshape):
             idx = start + step * np.arange(count, dtype=np.int64)
             per_axis.append(np.unique(idx // cs).tolist())
-        grid = [()]
+        grid: list[tuple[int, ...]] = [()]
         for ids in per_axis:
             grid = [g + (i,) for g in grid for i in ids]
         encode = self.array.metadata.encode_chunk_key
         if self.shards is not None:
-            return self._inner_chunks(grid)
+            return self._inner_chunks(grid, self.shards)
         keys = [encode(g) for g in grid]
         if self._chunk_root is not None:
-            out = []
+            out: list[Chunk] = []
             for g, key in zip(grid, keys):
                 path = os.path.join(self._chunk_root, *key.split("/"))
                 out.append((g, key, path, None) if os.path.exists(path) else (g, key, None, None))
             return out
         return [(g, key, None, data) for g, key, data in zip(grid, keys, self._get_many(keys))]
 
-    def _inner_chunks(self, grid):
+    def _inner_chunks(self, grid: list[tuple[int, ...]], sh: Shards) -> list[Chunk]:
         """The inner chunks (grid indices over the inner chunk grid) of a sharded array: for
         each shard touched, its index read (one ranged read) and checked, then the span of its
         touched inner chunks (one more), fetched concurrently across shards."""
-        sh = self.shards
         by_shard: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         for g in grid:
             by_shard.setdefault(tuple(i // p for i, p in zip(g, sh.per)), []).append(g)
@@ -324,9 +348,9 @@ class NiftiZarr:
         # Each touched inner chunk's (offset, size) in its shard, None where it is absent (no
         # shard, or the index's marker); each shard's span over the present ones.
         where: dict[tuple[int, ...], tuple[int, int] | None] = {}
-        spans = {}
+        spans: dict[tuple[int, ...], tuple[int, int]] = {}
         for s, data in zip(by_shard, indexes):
-            table = None if data is None else self._shard_index(shard_keys[s], data)
+            table = None if data is None else self._shard_index(shard_keys[s], data, sh)
             for g in by_shard[s]:
                 entry = None
                 if table is not None:
@@ -336,22 +360,23 @@ class NiftiZarr:
                     if not offset == size == absent:
                         entry = (offset, size)
                 where[g] = entry
-            present = [where[g] for g in by_shard[s] if where[g] is not None]
+            present = [e for e in (where[g] for g in by_shard[s]) if e is not None]
             if present:
                 spans[s] = (min(o for o, _ in present), max(o + n for o, n in present))
         span_keys = list(spans)
         blobs = self._get_many([shard_keys[s] for s in span_keys],
                                ranges=[spans[s] for s in span_keys])
         data_of = dict(zip(span_keys, blobs))
-        out = []
+        out: list[Chunk] = []
         for s, members in by_shard.items():
             blob = data_of.get(s)
             for g in members:
                 key = f"{shard_keys[s]} (inner chunk {tuple(i % p for i, p in zip(g, sh.per))})"
-                if where[g] is None:
+                entry = where[g]
+                if entry is None:
                     out.append((g, key, None, None))
                     continue
-                offset, size = where[g]
+                offset, size = entry
                 lo = offset - spans[s][0]
                 if blob is None or lo + size > len(blob):
                     raise TruncatedError(f"{self.name}: {key}: expected {size} bytes at offset "
@@ -360,10 +385,10 @@ class NiftiZarr:
                 out.append((g, key, None, blob[lo:lo + size]))
         return out
 
-    def _shard_index(self, key: str, data) -> np.ndarray:
+    def _shard_index(self, key: str, data: npt.NDArray[np.uint8],
+                     sh: Shards) -> npt.NDArray[np.uint64]:
         """A shard's index as (inner chunks, 2) uint64, its CRC32C checked."""
-        sh = self.shards
-        raw = memoryview(data).cast("B")
+        raw = data.data.cast("B")  # the array's memory (NumPy types no __buffer__ before 3.12)
         if len(raw) != sh.index_bytes:
             raise TruncatedError(f"{self.name}: {key}: expected a shard index of "
                                  f"{sh.index_bytes} bytes, but the shard holds {len(raw)}",
@@ -373,14 +398,16 @@ class NiftiZarr:
             # zarr's own crc32c codec runs google-crc32c: the same checksum, the same library.
             google_crc32c = require("google_crc32c", "zarr", "NIfTI-Zarr", "google-crc32c")
             want = int.from_bytes(raw[16 * sh.count:], "little")
-            have = google_crc32c.value(bytes(body))
+            have: int = google_crc32c.value(bytes(body))
             if want != have:
                 raise CorruptError(f"{self.name}: {key}: shard index CRC32C mismatch (stored "
                                    f"{want:08x}, computed {have:08x})", path=self.name,
                                    field="shard index")
         return np.frombuffer(body, dtype="<u8").reshape(sh.count, 2)
 
-    def _get_many(self, keys, *, index=None, ranges=None):
+    def _get_many(self, keys: Sequence[str], *, index: Shards | None = None,
+                  ranges: Sequence[tuple[int, int]] | None = None
+                  ) -> list[npt.NDArray[np.uint8] | None]:
         """The encoded objects under ``keys`` (None where absent), fetched concurrently through
         the zarr store (obstore for URLs): whole, or a shard's index (``index``: the layout), or
         [start, end) of each (``ranges``)."""
@@ -393,7 +420,7 @@ class NiftiZarr:
         store, prefix = self.array.store, self.array.path
         proto = default_buffer_prototype()
 
-        def request(i):
+        def request(i: int) -> RangeByteRequest | SuffixByteRequest | None:
             if ranges is not None:
                 return RangeByteRequest(*ranges[i])
             if index is not None:
@@ -401,13 +428,14 @@ class NiftiZarr:
                 return SuffixByteRequest(n) if index.at_end else RangeByteRequest(0, n)
             return None
 
-        async def get_all():
+        async def get_all() -> list[npt.NDArray[np.uint8] | None]:
             bufs = await asyncio.gather(*(store.get(f"{prefix}/{k}" if prefix else k, proto,
                                                     byte_range=request(i))
                                           for i, k in enumerate(keys)))
             return [None if b is None else b.as_numpy_array() for b in bufs]
 
-        return sync(get_all())
+        fetched: list[npt.NDArray[np.uint8] | None] = sync(get_all())
+        return fetched
 
 
 # -- the virtual .nii the core opens ---------------------------------------------------------
@@ -415,14 +443,15 @@ class _VirtualFetcher:
     """The core's fetcher of the virtual .nii: header bytes from the prefix, data bytes decoded
     from the store (stored values, in the header's byte order), range by range."""
 
-    def __init__(self, store: NiftiZarr, prefix: bytes, shape, dtype: np.dtype, threads: int):
+    def __init__(self, store: NiftiZarr, prefix: bytes, shape: Sequence[int],
+                 dtype: np.dtype[Any], threads: int) -> None:
         self._store, self._prefix = store, prefix
         self._shape, self._dtype, self._threads = tuple(shape), dtype, threads
 
-    def __call__(self, ranges):
+    def __call__(self, ranges: list[tuple[int, int]]) -> list[npt.NDArray[np.uint8]]:
         return [self.get(offset, size) for offset, size in ranges]
 
-    def get(self, offset: int, size: int):
+    def get(self, offset: int, size: int) -> npt.NDArray[np.uint8]:
         out = np.empty(size, np.uint8)
         head = len(self._prefix)
         if offset < head:
@@ -442,7 +471,8 @@ class _VirtualFetcher:
         return out
 
 
-def read_stored_values(store: NiftiZarr, ranges, out: np.ndarray, threads: int):
+def read_stored_values(store: NiftiZarr, ranges: Sequence[Range], out: npt.NDArray[Any],
+                       threads: int) -> None:
     """The stored values of the NIfTI-axis ``ranges`` into ``out`` (its dtype's byte order)."""
     stored_order = ">" if store.stored_big_endian else "<"
     want = out.dtype.byteorder if out.dtype.byteorder in "<>" else ("<" if np.little_endian
@@ -456,13 +486,15 @@ def read_stored_values(store: NiftiZarr, ranges, out: np.ndarray, threads: int):
         out.view(out.dtype.newbyteorder("=")).byteswap(inplace=True)
 
 
-def _flat_boxes(e0: int, e1: int, shape: Sequence[int]):
+def _flat_boxes(e0: int, e1: int,
+                shape: Sequence[int]) -> Iterator[tuple[list[Range], int]]:
     """The flat F-order element range [e0, e1) of an array of ``shape`` as boxes, each a run of
     consecutive elements: ([(start, 1, count) per axis], the box's first flat index)."""
     n = len(shape)
     strides = [int(np.prod(shape[:k], dtype=np.int64)) for k in range(n)]
     while e0 < e1:
-        idx, rem = [], e0
+        idx: list[int] = []
+        rem = e0
         for k in range(n):
             idx.append(rem % shape[k])
             rem //= shape[k]
@@ -476,7 +508,7 @@ def _flat_boxes(e0: int, e1: int, shape: Sequence[int]):
         e0 += count * strides[k]
 
 
-def open_input(store: NiftiZarr, threads: int = 0):
+def open_input(store: NiftiZarr, threads: int = 0) -> tuple[_core.RemoteInput, int]:
     """(a _core.RemoteInput of the .nii whose header is the store's stored block and whose data
     are the store's voxels, decoded on demand; the stored vox_offset where the virtual file had
     to change it (vox_offset means nothing in a store), else -1)."""
@@ -500,14 +532,14 @@ def open_input(store: NiftiZarr, threads: int = 0):
     return data, raised
 
 
-def open_core(store: NiftiZarr, threads: int = 0):
+def open_core(store: NiftiZarr, threads: int = 0) -> tuple[_core.NiftiImage, int]:
     """(the core image of the store, opened as the .nii of open_input; the stored vox_offset
     where it is another, else -1)."""
     data, raised = open_input(store, threads)
     return _core.open_remote(data), raised
 
 
-def open_core_input(location: str):
+def open_core_input(location: str) -> _core.RemoteInput:
     """The core's handler for a store's path: the store as a .nii (voxpipe info, convert,
     resample, view)."""
     return open_input(NiftiZarr(location))[0]
@@ -529,7 +561,7 @@ def describe_layout(location: str) -> str:
         levels = len(datasets) or sum(1 for i in range(64) if str(i) in store.group)
         lines.append(f"levels={levels}")
 
-        def nifti_order(sizes) -> str:
+        def nifti_order(sizes: Sequence[int]) -> str:
             by_axis = dict(zip(store.axes, sizes))
             return ",".join(str(int(by_axis[a]))
                             for a in sorted(by_axis, key=NIFTI_AXIS.__getitem__))

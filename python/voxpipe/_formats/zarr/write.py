@@ -14,16 +14,27 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
+from nibabel.nifti1 import Nifti1Header
 
 from ..._foundation.native import core as _core
 from ..._sources import remote as _remote
 from ..._foundation.optional import require
-from .metadata import NIFTI_AXIS, ZARR_AXES, zarr_module
+from .metadata import NIFTI_AXIS, ZARR_AXES, ZarrArray, zarr_module
 from ..._foundation.errors import InvalidArgumentError, UnsupportedError
+from ..._foundation.types import Array
+from ..nifti.proxy import ArrayProxy
+
+# What write takes as a codec's name, and as the Zarr version.
+Codec = Literal["zstd", "blosc", "gzip", "none"]
+ZarrFormat = Literal[2, 3]
+
+# (the stored bytes of a chunk from its C-ordered values, the dtype chunks are stored in).
+Encoder = tuple[Callable[[npt.NDArray[Any]], bytes], np.dtype[Any]]
 
 _OME_TYPES = {"x": "space", "y": "space", "z": "space", "t": "time", "c": "channel"}
 
@@ -32,7 +43,9 @@ _SPACE_UNITS = {1: "meter", 2: "millimeter", 3: "micrometer"}
 _TIME_UNITS = {8: "second", 16: "millisecond", 24: "microsecond"}
 
 
-def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int):
+def _compressor(codec: str, level: int | None, zarr_format: int, itemsize: int) -> Any:
+    """The codec object create_array takes for ``codec`` (zarr's for v3, numcodecs' for v2),
+    or None for "none"."""
     zarr = zarr_module()
     if codec == "none":
         return None
@@ -81,7 +94,8 @@ def _default_chunks(nshape: Sequence[int], itemsize: int) -> list[int]:
     return [x, y, max(1, min(z, _SLAB_BYTES // slice_bytes))]
 
 
-def _nifti_order(values: Sequence[int] | int | None, nshape, what: str) -> list[int] | None:
+def _nifti_order(values: Sequence[int] | int | None, nshape: Sequence[int],
+                 what: str) -> list[int] | None:
     if values is None:
         return None
     if isinstance(values, int):
@@ -96,13 +110,13 @@ def _nifti_order(values: Sequence[int] | int | None, nshape, what: str) -> list[
     return [min(v, d) for v, d in zip(values + rest, nshape)]
 
 
-def _ome_metadata(hdr, axes: list[str], shapes: list[list[int]], method: str,
+def _ome_metadata(hdr: Nifti1Header, axes: list[str], shapes: list[list[int]], method: str,
                   zarr_format: int, name: str) -> dict[str, Any]:
     zooms = list(hdr.get_zooms()) + [1.0] * 5
     units = int(hdr["xyzt_units"])
     space_unit, time_unit = _SPACE_UNITS.get(units & 7), _TIME_UNITS.get(units & 0x38)
 
-    def positive(v):
+    def positive(v: float) -> float:
         v = float(v)
         return v if math.isfinite(v) and v > 0 else 1.0
 
@@ -135,7 +149,7 @@ def _ome_metadata(hdr, axes: list[str], shapes: list[list[int]], method: str,
     return {"multiscales": [dict(ms, version="0.4")]}
 
 
-def _header_array_bytes(hdr) -> bytes:
+def _header_array_bytes(hdr: Nifti1Header) -> bytes:
     """The header block as the specification stores it: the header, then, where there are
     extensions, the extension flag and the extensions (nibabel's write_to, vox_offset set as
     for a .nii)."""
@@ -148,7 +162,7 @@ def _header_array_bytes(hdr) -> bytes:
     return data if len(hdr.extensions) else data[:hdr.sizeof_hdr]
 
 
-def _downsample(volume: np.ndarray, nearest: bool) -> np.ndarray:
+def _downsample(volume: Array, nearest: bool) -> Array:
     """A C-ordered (..., Z, Y, X) block halved along each spatial axis longer than 1: the mean
     of each 2x2x2 cell (edges repeated on odd sizes; integers rounded half to even and clipped),
     or, for labels, the cell's first voxel."""
@@ -163,8 +177,8 @@ def _downsample(volume: np.ndarray, nearest: bool) -> np.ndarray:
     lead = v.shape[:-3]
     cells = v.reshape(lead + sum(((d // f, f) for d, f in zip(v.shape[-3:], factors)), ()))
     # Means in float64, rounded once to the stored type.
-    acc = cells.mean(axis=(-5, -3, -1), dtype=np.complex128 if v.dtype.kind == "c"
-                     else np.float64)
+    acc: Array = cells.mean(axis=(-5, -3, -1), dtype=np.complex128 if v.dtype.kind == "c"
+                            else np.float64)
     if volume.dtype.kind in "iub":
         acc = np.rint(acc)
         if volume.dtype.kind != "b":
@@ -173,9 +187,10 @@ def _downsample(volume: np.ndarray, nearest: bool) -> np.ndarray:
     return acc.astype(volume.dtype)
 
 
-def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
-          codec: Literal["zstd", "blosc", "gzip", "none"] = "zstd", level: int | None = None,
-          zarr_format: Literal[2, 3] = 3, threads: int = 0) -> None:
+def write(path: str, hdr: Nifti1Header, values: ArrayProxy | Array, *,
+          chunks: Sequence[int] | int | None = None, shards: Sequence[int] | int | None = None,
+          levels: int = 1, codec: Codec = "zstd", level: int | None = None,
+          zarr_format: ZarrFormat = 3, threads: int = 0) -> None:
     """Write the NIfTI-Zarr store ``path``: ``hdr`` (slope/inter already those of the stored
     values) and ``values``, the stored values (an ArrayProxy read unscaled block by block, or an
     array in the header's dtype), with ``levels`` pyramid levels. Written into a temporary
@@ -225,7 +240,7 @@ def write(path: str, hdr, values, *, chunks=None, shards=None, levels: int = 1,
     try:
         group = zarr.open_group(store=zarr.storage.LocalStore(tmp), mode="w",
                                 zarr_format=zarr_format)
-        extra = {"dimension_names": axes} if zarr_format == 3 else {}
+        extra: dict[str, Any] = {"dimension_names": axes} if zarr_format == 3 else {}
         if zshards is not None:
             extra["shards"] = zshards
         arr = group.create_array("0", shape=zshape, chunks=zchunks, dtype=dtype,
@@ -392,7 +407,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _chunk_encoder(arr):
+def _chunk_encoder(arr: ZarrArray) -> Encoder | None:
     """(a function giving the stored bytes of one chunk, the dtype chunks are stored in) where
     the array's codecs are zarr's plain ones (v3: bytes, then zstd, blosc or gzip; v2: one
     numcodecs compressor, no filters): the bytes zarr would store, made by the same numcodecs
@@ -429,13 +444,15 @@ def _chunk_encoder(arr):
     return None
 
 
-def _write_values(arr, root, values, nshape, perm, zchunks, dtype, threads):
+def _write_values(arr: ZarrArray, root: str, values: ArrayProxy | Array, nshape: list[int],
+                  perm: list[int], zchunks: list[int], dtype: np.dtype[Any],
+                  threads: int) -> None:
     """The stored values into level 0, a block of whole chunks along the slowest axis at a
     time (volumes for 4D/5D, slabs for 3D): each block decoded from the source straight into
     one buffer; its chunks encoded on `threads` threads and written into the store's folder
     `root` while the next block is read (or, for codecs _chunk_encoder leaves to zarr, handed
     to zarr). Memory: two blocks."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     lead = perm[0]  # the NIfTI axis of zarr's slowest axis: t (4D/5D) or z (3D)
     per_index = int(np.prod([d for i, d in enumerate(nshape) if i != lead], dtype=np.int64))
@@ -449,9 +466,10 @@ def _write_values(arr, root, values, nshape, perm, zchunks, dtype, threads):
     folder = os.path.join(root, *arr.path.split("/"))
     made: set[str] = set()
 
-    def store(block, start, grid):
+    def store(block: Array, start: int, grid: tuple[int, ...], encoder: Encoder) -> None:
         """Chunk `grid` of the block whose slowest index starts at `start`: padded to the whole
         chunk shape as zarr stores edge chunks, encoded, written."""
+        encode, stored = encoder
         region = tuple(slice(g * c, min((g + 1) * c, d))
                        for g, c, d in zip(grid, zchunks, arr.shape))
         local = (slice(region[0].start - start, region[0].stop - start),) + region[1:]
@@ -470,13 +488,12 @@ def _write_values(arr, root, values, nshape, perm, zchunks, dtype, threads):
         with open(path, "wb") as f:
             f.write(data)
 
-    pending: list[Any] = []
-    encode, stored = encoder if encoder is not None else (None, None)
+    pending: list[Future[None]] = []
     with ThreadPoolExecutor(workers) as pool:
         for i0 in range(0, n, per_block):
             i1 = min(n, i0 + per_block)
             sel = tuple(slice(i0, i1) if i == lead else slice(None) for i in range(vdims))
-            block = values.read(sel, scaling=False) if read is not None else \
+            block: Array = read(sel, scaling=False) if read is not None else \
                 np.asarray(values)[sel]
             block = block.reshape([i1 - i0 if i == lead else d for i, d in enumerate(nshape)],
                                   order="F").transpose(perm)
@@ -488,12 +505,13 @@ def _write_values(arr, root, values, nshape, perm, zchunks, dtype, threads):
                 f.result()
             grids = [range(i0 // zchunks[0], -(-i1 // zchunks[0]))] + \
                 [range(-(-d // c)) for d, c in zip(arr.shape[1:], zchunks[1:])]
-            pending = [pool.submit(store, block, i0, g) for g in itertools.product(*grids)]
+            pending = [pool.submit(store, block, i0, g, encoder)
+                       for g in itertools.product(*grids)]
         for f in pending:
             f.result()
 
 
-def _write_level(prev, cur, nearest: bool):
+def _write_level(prev: ZarrArray, cur: ZarrArray, nearest: bool) -> None:
     """Level n from level n-1, one index of the slowest non-spatial axis at a time (one volume
     in memory), or whole for 3D."""
     lead = prev.shape[:-3]
@@ -503,5 +521,3 @@ def _write_level(prev, cur, nearest: bool):
     for idx in np.ndindex(*lead):
         cur[idx] = _downsample(np.asarray(prev[idx]), nearest)
 
-
-# -- voxpipe convert IN OUT.nii.zarr ------------------------------------------------------
