@@ -27,7 +27,8 @@ from ..._foundation.native import core as _core
 from ..._foundation.header import Nifti2Header
 from ..._foundation.types import NiftiImage
 from ..._sources import remote as _remote
-from .proxy import ArrayProxy, MmapMode
+from .memory import MmapMode
+from .proxy import ArrayProxy
 from .remote import open_image, pair_partner_url
 
 # Header extensions are nibabel's: Extension(code, content) makes one.

@@ -7,7 +7,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the annotations are not evaluated
     from typing_extensions import Self
@@ -26,6 +26,7 @@ from ..._foundation.redact import redact
 from ..._foundation.types import Array, Device
 from ..._sources import remote as _remote
 from ..._foundation.errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
+from .memory import MmapMode, as_bytes_view, map_data
 from .remote import open_image
 from .slicing import Range, empty_for, nibabel_segments, plan, read_shape, reads_whole
 
@@ -33,16 +34,11 @@ from .slicing import Range, empty_for, nibabel_segments, plan, read_shape, reads
 _Out = TypeVar("_Out", Array, DeviceArray)
 _DType = TypeVar("_DType", bound=np.dtype[Any])
 
-# nibabel's mmap argument: True or "c" (copy-on-write), "r" (read-only), False (no map).
-MmapMode = Union[bool, Literal["c", "r"]]
-
-# What a pickle of a proxy holds besides where its data are: threads, index, mmap,
-# keep_file_open and shape (ArrayProxy._options).
+# A pickled proxy's options (ArrayProxy._options): threads, index, mmap, keep_file_open, shape.
 Options = dict[str, Any]
 
 # Outputs the reader casts, swaps and scales into itself.
 _FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
-
 
 # Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
 # copied).
@@ -56,12 +52,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def as_bytes_view(arr: Array) -> npt.NDArray[np.uint8]:
-    """A flat uint8 view of an F-contiguous array's memory (any dtype, structured included)."""
-    flat = arr.reshape(-1, order="F")
-    return flat.view(np.uint8)
 
 
 class ArrayProxy(ArrayLike):
@@ -315,28 +305,13 @@ class ArrayProxy(ArrayLike):
         return self._open_reader() if self._img.gzip else None
 
     def _map(self) -> np.memmap[Any, np.dtype[Any]] | None:
-        """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file, or
-        None where nibabel reads instead (mmap=False, gzip data, a file that cannot be mapped).
-        A short or missing file gives None here and a voxpipe error from the read that follows.
-        The file mapped is the one opened (VoxpipeIOError otherwise, as for reads); what happens
-        to it afterwards shows in the map, as in nibabel's (cut shorter, a touch of the part
-        cut away is SIGBUS)."""
+        """nibabel's array_from_file with mmap: the whole data as an np.memmap of the file
+        (memory.map_data), or None where nibabel reads instead (mmap=False, gzip data, a file
+        that cannot be mapped)."""
         if not self._mmap or self._img.gzip or not self._img.data_in_file:
             return None
-        try:
-            # Non-blocking: opening a FIFO put in the file's place does not wait for a writer.
-            f = open(self._img.data_path, "rb", opener=_open_nonblocking)
-        except OSError:
-            return None
-        with f:
-            # One fstat; a FIFO or another file is not the file opened.
-            _core.check_data_file(self._img, f.fileno())
-            try:
-                return np.memmap(f, dtype=self._dtype,
-                                 mode="c" if self._mmap is True else self._mmap,
-                                 shape=self._shape, order="F", offset=self._img.data_offset)
-            except (AttributeError, TypeError, ValueError, OSError):
-                return None
+        return map_data(self._img, self._dtype, self._shape,
+                        "c" if self._mmap is True else self._mmap)
 
     def _read(self, ranges: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
               file_order: bool, real_part: bool = False, out: Array | None = None,
@@ -588,10 +563,6 @@ class ArrayProxy(ArrayLike):
     def __repr__(self) -> str:
         return (f"<ArrayProxy shape={self._shape} dtype={self._dtype} "
                 f"file={redact(self._img.data_path)!r}>")
-
-
-def _open_nonblocking(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def _reopened_proxy(path: str, options: Options, source: bytes | None = None,

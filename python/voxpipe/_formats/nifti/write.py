@@ -16,7 +16,8 @@ from ..._foundation.native import core as _core
 from ..._foundation.header import convert_header
 from ..._foundation.types import Array
 from .open import NIBABEL_CLASSES
-from .proxy import ArrayProxy, as_bytes_view
+from .memory import as_bytes_view
+from .proxy import ArrayProxy
 
 
 def _image_for(obj: Any, affine: Any, header: Any) -> Nifti1Pair:
