@@ -79,8 +79,8 @@ def _failure(name: str, field: str, exc: BaseException) -> VoxpipeError:
     what they claim) as FormatError naming the field."""
     if isinstance(exc, VoxpipeError):
         return exc
-    if type(exc).__module__.split(".")[0] == "obstore":
-        return _remote.store_error(name, exc, None)  # type: ignore[arg-type]
+    if isinstance(exc, Exception) and type(exc).__module__.split(".")[0] == "obstore":
+        return _remote.store_error(name, exc, None)
     if isinstance(exc, OSError) and not isinstance(exc, ValueError):
         if isinstance(exc, FileNotFoundError):
             return VoxpipeFileNotFoundError(f"{name}: {field}: {exc}", path=name, field=field)
