@@ -51,9 +51,11 @@ del _dicom_format, _nifti_format, _zarr_format
 __all__ = [
     "ArrayProxy", "Extension", "Nifti1Header", "Nifti1Image", "Nifti1Pair", "Nifti2Header",
     "Nifti2Image", "Nifti2Pair",
-    "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch", "errors",
+    "LoadIterator", "SkippedFileWarning", "load_dicom", "VoxpipeError", "dicom", "empty_batch",
+    "errors",
     "NibabelAcceleration", "accelerate_nibabel", "nibabel_accelerated",
-    "gz", "iter_load", "load", "from_bytes", "from_stream", "load_batch", "load_many", "save", "__version__",
+    "gz", "iter_load", "load", "from_bytes", "from_stream", "load_batch", "load_many", "save",
+    "__version__",
     "affine_transform", "map_coordinates", "resample",
     "CudaStatus", "CufileStatus", "DeviceArray", "DeviceUnavailableError", "cuda_empty_cache",
     "cuda_status", "cufile_status",

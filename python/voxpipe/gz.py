@@ -87,8 +87,8 @@ def _build_remote_index(url: str, spacing: int, output: StrPath | None, cache: b
     data = remote.data_file
     if not data.etag and output is None:
         raise VoxpipeIOError(f"{data.url}: the server gives no ETag, so an index cannot "
-                              f"be tied to this version of the object: pass output=",
-                              path=data.url)
+                             f"be tied to this version of the object: pass output=",
+                             path=data.url)
     local = os.fspath(output) if output is not None else data.cache_path()
     if output is None:
         os.makedirs(os.path.dirname(local), exist_ok=True)

@@ -58,7 +58,7 @@ from torch.utils.data._utils.collate import default_collate
 from ._foundation.types import Array, NiftiImage, StrPath
 from ._integrations import monai_meta as _monai_meta
 from ._sources import remote as _remote
-from ._many.loading import _decode, _load_batch, empty_batch
+from ._many.loading import decode, load_batch_and_images, empty_batch
 from ._images.image import load
 
 __all__ = ["VolumeBatch", "VolumeDataset", "collate"]
@@ -136,7 +136,7 @@ class VolumeDataset(Dataset[Sample]):
         """What MONAI's NibabelReader and LoadImage record for the file (no channel axis, as
         the file has none), in the form default_collate takes."""
         meta = _monai_meta.collatable(_monai_meta.set_channel_dim(_monai_meta.image_meta(img),
-                                                                   len(img.shape)))
+                                                                  len(img.shape)))
         meta["filename_or_obj"] = self.paths[i]
         return meta
 
@@ -155,7 +155,7 @@ class VolumeDataset(Dataset[Sample]):
             kwargs["storage_options"] = self.storage_options
         img = load(self.paths[i], threads=self._threads(), **kwargs)
         meta = self._meta(i, img) if self.meta else None
-        return self._sample(i, self._tensor(_decode(img, self.dtype)), meta)
+        return self._sample(i, self._tensor(decode(img, self.dtype)), meta)
 
     def __getitems__(self, indices: Iterable[int]) -> list[Sample]:
         """A whole batch (DataLoader's fetcher calls this with the batch's indices)."""
@@ -166,8 +166,8 @@ class VolumeDataset(Dataset[Sample]):
         shared: list[torch.Tensor] = []
         allocate = _shared_batch(shared) if get_worker_info() is not None else empty_batch
         try:
-            batch, imgs = _load_batch(paths, None, self.dtype, self._threads(), None, self.index,
-                                      None, self.storage_options, allocate)
+            batch, imgs = load_batch_and_images(paths, None, self.dtype, self._threads(), None,
+                                                self.index, None, self.storage_options, allocate)
         except ValueError as exc:
             if "one shape" not in str(exc) and "one data dtype" not in str(exc):
                 raise
@@ -186,7 +186,7 @@ class VolumeDataset(Dataset[Sample]):
 
 
 def _shared_batch(made: list[torch.Tensor]) -> Callable[[int, tuple[int, ...], np.dtype[Any]],
-                                                         Array]:
+                                                        Array]:
     """empty_batch for a DataLoader worker: the batch in shared memory, as PyTorch's own collate
     makes it in workers, so that it reaches the main process as a handle, not copied into shared
     memory on the way. The tensor over it is appended to `made`."""

@@ -329,17 +329,17 @@ def test_threads_per_task_follow_the_worker_budget(client, monkeypatch):
     # distributed's nanny starts each worker with OMP_NUM_THREADS=1
     # (distributed.nanny.pre-spawn-environ): one thread per task.
     assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
-    assert set(client.run(_dask._task_threads, None).values()) == {1}
-    assert set(client.run(_dask._task_threads, 3).values()) == {3}
+    assert set(client.run(_dask.task_threads, None).values()) == {1}
+    assert set(client.run(_dask.task_threads, 3).values()) == {3}
     # Elsewhere (the threaded scheduler): 1 unless a variable sets voxpipe's default.
     monkeypatch.delenv("VOXPIPE_NUM_THREADS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert _dask._task_threads(None) == 1
+    assert _dask.task_threads(None) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert _dask._task_threads(None) == 2
+    assert _dask.task_threads(None) == 2
     monkeypatch.setenv("VOXPIPE_NUM_THREADS", "3")
-    assert _dask._task_threads(None) == 3
-    assert _dask._task_threads(5) == 5
+    assert _dask.task_threads(None) == 3
+    assert _dask.task_threads(5) == 5
 
 
 # -- DICOM ---------------------------------------------------------------------------------------

@@ -318,7 +318,7 @@ def _run(n, workers, work):
 
     before = set(threading.enumerate())
     try:
-        many._run_files([f"file{i}" for i in range(n)], workers, work)
+        many.run_files([f"file{i}" for i in range(n)], workers, work)
     finally:
         assert set(threading.enumerate()) - before == set()  # every worker joined
 

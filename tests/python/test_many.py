@@ -114,8 +114,8 @@ def test_close_from_another_thread_ends_a_waiting_next(files, monkeypatch):
     """A caller blocked in next() while another thread closes the iterator gets StopIteration
     instead of waiting for ever (the decode is held back until the close)."""
     release = threading.Event()
-    real = iterate._decode
-    monkeypatch.setattr(iterate, "_decode", lambda *a, **k: release.wait(30) and real(*a, **k))
+    real = iterate.decode
+    monkeypatch.setattr(iterate, "decode", lambda *a, **k: release.wait(30) and real(*a, **k))
     it = vp.iter_load(files, threads=1)
     result = []
 
@@ -268,8 +268,8 @@ def test_load_batch_rejects_wrong_out(files):
 def test_load_batch_mixed_shapes_fail_before_any_decoding(files, tmp_path, monkeypatch):
     other = _write(tmp_path / "other.nii", np.zeros((5, 6, 7), np.int16))
     calls = []
-    real = many._decode
-    monkeypatch.setattr(many, "_decode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = many.decode
+    monkeypatch.setattr(many, "decode", lambda *a, **k: calls.append(1) or real(*a, **k))
     with pytest.raises(ValueError, match="one shape") as info:
         vp.load_batch(files[:3] + [other])
     assert other in str(info.value)
@@ -312,11 +312,11 @@ def test_concurrent_calls_from_python_threads(files):
 
 
 def test_thread_plan_never_exceeds_threads():
-    assert many._plan_threads(8, None, 100) == (8, 1)
-    assert many._plan_threads(8, 2, 100) == (2, 4)
-    assert many._plan_threads(8, None, 3) == (3, 2)
-    assert many._plan_threads(1, 4, 100) == (4, 1)  # io_threads asked for: files read at once
-    assert many._plan_threads(2, None, 1) == (1, 2)
+    assert many.plan_threads(8, None, 100) == (8, 1)
+    assert many.plan_threads(8, 2, 100) == (2, 4)
+    assert many.plan_threads(8, None, 3) == (3, 2)
+    assert many.plan_threads(1, 4, 100) == (4, 1)  # io_threads asked for: files read at once
+    assert many.plan_threads(2, None, 1) == (1, 2)
 
 
 # --- memory -----------------------------------------------------------------------------------

@@ -111,12 +111,12 @@ def test_voxpipe_num_threads_then_omp_num_threads_set_the_default(no_thread_env)
 def test_load_many_splits_the_default_count(no_thread_env):
     """threads=None in load_many/iter_load is the resolved default, split between files."""
     no_thread_env.setenv('VOXPIPE_NUM_THREADS', '3')
-    assert _many._plan_threads(None, None, 8) == (3, 1)
-    assert _many._plan_threads(0, None, 1) == (1, 3)
+    assert _many.plan_threads(None, None, 8) == (3, 1)
+    assert _many.plan_threads(0, None, 1) == (1, 3)
     no_thread_env.delenv('VOXPIPE_NUM_THREADS')
     no_thread_env.setenv('OMP_NUM_THREADS', '5')
-    assert _many._plan_threads(None, None, 1) == (1, 5)
-    assert _many._plan_threads(2, None, 1) == (1, 2)
+    assert _many.plan_threads(None, None, 1) == (1, 5)
+    assert _many.plan_threads(2, None, 1) == (1, 2)
 
 
 @pytest.mark.skipif(not CLI.is_file(), reason=f'{CLI} not built/installed')

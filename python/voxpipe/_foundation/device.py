@@ -219,6 +219,12 @@ class DeviceArray:
         _core.nifti_to_device(self._memory, self._offset, image, self._dtype.name, apply_scaling,
                               real_part, threads, index_mode, index_path)
 
+    def decode_dicom_series(self, series: Any, threads: int) -> None:
+        """Decode a whole assembled DICOM series (the core's) into this F-ordered array,
+        converted on the device."""
+        _core.dicom_series_to_device(self._memory, self._offset, series, self._dtype.name,
+                                     threads=threads)
+
     def _exported(self) -> Any:
         if self._view is None:
             self._view = self._memory.view(self._offset, list(self._shape), list(self._strides),
@@ -286,6 +292,11 @@ def _new(ordinal: int | None, shape: Sequence[int], dtype: npt.DTypeLike | None,
     memory = (_core._host_memory_for_tests(nbytes) if ordinal is None
               else _core.device_memory(ordinal, nbytes))
     return DeviceArray(memory, 0, dims, dt, _f_strides(dims) if strides is None else strides)
+
+
+def empty(ordinal: int, shape: Sequence[int], dtype: npt.DTypeLike) -> DeviceArray:
+    """An uninitialised F-ordered array on CUDA device `ordinal`, for a whole decode."""
+    return _new(ordinal, shape, dtype)
 
 
 def _dlpack_dtype_ok(dtype: np.dtype[Any]) -> bool:

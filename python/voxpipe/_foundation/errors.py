@@ -1,12 +1,6 @@
-"""Exceptions raised by voxpipe (the public module voxpipe.errors re-exports them).
-
-Every error carries ``code`` (what kind of failure), ``path`` (the file), ``field`` (the header
-field or stream part involved, when there is one) and ``offset`` (byte offset, when known). Each
-class also derives from the built-in exception a user would catch: ``ValueError`` for bad files,
-``OSError`` for I/O, and ``FileNotFoundError`` for a missing file. A file that is not a valid
-image (``FormatError``, ``TruncatedError``, ``CorruptError``) is also nibabel's
-``ImageFileError``, which code written for ``nib.load`` catches.
-"""
+"""The exception classes of ``voxpipe.errors`` (the public module, which documents them and
+re-exports them under its own name) and the table that turns the C++ core's error codes into
+them (``make_error``, called by the extension)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ _CODE_TO_DTYPE: dict[int, np.dtype[Any]] = {
 # The one form a dtype takes across the binding (python/src/conversions.hpp): NumPy's dtype name,
 # and rgb24/rgba32 for NIfTI's RGB structures, which NumPy names only "void24"/"void32".
 _RGB_NAMES: dict[np.dtype[Any], str] = {RGB24: "rgb24", RGBA32: "rgba32"}
-_NAME_TO_DTYPE: dict[str, np.dtype[Any]] = {
+NAME_TO_DTYPE: dict[str, np.dtype[Any]] = {
     **{dt.name: dt for dt in _CODE_TO_DTYPE.values() if dt.fields is None},
     **{name: dt for dt, name in _RGB_NAMES.items()}}
 
@@ -39,7 +39,7 @@ def core_dtype_name(dtype: npt.DTypeLike) -> str:
     """The name the core takes for a dtype NIfTI can store (byte order aside)."""
     dt = np.dtype(dtype)
     name = _RGB_NAMES.get(dt) if dt.fields is not None else dt.name
-    if name is None or name not in _NAME_TO_DTYPE:
+    if name is None or name not in NAME_TO_DTYPE:
         raise ValueError(f'data dtype "{dt}" not supported')
     return name
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._sources import remote as _remote
 from .._images.image import load, save
-from .dask import _absolute, _task_threads
+from .dask import absolute_path, task_threads
 from .loading import note_path
 from .._foundation.types import StrPath
 from .._foundation.errors import InvalidArgumentError
@@ -95,7 +95,7 @@ def _job_task(job: _Job, source: str, output: str, threads: int | None, args: tu
     """One job on a worker, with the worker's thread budget; its failure returned as text
     when `report` (nothing but the result crosses back: no exception to pickle)."""
     try:
-        return job(source, output, _task_threads(threads), *args)
+        return job(source, output, task_threads(threads), *args)
     except Exception as exc:
         if not report:
             raise
@@ -106,7 +106,7 @@ def _outputs_for(inputs: Iterable[StrPath], out_dir: StrPath,
                  to: str) -> tuple[list[str], list[str]]:
     """(absolute inputs, their outputs out_dir/NAME.TO), refusing an input that is its own
     output or two inputs with one output, before anything runs."""
-    sources = [_absolute(os.fspath(p)) for p in inputs]
+    sources = [absolute_path(os.fspath(p)) for p in inputs]
     folder = os.path.abspath(os.fspath(out_dir))
     outputs = [os.path.join(folder, output_name(s, to)) for s in sources]
     writer: dict[str, str] = {}
@@ -223,7 +223,7 @@ def resample_many(movings: Sequence[StrPath], reference: Any, transforms: Sequen
         raise ValueError(f"resample_many takes one transform per moving image: {len(movings)} "
                          f"images, but {len(transforms)} transforms")
     if isinstance(reference, (str, os.PathLike)):
-        reference = _absolute(os.fspath(reference))
+        reference = absolute_path(os.fspath(reference))
     sources, outputs = _outputs_for(movings, out_dir, to)
     threads = resample_options.pop("threads", None)
     args = [(reference, t, resample_options) for t in transforms]

@@ -104,13 +104,13 @@ class _Source:
         with self._lock:
             if self._opened is None:
                 obj = pickle.loads(self._pickled)
-                if hasattr(obj, "_threads"):
-                    obj._threads = threads
+                if isinstance(obj, ArrayProxy):  # a series is given its threads per read
+                    obj.threads = threads
                 self._opened = obj
             return self._opened
 
 
-def _task_threads(threads: int | None) -> int:
+def task_threads(threads: int | None) -> int:
     """The threads a task reads with: `threads` when given; else voxpipe's default where
     VOXPIPE_NUM_THREADS or OMP_NUM_THREADS is set (the nanny of distributed sets OMP_NUM_THREADS
     to 1 in its workers), else 1: Dask runs a task per core already."""
@@ -125,7 +125,7 @@ def _read_block(source: _Source, slicer: tuple[slice, ...], dtype: np.dtype[Any]
                 scaling: bool, threads: int | None, stacked: bool) -> Array:
     """One chunk: ``proxy.read(slicer, dtype, scaling=scaling)``, with a trailing axis of 1
     for a chunk of a stack of files."""
-    arr: Array = source.open(_task_threads(threads)).read(slicer, dtype, scaling=scaling)
+    arr: Array = source.open(task_threads(threads)).read(slicer, dtype, scaling=scaling)
     return arr[..., np.newaxis] if stacked else arr
 
 
@@ -134,7 +134,7 @@ def _read_series_block(source: _Source, read_dtype: np.dtype[Any] | None,
                        threads: int | None) -> Array:
     """One chunk of a DICOM series: the volumes (or slices) of its part, ``get_data``'s
     values, as `out_dtype`."""
-    n = _task_threads(threads)
+    n = task_threads(threads)
     data: Array = source.open(n).get_data(read_dtype, threads=n).reshape(shape, order="F")
     return data if data.dtype == out_dtype else data.astype(out_dtype)
 
@@ -230,7 +230,7 @@ def _offsets(plan: tuple[tuple[int, ...], ...]) -> list[list[int]]:
 
 
 # -- inputs --------------------------------------------------------------------------------------
-def _absolute(path: str) -> str:
+def absolute_path(path: str) -> str:
     """A local path made absolute (tasks may run elsewhere, in another folder); URLs as given."""
     return path if _remote.is_url(path) else os.path.abspath(path)
 
@@ -261,7 +261,7 @@ def _proxy_of(x: Any) -> Any:
 
 def _open_image(path: str, storage_options: Mapping[str, Any] | None) -> Any:
     options = storage_options if _remote.is_url(path) else None
-    return load(_absolute(path), storage_options=options).dataobj
+    return load(absolute_path(path), storage_options=options).dataobj
 
 
 def _open_all(items: Sequence[Any], storage_options: Mapping[str, Any] | None
@@ -434,7 +434,7 @@ def _series_array(da: Any, series: Series, want: np.dtype[Any] | None, scaling: 
         part_names = list(dict.fromkeys(p for p, _ in part))
         part_etags = None if etag_of is None else [etag_of[n] for n in part_names]
         sub = unpickled_series(part_names, part_etags, options, series_threads, uid, split,
-                                part)
+                               part)
         block = tuple(k if a == axis else 0 for a in range(len(shape)))
         block_shape = tuple(plan[a][block[a]] for a in range(len(shape)))
         key = (name, *block)

@@ -25,8 +25,8 @@ from .._formats.nifti.open import open_fetched
 from .._foundation.redact import redact
 from .._foundation.types import Array, Device, NiftiImage, StrPath
 from .._foundation.errors import SkippedFileWarning
-from .loading import (IndexChoice, StorageOptions, _check_dtype, _decode, _load_path,
-                      _open_file, _out_dtype, _plan_threads, _remote_entries, _run_files,
+from .loading import (IndexChoice, StorageOptions, check_dtype, decode, load_path,
+                      open_file, result_dtype, plan_threads, remote_entries, run_files,
                       note_path)
 
 if TYPE_CHECKING:
@@ -53,14 +53,14 @@ class _Loader:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         self._paths = [os.fspath(p) for p in paths]
-        self._dtype = _check_dtype(dtype)
+        self._dtype = check_dtype(dtype)
         if images and (self._dtype is None or self._dtype.kind != "f"):
             raise ValueError("images=True needs a floating-point dtype (the image's get_fdata "
                              "cache holds the data)")
         if max_inflight_bytes is not None and int(max_inflight_bytes) < 0:
             raise ValueError(f"max_inflight_bytes must be >= 0 or None, not {max_inflight_bytes}")
         n = len(self._paths)
-        workers, self._file_threads = _plan_threads(threads, io_threads, n)
+        workers, self._file_threads = plan_threads(threads, io_threads, n)
         self._prefetch = max(1, int(prefetch)) if prefetch is not None else max(2, 2 * workers)
         if prefetch is not None and int(prefetch) < 1:
             raise ValueError(f"prefetch must be >= 1 or None, not {prefetch}")
@@ -80,7 +80,7 @@ class _Loader:
         self._storage_options = storage_options
         # URLs: fetched ahead on threads of their own, the bytes held counting with _inflight.
         self._fetch = _remote_many.prefetcher_for(
-            self._paths, _remote_entries(self._paths), storage_options, io_threads,
+            self._paths, remote_entries(self._paths), storage_options, io_threads,
             ahead=self._prefetch, budget=self._budget, cond=self._cond,
             held_elsewhere=lambda: self._inflight)
         self._threads = [threading.Thread(target=self._work, name=f"voxpipe-load-{i}",
@@ -116,9 +116,9 @@ class _Loader:
                 img = open_fetched(obj, self._file_threads, self._index)
                 del obj
             else:
-                img = _load_path(path, self._file_threads, self._index,
-                                 self._storage_options)
-            dtype = _out_dtype(img, self._dtype)
+                img = load_path(path, self._file_threads, self._index,
+                                self._storage_options)
+            dtype = result_dtype(img, self._dtype)
             nbytes += int(np.prod(img.shape, dtype=np.int64)) * dtype.itemsize
         except Exception as exc:  # noqa: BLE001 - handed to the caller in order
             nbytes, error = 0, exc
@@ -143,7 +143,7 @@ class _Loader:
                     img.get_fdata(dtype=self._dtype, caching="fill")
                     value = img
                 else:
-                    value = _decode(img, self._dtype)
+                    value = decode(img, self._dtype)
             except Exception as exc:  # noqa: BLE001
                 error = exc
         with self._cond:
@@ -353,18 +353,18 @@ def load_many(paths: Iterable[StrPath], dtype: npt.DTypeLike | None = np.float32
             raise ValueError("load_many to a device supports neither images=True nor on_error")
         _device.require_device(ordinal)
         files = [os.fspath(p) for p in paths]
-        want = _check_dtype(dtype)
-        workers, file_threads = _plan_threads(threads, io_threads, len(files))
+        want = check_dtype(dtype)
+        workers, file_threads = plan_threads(threads, io_threads, len(files))
         out: list[Any] = [None] * len(files)
-        fetch = _remote_many.prefetcher_for(files, _remote_entries(files), storage_options,
+        fetch = _remote_many.prefetcher_for(files, remote_entries(files), storage_options,
                                             io_threads, ahead=workers)
 
         def load_one(i: int) -> None:
-            img = _open_file(files, i, fetch, file_threads, index, storage_options)
+            img = open_file(files, i, fetch, file_threads, index, storage_options)
             out[i] = _device.image_to_device(img, want, ordinal)
 
         try:
-            _run_files(files, workers, load_one)
+            run_files(files, workers, load_one)
         finally:
             if fetch is not None:
                 fetch.close()

@@ -48,7 +48,7 @@ IndexChoice = Union[Literal[False], StrPath, None]  # Union: evaluated at run ti
 # Store configuration for the URLs among the paths, as vp.load(url, storage_options=) takes it.
 StorageOptions = Optional[Mapping[str, Any]]
 
-def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> tuple[int, int]:
+def plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> tuple[int, int]:
     """(file workers, decode threads per file) for `threads` in all."""
     total = int(threads) if threads else _core.resolve_threads(0)
     if total < 1:
@@ -60,7 +60,7 @@ def _plan_threads(threads: int | None, io_threads: int | None, nfiles: int) -> t
     return workers, max(1, total // workers)
 
 
-def _check_dtype(dtype: npt.DTypeLike | None) -> np.dtype[Any] | None:
+def check_dtype(dtype: npt.DTypeLike | None) -> np.dtype[Any] | None:
     """None (the data's own dtype, as np.asanyarray(img.dataobj)) or a NumPy dtype."""
     return None if dtype is None else np.dtype(dtype)
 
@@ -77,11 +77,11 @@ def _natural_dtype(img: NiftiImage) -> np.dtype[Any]:
     return dtype
 
 
-def _out_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
+def result_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
     return _natural_dtype(img) if dtype is None else dtype
 
 
-def _decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = None) -> Array:
+def decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = None) -> Array:
     """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
     written into `out` when given (F-contiguous, of the right shape and dtype)."""
     data: Array = _proxy(img).read(dtype=dtype, out=out)
@@ -96,8 +96,8 @@ def note_path(exc: BaseException, path: str, i: int) -> BaseException:
     return exc
 
 
-def _load_path(path: str, threads: int, index: IndexChoice,
-               storage_options: StorageOptions) -> NiftiImage:
+def load_path(path: str, threads: int, index: IndexChoice,
+              storage_options: StorageOptions) -> NiftiImage:
     """vp.load of a path, or of a URL the prefetcher does not fetch (a NIfTI-Zarr store, a
     .hdr/.img pair of objects), with the loader's options."""
     options: dict[str, Any] = {} if index is None else {"index": index}
@@ -106,7 +106,7 @@ def _load_path(path: str, threads: int, index: IndexChoice,
     return load(path, threads=threads, **options)
 
 
-def _remote_entries(sources: Sequence[str]) -> list[int]:
+def remote_entries(sources: Sequence[str]) -> list[int]:
     """The positions in `sources` of the objects fetched whole ahead of the workers: URLs of
     .nii and .nii.gz objects. A pair (.hdr/.img: two objects) and a NIfTI-Zarr store (many
     objects, read by the chunks a read needs) are left to ``vp.load``."""
@@ -115,8 +115,8 @@ def _remote_entries(sources: Sequence[str]) -> list[int]:
             and not _core.is_pair_path(s.split("?", 1)[0])]
 
 
-def _open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | None,
-               threads: int, index: IndexChoice, storage_options: StorageOptions) -> NiftiImage:
+def open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | None,
+              threads: int, index: IndexChoice, storage_options: StorageOptions) -> NiftiImage:
     """The image of files[i]: from its fetched bytes for a URL `fetch` holds, else vp.load."""
     if fetch is not None and i in fetch:
         obj = fetch.take(i)
@@ -124,10 +124,10 @@ def _open_file(files: Sequence[str], i: int, fetch: _remote_many.Prefetcher | No
             return open_fetched(obj, threads, index)
         finally:
             fetch.release(i)
-    return _load_path(files[i], threads, index, storage_options)
+    return load_path(files[i], threads, index, storage_options)
 
 
-def _run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]) -> None:
+def run_files(paths: Sequence[str], workers: int, work: Callable[[int], object]) -> None:
     """Call ``work(i)`` for every file i on ``workers`` threads, the caller's included, files
     claimed in input order. After a failure no file is claimed any more; the files in hand are
     finished and every thread is joined before this returns or raises, and the error raised is
@@ -213,14 +213,16 @@ def load_batch(paths: Iterable[StrPath], out: Array | None = None,
     >>> vp.load_batch(["demo_bold.nii.gz"] * 2).shape
     (2, 64, 64, 40, 60)
     """
-    return _load_batch(paths, out, dtype, threads, io_threads, index, device, storage_options)[0]
+    return load_batch_and_images(paths, out, dtype, threads, io_threads, index, device,
+                                 storage_options)[0]
 
 
-def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLike | None,
-                threads: int | None, io_threads: int | None, index: IndexChoice, device: Device,
-                storage_options: StorageOptions,
-                allocate: Callable[[int, tuple[int, ...], np.dtype[Any]], Array] = empty_batch,
-                ) -> tuple[Array | DeviceArray, list[NiftiImage]]:
+def load_batch_and_images(
+        paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLike | None,
+        threads: int | None, io_threads: int | None, index: IndexChoice, device: Device,
+        storage_options: StorageOptions,
+        allocate: Callable[[int, tuple[int, ...], np.dtype[Any]], Array] = empty_batch,
+) -> tuple[Array | DeviceArray, list[NiftiImage]]:
     """load_batch's (batch, the images of its files): their headers serve the caller's metadata
     without opening (or fetching) the files again. ``allocate(n, shape, dtype)`` makes the batch
     when ``out`` is None, in empty_batch's layout (VolumeDataset's workers: shared memory)."""
@@ -232,17 +234,17 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
             raise ValueError("out is a host array: it cannot be combined with a device")
         _device.require_device(ordinal)
     files = [os.fspath(p) for p in paths]
-    want_dtype = _check_dtype(dtype)
+    want_dtype = check_dtype(dtype)
     if not files:
         raise ValueError("load_batch needs at least one file")
-    workers, file_threads = _plan_threads(threads, io_threads, len(files))
-    fetch = _remote_many.prefetcher_for(files, _remote_entries(files), storage_options,
+    workers, file_threads = plan_threads(threads, io_threads, len(files))
+    fetch = _remote_many.prefetcher_for(files, remote_entries(files), storage_options,
                                         io_threads, ahead=len(files))
     imgs = []
     try:
         for i, p in enumerate(files):
             try:
-                imgs.append(_open_file(files, i, fetch, file_threads, index, storage_options))
+                imgs.append(open_file(files, i, fetch, file_threads, index, storage_options))
             except Exception as exc:
                 note_path(exc, p, i)
                 raise
@@ -250,19 +252,19 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
         if fetch is not None:
             fetch.close()
     shape = tuple(imgs[0].shape)
-    out_dtype = _out_dtype(imgs[0], want_dtype)
+    out_dtype = result_dtype(imgs[0], want_dtype)
     for p, img in zip(files[1:], imgs[1:]):
         if tuple(img.shape) != shape:
             raise ValueError(f"load_batch needs files of one shape: {files[0]} is {shape}, "
                              f"but {p} is {tuple(img.shape)}")
-        if _out_dtype(img, want_dtype) != out_dtype:
+        if result_dtype(img, want_dtype) != out_dtype:
             raise ValueError(f"load_batch with dtype=None needs files of one data dtype: "
                              f"{files[0]} gives {out_dtype}, but {p} gives "
-                             f"{_out_dtype(img, want_dtype)}; pass a dtype")
+                             f"{result_dtype(img, want_dtype)}; pass a dtype")
     if ordinal is not None:
         return _device.batch_to_device(
             imgs, want_dtype, ordinal,
-            run=lambda load_item: _run_files(files, workers, load_item)), imgs
+            run=lambda load_item: run_files(files, workers, load_item)), imgs
     want = (len(files),) + shape
     if out is None:
         out = allocate(len(files), shape, out_dtype)
@@ -276,5 +278,5 @@ def _load_batch(paths: Iterable[StrPath], out: Array | None, dtype: npt.DTypeLik
             raise ValueError("out must be writeable with Fortran-contiguous items out[i] "
                              "(vp.empty_batch makes one)")
 
-    _run_files(files, workers, lambda i: _decode(imgs[i], want_dtype, out=out[i]))
+    run_files(files, workers, lambda i: decode(imgs[i], want_dtype, out=out[i]))
     return out, imgs

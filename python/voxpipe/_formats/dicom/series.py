@@ -269,9 +269,8 @@ class Series:
                 raise InvalidArgumentError(f"dtype must be float32, float64 or None (stored "
                                            f"{self.stored_dtype}), not {dt}")
         if ordinal is not None:
-            arr = _device._new(ordinal, self.shape, dt)
-            _core.dicom_series_to_device(arr._memory, 0, self._s, dt.name,
-                                         threads=self._threads if threads is None else threads)
+            arr = _device.empty(ordinal, self.shape, dt)
+            arr.decode_dicom_series(self._s, self._threads if threads is None else threads)
             return arr
         if out is None:
             out = _pool.empty(self.shape, dt, "F")
@@ -309,8 +308,8 @@ class Series:
 
 
 def unpickled_series(names: list[str], etags: list[str | None] | None,
-                      storage_options: Mapping[str, Any] | None, threads: int, uid: str,
-                      split: str, files: list[tuple[str, int]]) -> Series:
+                     storage_options: Mapping[str, Any] | None, threads: int, uid: str,
+                     split: str, files: list[tuple[str, int]]) -> Series:
     """A Series from its pickled files, scanned again when first used."""
     series = Series(None, threads, storage_options=storage_options)
     series._pickled = (names, etags, storage_options, threads, uid, split, files)

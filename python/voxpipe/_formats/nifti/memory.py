@@ -1,10 +1,12 @@
 """The memory a NIfTI proxy reads through: a data file mapped as nibabel's array_from_file maps
-it (unscaled, uncompressed data read whole with mmap enabled), and an output array viewed as
-the bytes the core's reader decodes into."""
+it (unscaled, uncompressed data read whole with mmap enabled), an output array viewed as the
+bytes the core's reader decodes into, and the lock a forked child takes before it gives its
+proxies readers of their own."""
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -48,3 +50,22 @@ def map_data(image: _core.NiftiImage, dtype: np.dtype[Any], shape: tuple[int, ..
 
 def _open_nonblocking(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK)
+
+
+# Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
+# copied).
+_fork_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _fork_lock
+    _fork_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def fork_lock() -> threading.Lock:
+    """This process's lock for replacing readers inherited across fork."""
+    return _fork_lock

@@ -38,7 +38,7 @@ Extension = Nifti1Extension
 # vp.load returns nibabel's own classes, not subclasses: code that tests ``type(img)`` (nibabel's
 # nib.save conversions and slicer, among others) treats them as nibabel's.
 NIBABEL_CLASSES = {(1, False): nib.Nifti1Image, (2, False): nib.Nifti2Image,
-                    (1, True): nib.Nifti1Pair, (2, True): nib.Nifti2Pair}
+                   (1, True): nib.Nifti1Pair, (2, True): nib.Nifti2Pair}
 
 # The class of an image voxpipe assembles: nibabel's four NIfTI classes all derive from it.
 ImageClass = type[Nifti1Pair]
@@ -214,7 +214,7 @@ def _from_file_map(klass: ImageClass, file_map: FileMap, mmap: MmapMode,
     if _nibabel_would_raise(checked[1]):
         return None  # nibabel logs the header's problems and raises, once
     return image_from_core(klass, core, file_map, mmap, keep_file_open, threads, index, source,
-                            checked)
+                           checked)
 
 
 def _file_map_of(core: _core.NiftiImage) -> dict[str, FileHolder]:
@@ -287,7 +287,7 @@ def open_fetched(obj: _remote.RemoteObject, threads: int = 0, index: Any = None)
     core = _core.open_bytes(obj.data, obj.url)
     klass = NIBABEL_CLASSES[(core.version, core.header_path != core.data_path)]
     return image_from_core(klass, core, {"image": FileHolder(filename=obj.url)}, True, None,
-                            threads, index, obj)
+                           threads, index, obj)
 
 
 def load(filename: Any, *, mmap: Any = True, keep_file_open: bool | None = None,

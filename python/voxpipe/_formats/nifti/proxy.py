@@ -21,12 +21,12 @@ from ..._foundation.native import core as _core
 from ..._foundation import device as _device
 from ..._foundation import identity as _identity
 from ..._foundation.device import DeviceArray
-from ..._foundation.header import _NAME_TO_DTYPE, core_dtype_name
+from ..._foundation.header import NAME_TO_DTYPE, core_dtype_name
 from ..._foundation.redact import redact
 from ..._foundation.types import Array, Device
 from ..._sources import remote as _remote
 from ..._foundation.errors import FormatError, InvalidArgumentError, TruncatedError, VoxpipeError
-from .memory import MmapMode, as_bytes_view, map_data
+from .memory import MmapMode, as_bytes_view, fork_lock, map_data
 from .remote import open_image
 from .slicing import Range, empty_for, nibabel_segments, plan, read_shape, reads_whole
 
@@ -39,20 +39,6 @@ Options = dict[str, Any]
 
 # Outputs the reader casts, swaps and scales into itself.
 _FAST_OUTPUTS = frozenset(np.dtype(c) for c in ("f4", "f8", "c8", "c16"))
-
-# Per process: a child gets a fresh lock (the parent's could be held by a thread that is not
-# copied).
-_fork_lock = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    global _fork_lock
-    _fork_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class ArrayProxy(ArrayLike):
     """Lazy access to the voxel data of a file (nibabel's ArrayProxy contract).
@@ -92,7 +78,7 @@ class ArrayProxy(ArrayLike):
         self._reader_lock = threading.Lock()
         self._reader_pid = os.getpid()
         self._shape: tuple[int, ...] = tuple(core_image.shape)
-        raw = _NAME_TO_DTYPE[core_image.dtype]
+        raw = NAME_TO_DTYPE[core_image.dtype]
         if raw.fields is None:
             raw = raw.newbyteorder(">" if core_image.big_endian else "<")
         self._dtype = raw
@@ -290,7 +276,7 @@ class ArrayProxy(ArrayLike):
         The parent's may have been in use by a thread that does not exist here, their locks
         held for good and a gzip stream half-advanced: the reader is never used, nor destroyed
         (which would touch that state), not even at exit."""
-        with _fork_lock:
+        with fork_lock():
             if self._reader_pid == os.getpid():
                 return  # another thread of this child got here first
             if self._kept_reader is not None:
@@ -358,6 +344,10 @@ class ArrayProxy(ArrayLike):
     def threads(self) -> int:
         """Threads for large reads (0: the default, docs/python.md "Thread count")."""
         return self._threads
+
+    @threads.setter
+    def threads(self, threads: int) -> None:
+        self._threads = threads
 
     @property
     def random_access(self) -> bool:
@@ -473,7 +463,7 @@ class ArrayProxy(ArrayLike):
         return self._read(self._full_ranges(), self._dtype, False, True, out=out)
 
     def _natural_dtype(self) -> np.dtype[Any]:
-        return _NAME_TO_DTYPE[self._img.scaled_dtype] if self._scaled() else self._dtype
+        return NAME_TO_DTYPE[self._img.scaled_dtype] if self._scaled() else self._dtype
 
     def _decodes_directly(self, dtype: np.dtype[Any]) -> bool:
         """Whether `dtype` output is decoded (cast, scaled) by the reader itself."""

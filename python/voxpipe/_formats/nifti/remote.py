@@ -22,7 +22,7 @@ def open_image(url: str, storage_options: Mapping[str, Any] | None = None, etag:
             head, sep, query = url.partition("?")
             data_url = pair_partner_url(head) + sep + query
         header.partner = _remote.RemoteFile(data_url, storage_options, etag=data_etag,
-                                    filesystem=filesystem)
+                                            filesystem=filesystem)
         core = _core.open_remote(header.input, header.partner.input)
     else:
         core = _core.open_remote(header.input)

@@ -130,7 +130,7 @@ def shards_of(meta: ZarrMetadata) -> tuple[Shards, list[Any]] | None:
         return None
     location = getattr(sharding.index_location, "value", sharding.index_location)
     shards = Shards(meta.chunk_grid.chunk_shape, sharding.chunk_shape, location == "end",
-                     len(index) == 2)
+                    len(index) == 2)
     return shards, list(sharding.codecs)
 
 

@@ -134,7 +134,7 @@ class NiftiZarr:
             field = "codecs"
             self.stored_dtype, self.stored_big_endian = stored_dtype(self.array)
             self.spec = core_spec(self.array, self.stored_dtype, self.stored_big_endian,
-                                   self.name)
+                                  self.name)
             sharded = (shards_of(self.array.metadata) if self.spec is not None
                        and getattr(self.array.metadata, "zarr_format", 3) == 3 else None)
             self.shards = sharded[0] if sharded is not None else None
@@ -142,8 +142,8 @@ class NiftiZarr:
             if level != 0:
                 field = "multiscales"
                 self.stored_header = level_header(self.stored_header, self.group, self._path,
-                                                   level_path(self.group, 0, name),
-                                                   self.nifti_shape_of_array())
+                                                  level_path(self.group, 0, name),
+                                                  self.nifti_shape_of_array())
             self.identity = StoreIdentity(location, store.record) if local else None
         except Exception as exc:
             raise _failure(name, field, exc) from exc
@@ -517,8 +517,8 @@ def open_input(store: NiftiZarr, threads: int = 0) -> tuple[_core.RemoteInput, i
                              _VirtualFetcher(store, prefix, (), np.dtype("u1"), threads),
                              initial=prefix)
     core = _core.open_remote(head)  # the header's checks; its shape and dtype size the data
-    from ..._foundation.header import _NAME_TO_DTYPE
-    dtype = _NAME_TO_DTYPE[core.dtype]
+    from ..._foundation.header import NAME_TO_DTYPE
+    dtype = NAME_TO_DTYPE[core.dtype]
     store.check_against(core.shape, dtype)
     if dtype.fields is None:
         dtype = dtype.newbyteorder(">" if core.big_endian else "<")
