@@ -114,3 +114,24 @@ def test_sniffing_never_blocks_on_a_fifo(tmp_path, toy):
     assert registry.for_reading(str(fifo)).name == "nifti"
     with pytest.raises(vp.errors.VoxpipeError):
         vp.load(str(fifo))
+
+
+def test_the_many_file_loaders_take_dicom_files_as_vp_load_does(tmp_path):
+    """iter_load, load_many and load_batch read each input with vp.load: a .dcm file is its
+    series, whose image holds its decoded array (no proxy), and comes out with its values."""
+    pydicom_data = pytest.importorskip("pydicom.data")
+    path = pydicom_data.get_testdata_file("CT_small.dcm")
+    want = vp.load_dicom(path).get_fdata(dtype=np.float32)
+    nii = tmp_path / "a.nii.gz"
+    vp.save(vp.Nifti1Image(want * 2, np.eye(4)), nii)
+    got = vp.load_many([path, nii, path])
+    for g, w in zip(got, [want, want * 2, want]):
+        assert g.dtype == np.float32
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(next(iter(vp.iter_load([path]))), want)
+    batch = vp.load_batch([path, path], dtype=None)
+    assert batch.dtype == want.dtype and batch.shape == (2,) + want.shape
+    np.testing.assert_array_equal(batch[1], want)
+    out = vp.empty_batch(2, want.shape, np.float64)
+    vp.load_batch([nii, path], out=out, dtype=np.float64)
+    np.testing.assert_array_equal(out[1], want.astype(np.float64))

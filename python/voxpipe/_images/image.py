@@ -68,6 +68,11 @@ def load(filename: StrPath | bytes | bytearray | memoryview | IO[bytes], *,
     chunks they touch, in parallel, with the scaling fused. ``level``: its pyramid level (0, the
     finest; a coarser level's header has the level's dims, voxel sizes and affines).
 
+    A DICOM file (``.dcm``, or a local file with DICOM's "DICM" preamble) is read as
+    ``vp.load_dicom`` reads it: its series, as an in-memory image. The format is chosen by the
+    registry (docs/architecture.md): by the name's suffix, else by a local file's first bytes,
+    else NIfTI.
+
     On the series ``python -m voxpipe.demo --dir .`` writes:
 
     >>> img = vp.load("demo_bold.nii.gz")       # reads the header only

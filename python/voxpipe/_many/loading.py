@@ -34,6 +34,7 @@ from .._foundation import pool as _pool
 from .._sources import remote as _remote
 from .._sources import prefetch as _remote_many
 from .._formats.nifti.open import open_fetched
+from .._formats.nifti.proxy import ArrayProxy
 from .._formats.zarr.read import is_nifti_zarr
 from .._images.image import load
 from .._foundation.redact import redact
@@ -65,16 +66,12 @@ def check_dtype(dtype: npt.DTypeLike | None) -> np.dtype[Any] | None:
     return None if dtype is None else np.dtype(dtype)
 
 
-def _proxy(img: NiftiImage) -> Any:
-    """img's data object: voxpipe's ArrayProxy (or a subclass) in every image the loaders open,
-    whose ``result_dtype`` and ``read`` nibabel's type for it, its ArrayLike protocol, lacks."""
-    return img.dataobj
-
-
 def _natural_dtype(img: NiftiImage) -> np.dtype[Any]:
     """The dtype of np.asanyarray(img.dataobj): stored, or nibabel's scaled dtype."""
-    dtype: np.dtype[Any] = _proxy(img).result_dtype()
-    return dtype
+    obj = img.dataobj
+    if isinstance(obj, ArrayProxy):
+        return obj.result_dtype()
+    return np.asanyarray(obj).dtype  # an image whose data are in memory (a DICOM file's)
 
 
 def result_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
@@ -84,8 +81,16 @@ def result_dtype(img: NiftiImage, dtype: np.dtype[Any] | None) -> np.dtype[Any]:
 def decode(img: NiftiImage, dtype: np.dtype[Any] | None, out: Array | None = None) -> Array:
     """img's data as np.asarray(img.dataobj, dtype) would give it (np.asanyarray for None),
     written into `out` when given (F-contiguous, of the right shape and dtype)."""
-    data: Array = _proxy(img).read(dtype=dtype, out=out)
-    return data
+    obj = img.dataobj
+    if isinstance(obj, ArrayProxy):
+        proxy: Any = obj  # read gives a host array where no device is asked for
+        data: Array = proxy.read(dtype=dtype, out=out)
+        return data
+    values: Array = np.asanyarray(obj) if dtype is None else np.asarray(obj, dtype=dtype)
+    if out is None:
+        return values
+    out[...] = values
+    return out
 
 
 def note_path(exc: BaseException, path: str, i: int) -> BaseException:
