@@ -17,64 +17,26 @@ namespace voxpipe::cli {
 
 namespace {
 
-struct Meta {
-  const DicomDataset& ds;
-
-  std::optional<std::string> str(DicomTag t) const {
-    auto v = ds.string(t);
-    if (v && v->empty()) return std::nullopt;
-    return v;
-  }
-  // A malformed number is left out of the sidecar, not an error of the conversion.
-  std::optional<double> num(DicomTag t) const {
-    try {
-      return ds.number(t);
-    } catch (const Error&) {
-      return std::nullopt;
-    }
-  }
-  std::vector<double> nums(DicomTag t) const {
-    try {
-      return ds.numbers(t);
-    } catch (const Error&) {
-      return {};
-    }
-  }
-};
-
-// The values of the series' first file.
-Meta meta_of(const DicomSeries& s) {
-  static const DicomDataset kEmpty;
-  return Meta{s.first_file ? s.first_file->dataset : kEmpty};
-}
-
-constexpr DicomTag kImageType = dicom_tag(0x0008, 0x0008);
-constexpr DicomTag kAcquisitionTime = dicom_tag(0x0008, 0x0032);
-constexpr DicomTag kModality = dicom_tag(0x0008, 0x0060);
 constexpr DicomTag kManufacturer = dicom_tag(0x0008, 0x0070);
-constexpr DicomTag kSeriesDescription = dicom_tag(0x0008, 0x103E);
-constexpr DicomTag kManufacturerModelName = dicom_tag(0x0008, 0x1090);
-constexpr DicomTag kSliceThickness = dicom_tag(0x0018, 0x0050);
 constexpr DicomTag kRepetitionTime = dicom_tag(0x0018, 0x0080);
 constexpr DicomTag kEchoTime = dicom_tag(0x0018, 0x0081);
-constexpr DicomTag kMagneticFieldStrength = dicom_tag(0x0018, 0x0087);
-constexpr DicomTag kSpacingBetweenSlices = dicom_tag(0x0018, 0x0088);
-constexpr DicomTag kProtocolName = dicom_tag(0x0018, 0x1030);
-constexpr DicomTag kFlipAngle = dicom_tag(0x0018, 0x1314);
-constexpr DicomTag kSeriesInstanceUID = dicom_tag(0x0020, 0x000E);
-constexpr DicomTag kSeriesNumber = dicom_tag(0x0020, 0x0011);
-constexpr DicomTag kImageOrientationPatient = dicom_tag(0x0020, 0x0037);
-constexpr DicomTag kPixelSpacing = dicom_tag(0x0028, 0x0030);
+constexpr DicomTag kInPlanePhaseEncodingDirection = dicom_tag(0x0018, 0x1312);
+constexpr DicomTag kEffectiveEchoTime = dicom_tag(0x0018, 0x9082);
+constexpr DicomTag kPhilipsScaleSlope = dicom_tag(0x2005, 0x100E);
+constexpr DicomTag kSharedFunctionalGroups = dicom_tag(0x5200, 0x9229);
+constexpr DicomTag kPerFrameFunctionalGroups = dicom_tag(0x5200, 0x9230);
 
 using core::det3;
 using core::Mat3;
 
 // Sets the qform (quaternion, offsets, qfac in pixdim[0], zooms in pixdim[1..3]) from an
 // affine, as nibabel's Nifti1Header.set_qform(affine, code): zooms are the column norms, qfac
-// -1 for a left-handed frame, and shears are stripped. Returns false, leaving the header as it
-// was, when the affine has shear (np.allclose(R, polar(R)) fails) or a zero column: a qform
-// cannot hold it.
-bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code) {
+// -1 for a left-handed frame, and shears are stripped (the rotation is the polar factor of the
+// unit axes). Returns false, leaving the header as it was, when the shear is larger than
+// kQformShearTolerance (the largest difference between the unit axes and that rotation) or a
+// column is zero; `shear` is set to that difference.
+bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code, double& shear) {
+  shear = 0;
   Mat3 r;
   std::array<double, 3> zooms{};
   for (int j = 0; j < 3; ++j) {
@@ -89,8 +51,8 @@ bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code) {
   }
   const Mat3 p = core::polar_factor(r);
   for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 3; ++j)
-      if (std::abs(p[i][j] - r[i][j]) > 1e-8 + 1e-5 * std::abs(r[i][j])) return false;
+    for (int j = 0; j < 3; ++j) shear = std::max(shear, std::abs(p[i][j] - r[i][j]));
+  if (!(shear <= kQformShearTolerance)) return false;
   // Quaternion of the rotation (Shepperd's method, largest pivot), w >= 0 as nibabel's mat2quat.
   double w, x, y, z;
   const double tr = p[0][0] + p[1][1] + p[2][2];
@@ -120,23 +82,135 @@ bool set_qform(NiftiHeader& h, const std::array<double, 16>& a, int code) {
   return true;
 }
 
+// NIfTI slice_code from slice times in slice order, as dcm2niix's checkSliceTimes: the order
+// the first slice acquired and its neighbours imply; 0 (unknown) for fewer than 3 slices and
+// for multiband (several slices at the first time).
+int slice_code(const std::vector<double>& t) {
+  const std::size_t n = t.size();
+  if (n < 3) return 0;
+  std::size_t lo = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (t[i] < t[lo]) lo = i;
+  std::size_t at_first = 0;
+  for (double v : t) at_first += v == t[lo];
+  if (at_first > 1) return 0;
+  if (lo == 1) return 5;                                   // NIFTI_SLICE_ALT_INC2: 3,1,4,2
+  if (lo == n - 2) return 6;                               // NIFTI_SLICE_ALT_DEC2: 2,4,1,3
+  if (lo == 0) return t[1] < t[2] ? 1 : t[1] > t[2] ? 3 : 0;  // SEQ_INC, ALT_INC
+  if (lo == n - 1) return t[n - 3] > t[n - 2] ? 2 : t[n - 3] < t[n - 2] ? 4 : 0;  // SEQ_DEC, ALT_DEC
+  return 0;
+}
+
+const DicomDataset& empty_dataset() {
+  static const DicomDataset kEmpty;
+  return kEmpty;
+}
+
 }  // namespace
 
-SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type) {
+SeriesMeta::SeriesMeta(const DicomSeries& s)
+    : ds_(s.first_file ? s.first_file->dataset : empty_dataset()) {
+  // Each functional group is a sequence of one item (e.g. MR Echo (0018,9114) holding
+  // EffectiveEchoTime); the shared groups first, then the first frame's.
+  for (DicomTag g : {kSharedFunctionalGroups, kPerFrameFunctionalGroups}) {
+    const auto& items = ds_.items(g);
+    if (items.empty()) continue;
+    for (const DicomElement& e : items.front().elements())
+      if (!e.items.empty()) groups_.push_back(&e.items.front());
+  }
+}
+
+const DicomDataset* SeriesMeta::holder(DicomTag t) const noexcept {
+  if (ds_.contains(t)) return &ds_;
+  for (const DicomDataset* g : groups_)
+    if (g->contains(t)) return g;
+  return nullptr;
+}
+
+const DicomElement* SeriesMeta::find(DicomTag t) const noexcept {
+  const DicomDataset* h = holder(t);
+  return h ? h->find(t) : nullptr;
+}
+
+std::optional<std::string> SeriesMeta::str(DicomTag t) const {
+  const DicomDataset* h = holder(t);
+  if (!h) return std::nullopt;
+  try {
+    auto v = h->string(t);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string> SeriesMeta::strs(DicomTag t) const {
+  const DicomDataset* h = holder(t);
+  if (!h) return {};
+  try {
+    return h->strings(t);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+std::optional<double> SeriesMeta::num(DicomTag t) const {
+  const DicomDataset* h = holder(t);
+  if (!h) return std::nullopt;
+  try {
+    return h->number(t);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<double> SeriesMeta::nums(DicomTag t) const {
+  const DicomDataset* h = holder(t);
+  if (!h) return {};
+  try {
+    return h->numbers(t);
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type, bool philips_precise) {
   SeriesPlan plan;
+  double slope = s.slope, inter = s.intercept;
+  // Philips' scale slope, when the images share their rescale (dcm2niix leaves a series whose
+  // scaling varies per frame at display values too).
+  const SeriesMeta m(s);
+  const auto manufacturer = m.str(kManufacturer);
+  std::string maker = manufacturer.value_or("");
+  for (char& c : maker) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (maker.find("PHILIPS") != std::string::npos && s.uniform_rescale) {
+    const auto ss = m.num(kPhilipsScaleSlope);
+    if (ss && std::isfinite(*ss) && *ss != 0 && s.slope != 0) {
+      plan.philips = PhilipsScale{s.slope, s.intercept, *ss, philips_precise};
+      if (philips_precise) {
+        // P = (R * RS + RI) / (RS * SS)
+        slope = 1.0 / *ss;
+        inter = s.intercept / (s.slope * *ss);
+      }
+    }
+  }
   if (!float_type && s.uniform_rescale) {
     plan.dtype = s.stored_dtype;
     plan.scaled = true;
-    plan.slope = s.slope;
-    plan.inter = s.intercept;
-  } else if (float_type) {
-    plan.dtype = *float_type;
+    plan.slope = slope;
+    plan.inter = inter;
+  } else {
+    if (float_type) plan.dtype = *float_type;
+    if (plan.philips && plan.philips->precise)
+      plan.float_factor = 1.0 / (plan.philips->rs * plan.philips->ss);
   }
   return plan;
 }
 
-NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vector<std::string>& warnings) {
-  const Meta m = meta_of(s);
+NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vector<std::string>& warnings,
+                          const SeriesFrame& frame) {
+  (void)frame;  // dim_info and slice_code do not depend on the direction of j
+  const SeriesMeta m(s);
   NiftiHeader h;
   const std::vector<std::uint64_t> shape = s.shape();
   h.dim[0] = static_cast<std::int64_t>(shape.size());
@@ -158,107 +232,34 @@ NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vec
     h.srow_z[j] = a[8 + j];
   }
   h.sform_code = 1;  // scanner
-  if (s.gantry_tilt || !set_qform(h, a, 1))
+  // A qform (code 1, as dcm2niix) unless the slices step off their normal (gantry tilt, which
+  // scan_dicom_series reports above 0.01 degrees) or the axes are further from orthogonal than
+  // the rounding of ImageOrientationPatient makes them.
+  double shear = 0;
+  if (s.gantry_tilt) {
     warnings.push_back("qform_code 0: the affine has shear (gantry tilt " +
                        shortest(std::round(s.tilt_degrees * 1000) / 1000) +
                        " degrees), which only the sform holds");
+  } else if (!set_qform(h, a, 1, shear)) {
+    warnings.push_back("qform_code 0: the affine's axes are " +
+                       shortest(std::round(shear * 180 / M_PI * 1000) / 1000) +
+                       " degrees from orthogonal (ImageOrientationPatient), which only the sform holds");
+  }
+  // dim_info as dcm2niix (from dicm2nii): the phase encoding axis from InPlanePhaseEncodingDirection
+  // (ROW: phase along i, frequency along j; COL: the other way), slices along k.
+  if (const auto pe = m.str(kInPlanePhaseEncodingDirection)) {
+    if (pe->rfind("ROW", 0) == 0) h.dim_info = static_cast<std::int8_t>((3 << 4) | (1 << 2) | 2);
+    if (pe->rfind("COL", 0) == 0) h.dim_info = static_cast<std::int8_t>((3 << 4) | (2 << 2) | 1);
+  }
+  h.slice_code = static_cast<std::int8_t>(slice_code(series_slice_timing(s)));
+  h.slice_duration = 0;  // dcm2niix never sets it
   std::string descrip = "voxpipe dcm2nii";
-  if (auto te = m.num(kEchoTime)) descrip += " TE=" + shortest(*te);
+  auto te = m.num(kEchoTime);
+  if (!te) te = m.num(kEffectiveEchoTime);
+  if (te) descrip += " TE=" + shortest(*te);
   if (tr) descrip += " TR=" + shortest(*tr);
   std::memcpy(h.descrip.data(), descrip.data(), std::min(descrip.size(), h.descrip.size() - 1));
   return h;
-}
-
-// ---- the JSON sidecar
-
-namespace {
-
-class JsonObject {
- public:
-  void raw(const std::string& key, const std::string& value) {
-    text_ += (text_.empty() ? "{\n" : ",\n") + std::string("  ") + json_str(key) + ": " + value;
-  }
-  void str(const std::string& key, const std::optional<std::string>& v) {
-    if (v) raw(key, json_str(*v));
-  }
-  void num(const std::string& key, const std::optional<double>& v) {
-    if (v) raw(key, shortest(*v));
-  }
-  void nums(const std::string& key, const std::vector<double>& v) {
-    if (v.empty()) return;
-    std::string o = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + shortest(v[i]);
-    raw(key, o + "]");
-  }
-  void strs(const std::string& key, const std::vector<std::string>& v) {
-    if (v.empty()) return;
-    std::string o = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_str(v[i]);
-    raw(key, o + "]");
-  }
-  std::string text() const { return (text_.empty() ? "{" : text_) + "\n}\n"; }
-
- private:
-  std::string text_;
-};
-
-// Milliseconds to seconds; divided, not multiplied by 1e-3, so that 2300 gives 2.3, not
-// 2.3000000000000003.
-std::optional<double> seconds(std::optional<double> ms) {
-  if (ms) *ms /= 1000.0;
-  return ms;
-}
-
-// DICOM TM "HHMMSS.FFFFFF" (or "HH:MM:SS" of old files) as BIDS's "HH:MM:SS.FFFFFF" (dcm2niix).
-std::optional<std::string> bids_time(const std::optional<std::string>& tm) {
-  if (!tm) return tm;
-  std::string digits;
-  std::string frac;
-  const std::size_t dot = tm->find('.');
-  for (std::size_t i = 0; i < std::min(dot, tm->size()); ++i)
-    if (std::isdigit(static_cast<unsigned char>((*tm)[i]))) digits += (*tm)[i];
-  if (dot != std::string::npos) frac = tm->substr(dot + 1);
-  if (digits.size() != 6) return tm;
-  frac.resize(6, '0');
-  return digits.substr(0, 2) + ":" + digits.substr(2, 2) + ":" + digits.substr(4, 2) + "." + frac;
-}
-
-}  // namespace
-
-std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
-                           const std::vector<std::string>& warnings) {
-  const Meta m = meta_of(s);
-  JsonObject j;
-  j.str("Modality", m.str(kModality));
-  j.str("Manufacturer", m.str(kManufacturer));
-  j.str("ManufacturersModelName", m.str(kManufacturerModelName));
-  j.num("MagneticFieldStrength", m.num(kMagneticFieldStrength));
-  j.str("SeriesDescription", m.str(kSeriesDescription));
-  j.str("ProtocolName", m.str(kProtocolName));
-  if (m.ds.contains(kSeriesNumber)) j.raw("SeriesNumber", std::to_string(s.series_number));
-  j.str("SeriesInstanceUID", m.str(kSeriesInstanceUID));
-  j.strs("ImageType", m.ds.strings(kImageType));
-  j.str("AcquisitionTime", bids_time(m.str(kAcquisitionTime)));
-  j.num("EchoTime", seconds(m.num(kEchoTime)));
-  j.num("RepetitionTime", seconds(m.num(kRepetitionTime)));
-  j.num("FlipAngle", m.num(kFlipAngle));
-  j.num("SliceThickness", m.num(kSliceThickness));
-  j.num("SpacingBetweenSlices", m.num(kSpacingBetweenSlices));
-  j.nums("PixelSpacing", m.nums(kPixelSpacing));
-  j.nums("ImageOrientationPatientDICOM", m.nums(kImageOrientationPatient));
-  j.str("ConversionSoftware", std::string("voxpipe"));
-  j.str("ConversionSoftwareVersion", std::string(version()));
-  std::vector<double> dims;
-  for (auto d : s.shape()) dims.push_back(static_cast<double>(d));
-  j.nums("Dimensions", dims);
-  if (!s.split.empty()) j.str("SeriesSplit", s.split);
-  if (plan.scaled) {
-    j.num("RescaleSlope", plan.slope);
-    j.num("RescaleIntercept", plan.inter);
-  }
-  if (s.gantry_tilt) j.num("GantryTiltDegrees", s.tilt_degrees);
-  j.strs("Warnings", warnings);
-  return j.text();
 }
 
 std::string series_name(const DicomSeries& s) {
@@ -279,6 +280,15 @@ std::vector<std::string> write_dicom_series(const DicomSeries& s, const std::str
   for (auto d : s.shape()) voxels *= d;
   std::vector<std::uint8_t> data(voxels * dtype_size(dtype));
   for (std::string& w : read_dicom_series(s, data, dtype, threads)) warnings.push_back(std::move(w));
+  if (plan.float_factor != 1) {
+    if (dtype == DType::f32) {
+      auto* v = reinterpret_cast<float*>(data.data());
+      for (std::uint64_t i = 0; i < voxels; ++i) v[i] = static_cast<float>(v[i] * plan.float_factor);
+    } else if (dtype == DType::f64) {
+      auto* v = reinterpret_cast<double*>(data.data());
+      for (std::uint64_t i = 0; i < voxels; ++i) v[i] *= plan.float_factor;
+    }
+  }
   write_nifti(path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))), options);
   return warnings;
 }

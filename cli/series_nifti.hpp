@@ -13,29 +13,92 @@
 
 namespace voxpipe::cli {
 
+// The values of a series' first file, for the header and the sidecar: a tag at the top level,
+// else in the enhanced multi-frame functional groups (the shared ones (5200,9229), then the
+// first frame's (5200,9230)), where Siemens XA and Philips enhanced files keep EchoTime,
+// RepetitionTime, FlipAngle, PixelSpacing, ImageOrientationPatient and the rest. A malformed
+// value reads as missing: the sidecar leaves it out, the conversion goes on.
+class SeriesMeta {
+ public:
+  explicit SeriesMeta(const DicomSeries& s);
+  const DicomDataset& dataset() const noexcept { return ds_; }
+  const DicomElement* find(DicomTag t) const noexcept;
+  std::optional<std::string> str(DicomTag t) const;  // nullopt for an empty value
+  std::vector<std::string> strs(DicomTag t) const;
+  std::optional<double> num(DicomTag t) const;
+  std::vector<double> nums(DicomTag t) const;
+
+ private:
+  const DicomDataset* holder(DicomTag t) const noexcept;
+  const DicomDataset& ds_;
+  std::vector<const DicomDataset*> groups_;  // the functional group macros' items, in search order
+};
+
 // `s` as the commands name it: "series 3 \"T1 MPRAGE\" (echo 2)" (its number, description and
 // split, those it has).
 std::string series_name(const DicomSeries& s);
+
+// Philips' three scalings of a series (PMC3998685): stored value R, displayed D = R * RS + RI
+// (RescaleSlope/Intercept), precise floating point P = D / (RS * SS), SS the private scale slope
+// (2005,100E).
+struct PhilipsScale {
+  double rs = 1, ri = 0, ss = 0;
+  bool precise = false;  // the plan's values are P (dcm2niix -p y), else D (-p n)
+};
 
 // How dcm2nii stores the values of a series.
 struct SeriesPlan {
   DType dtype = DType::f32;
   bool scaled = false;  // the stored values, with the shared rescale as scl_slope/scl_inter
   double slope = 1, inter = 0;
+  // Float output (not scaled): multiply the values read_dicom_series gives (the images' own
+  // rescale applied) by this; 1 but for Philips precise scaling of float output, 1 / (RS * SS).
+  double float_factor = 1;
+  // Set for a Philips series with a scale slope shared by every image (the sidecar's
+  // PhilipsRescaleSlope, ...).
+  std::optional<PhilipsScale> philips;
 };
 
 // The stored dtype with the shared rescale (scaled) when every image of `s` shares one and no
 // `float_type` is asked for; else `float_type` (f32 or f64), or f32, with the rescaled values.
-SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type);
+// A Philips series with a private scale slope (2005,100E) shared by its images gets Philips'
+// precise floating-point values when `philips_precise` (dcm2niix's default, -p y), its display
+// values otherwise (-p n); docs/dicom.md "Philips scaling".
+SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type,
+                       bool philips_precise = true);
 
-// The NIfTI-1 header dcm2nii writes for `s` stored as `plan`. Appends what the header cannot
-// hold to `warnings` (a gantry tilt's shear, qform_code 0).
-NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vector<std::string>& warnings);
+// The voxel frame an image of the series is written in, for what depends on it (the sign of
+// PhaseEncodingDirection). voxpipe writes the series' own affine (DicomSeries::affine): i along
+// DICOM's rows (columns increasing), j along its columns (rows increasing, top to bottom).
+// dcm2niix writes j the other way (rows bottom to top): rows_flipped.
+struct SeriesFrame {
+  bool rows_flipped = false;
+};
 
-// The JSON sidecar dcm2nii writes beside that image: the BIDS fields dcm2niix writes, as far as
-// the first file holds them, the rescale of a scaled plan and `warnings`.
+// Largest shear (radians, the largest difference between the affine's unit axes and the nearest
+// rotation) a qform is written for: rounding in ImageOrientationPatient, not gantry tilt
+// (docs/dicom.md "qform").
+inline constexpr double kQformShearTolerance = 1e-4;
+
+// The NIfTI-1 header dcm2nii writes for `s` stored as `plan`: qform and sform (code 1),
+// dim_info, slice_code as dcm2niix sets them (slice_duration 0, as dcm2niix). Appends what the
+// header cannot hold to `warnings` (a gantry tilt's shear, qform_code 0).
+NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vector<std::string>& warnings,
+                          const SeriesFrame& frame = {});
+
+// Slice acquisition times (seconds from the first) of the series' slices in its slice order, as
+// dcm2niix's SliceTiming: Siemens' CSA MosaicRefAcqTimes for a mosaic, else the first volume's
+// AcquisitionTimes; empty when unknown, a 3D acquisition or a single slice.
+std::vector<double> series_slice_timing(const DicomSeries& s);
+
+// The JSON sidecar dcm2nii writes beside that image (series_sidecar.cpp): every key dcm2niix
+// writes for an MR series from the first file's standard, enhanced functional group, Siemens
+// CSA and Phoenix and Philips private values, in dcm2niix's order and with its values, then
+// voxpipe's own (Dimensions, SeriesSplit, RescaleSlope/RescaleIntercept of a scaled plan,
+// GantryTiltDegrees, Warnings). `frame` is the written image's voxel frame. Differences from
+// dcm2niix: docs/dicom.md "JSON sidecar".
 std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
-                           const std::vector<std::string>& warnings);
+                           const std::vector<std::string>& warnings, const SeriesFrame& frame = {});
 
 // Reads `s` and writes it to `path` as dcm2nii does (series_plan, series_header; no sidecar). Returns the
 // series' warnings, the header's and the decoders'. Throws what read_dicom_series and

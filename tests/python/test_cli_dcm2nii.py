@@ -180,7 +180,7 @@ def test_oblique_rescaled_series_matches_stored_values_and_affine(tmp_path):
     assert side['EchoTime'] == pytest.approx(0.0046)
     assert side['RepetitionTime'] == pytest.approx(2.3)
     assert side['SeriesNumber'] == 3
-    assert side['ImageType'] == ['ORIGINAL', 'PRIMARY', 'M', 'ND']
+    assert side['ImageType'] == ['ORIGINAL', 'PRIMARY', 'M', 'ND', 'MAGNITUDE']  # as dcm2niix
     assert side['AcquisitionTime'] == '10:11:12.500000'
     assert side['Dimensions'] == [40, 32, 12]
     assert side['RescaleSlope'] == 2 and side['RescaleIntercept'] == -100

@@ -1,0 +1,596 @@
+// The BIDS JSON sidecar `voxpipe dcm2nii` writes beside a series' NIfTI image (series_nifti.hpp):
+// the keys dcm2niix writes for an MR series, in its order and with its values, read from the
+// first file's standard tags (or its enhanced functional groups, SeriesMeta), Siemens' CSA image
+// header and Phoenix protocol (dicom/csa.hpp) and Philips' private tags, then voxpipe's own keys.
+// Where each value comes from follows dcm2niix (nii_dicom_batch.cpp nii_SaveBIDSX, nii_dicom.cpp);
+// the differences are listed in docs/dicom.md "JSON sidecar".
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include "cli_common.hpp"
+#include "dicom/csa.hpp"
+#include "series_nifti.hpp"
+#include "voxpipe/dicom.hpp"
+
+namespace voxpipe::cli {
+
+namespace {
+
+constexpr DicomTag kImageType = dicom_tag(0x0008, 0x0008);
+constexpr DicomTag kAcquisitionDate = dicom_tag(0x0008, 0x0022);
+constexpr DicomTag kAcquisitionDateTime = dicom_tag(0x0008, 0x002A);
+constexpr DicomTag kAcquisitionTime = dicom_tag(0x0008, 0x0032);
+constexpr DicomTag kModality = dicom_tag(0x0008, 0x0060);
+constexpr DicomTag kManufacturer = dicom_tag(0x0008, 0x0070);
+constexpr DicomTag kInstitutionName = dicom_tag(0x0008, 0x0080);
+constexpr DicomTag kInstitutionAddress = dicom_tag(0x0008, 0x0081);
+constexpr DicomTag kStationName = dicom_tag(0x0008, 0x1010);
+constexpr DicomTag kStudyDescription = dicom_tag(0x0008, 0x1030);
+constexpr DicomTag kSeriesDescription = dicom_tag(0x0008, 0x103E);
+constexpr DicomTag kInstitutionalDepartmentName = dicom_tag(0x0008, 0x1040);
+constexpr DicomTag kManufacturerModelName = dicom_tag(0x0008, 0x1090);
+constexpr DicomTag kBodyPartExamined = dicom_tag(0x0018, 0x0015);
+constexpr DicomTag kScanningSequence = dicom_tag(0x0018, 0x0020);
+constexpr DicomTag kSequenceVariant = dicom_tag(0x0018, 0x0021);
+constexpr DicomTag kScanOptions = dicom_tag(0x0018, 0x0022);
+constexpr DicomTag kMRAcquisitionType = dicom_tag(0x0018, 0x0023);
+constexpr DicomTag kSequenceName = dicom_tag(0x0018, 0x0024);
+constexpr DicomTag kSliceThickness = dicom_tag(0x0018, 0x0050);
+constexpr DicomTag kRepetitionTime = dicom_tag(0x0018, 0x0080);
+constexpr DicomTag kEchoTime = dicom_tag(0x0018, 0x0081);
+constexpr DicomTag kInversionTime = dicom_tag(0x0018, 0x0082);
+constexpr DicomTag kNumberOfAverages = dicom_tag(0x0018, 0x0083);
+constexpr DicomTag kImagingFrequency = dicom_tag(0x0018, 0x0084);
+constexpr DicomTag kEchoNumbers = dicom_tag(0x0018, 0x0086);
+constexpr DicomTag kMagneticFieldStrength = dicom_tag(0x0018, 0x0087);
+constexpr DicomTag kSpacingBetweenSlices = dicom_tag(0x0018, 0x0088);
+constexpr DicomTag kPhaseEncodingSteps = dicom_tag(0x0018, 0x0089);
+constexpr DicomTag kEchoTrainLength = dicom_tag(0x0018, 0x0091);
+constexpr DicomTag kPercentSampling = dicom_tag(0x0018, 0x0093);
+constexpr DicomTag kPercentPhaseFieldOfView = dicom_tag(0x0018, 0x0094);
+constexpr DicomTag kPixelBandwidth = dicom_tag(0x0018, 0x0095);
+constexpr DicomTag kDeviceSerialNumber = dicom_tag(0x0018, 0x1000);
+constexpr DicomTag kSoftwareVersions = dicom_tag(0x0018, 0x1020);
+constexpr DicomTag kProtocolName = dicom_tag(0x0018, 0x1030);
+constexpr DicomTag kReceiveCoilName = dicom_tag(0x0018, 0x1250);
+constexpr DicomTag kAcquisitionMatrix = dicom_tag(0x0018, 0x1310);
+constexpr DicomTag kInPlanePhaseEncodingDirection = dicom_tag(0x0018, 0x1312);
+constexpr DicomTag kFlipAngle = dicom_tag(0x0018, 0x1314);
+constexpr DicomTag kSAR = dicom_tag(0x0018, 0x1316);
+constexpr DicomTag kPatientPosition = dicom_tag(0x0018, 0x5100);
+constexpr DicomTag kPulseSequenceName = dicom_tag(0x0018, 0x9005);
+constexpr DicomTag kSpoiling = dicom_tag(0x0018, 0x9016);
+constexpr DicomTag kMagnetizationTransfer = dicom_tag(0x0018, 0x9020);
+constexpr DicomTag kFrequencyEncodingSteps = dicom_tag(0x0018, 0x9058);
+constexpr DicomTag kParallelReductionFactorInPlane = dicom_tag(0x0018, 0x9069);
+constexpr DicomTag kAcquisitionDuration = dicom_tag(0x0018, 0x9073);
+constexpr DicomTag kParallelAcquisitionTechnique = dicom_tag(0x0018, 0x9078);
+constexpr DicomTag kEffectiveEchoTime = dicom_tag(0x0018, 0x9082);
+constexpr DicomTag kNumberOfKSpaceTrajectories = dicom_tag(0x0018, 0x9093);
+constexpr DicomTag kParallelReductionFactorOutOfPlane = dicom_tag(0x0018, 0x9155);
+constexpr DicomTag kPhaseEncodingStepsOutOfPlane = dicom_tag(0x0018, 0x9231);
+constexpr DicomTag kSARValue = dicom_tag(0x0018, 0x9181);
+constexpr DicomTag kDwellTimeSiemens = dicom_tag(0x0019, 0x1018);  // IS, ns
+constexpr DicomTag kBandwidthPerPixelPhaseEncode = dicom_tag(0x0019, 0x1028);
+constexpr DicomTag kSeriesInstanceUID = dicom_tag(0x0020, 0x000E);
+constexpr DicomTag kSeriesNumber = dicom_tag(0x0020, 0x0011);
+constexpr DicomTag kAcquisitionNumber = dicom_tag(0x0020, 0x0012);
+constexpr DicomTag kImageOrientationPatient = dicom_tag(0x0020, 0x0037);
+constexpr DicomTag kImageComments = dicom_tag(0x0020, 0x4000);
+constexpr DicomTag kPixelSpacing = dicom_tag(0x0028, 0x0030);
+constexpr DicomTag kProcedureStepDescription = dicom_tag(0x0040, 0x0254);
+constexpr DicomTag kImageOrientationTextSiemens = dicom_tag(0x0051, 0x100E);
+constexpr DicomTag kCoilSiemens = dicom_tag(0x0051, 0x100F);
+constexpr DicomTag kPATModeTextSiemens = dicom_tag(0x0051, 0x1011);
+constexpr DicomTag kWaterFatShiftPhilips = dicom_tag(0x2001, 0x1022);
+
+class JsonObject {
+ public:
+  void raw(const std::string& key, const std::string& value) {
+    text_ += (text_.empty() ? "{\n" : ",\n") + std::string("  ") + json_str(key) + ": " + value;
+  }
+  void str(const std::string& key, const std::optional<std::string>& v) {
+    if (v && !v->empty()) raw(key, json_str(*v));
+  }
+  void num(const std::string& key, const std::optional<double>& v) {
+    if (v && std::isfinite(*v)) raw(key, shortest(*v));
+  }
+  // dcm2niix's json_Float: written only when positive.
+  void pos(const std::string& key, const std::optional<double>& v) {
+    if (v && std::isfinite(*v) && *v > 0) raw(key, shortest(*v));
+  }
+  void boolean(const std::string& key, bool v) { raw(key, v ? "true" : "false"); }
+  void nums(const std::string& key, const std::vector<double>& v) {
+    if (v.empty()) return;
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + shortest(v[i]);
+    raw(key, o + "]");
+  }
+  void strs(const std::string& key, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_str(v[i]);
+    raw(key, o + "]");
+  }
+  std::string text() const { return (text_.empty() ? "{" : text_) + "\n}\n"; }
+
+ private:
+  std::string text_;
+};
+
+// Milliseconds to seconds; divided, not multiplied by 1e-3, so that 2300 gives 2.3, not
+// 2.3000000000000003.
+std::optional<double> seconds(std::optional<double> ms) {
+  if (ms) *ms /= 1000.0;
+  return ms;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// DICOM TM "HHMMSS.FFFFFF" (or "HH:MM:SS" of old files) as BIDS's "HH:MM:SS.FFFFFF" (dcm2niix).
+std::optional<std::string> bids_time(const std::optional<std::string>& tm) {
+  if (!tm) return tm;
+  std::string digits;
+  std::string frac;
+  const std::size_t dot = tm->find('.');
+  for (std::size_t i = 0; i < std::min(dot, tm->size()); ++i)
+    if (std::isdigit(static_cast<unsigned char>((*tm)[i]))) digits += (*tm)[i];
+  if (dot != std::string::npos) frac = tm->substr(dot + 1);
+  if (digits.size() != 6) return tm;
+  frac.resize(6, '0');
+  return digits.substr(0, 2) + ":" + digits.substr(2, 2) + ":" + digits.substr(4, 2) + "." + frac;
+}
+
+// The vendor as dcm2niix names it ("Siemens", "GE", "Philips", ...); the DICOM value when it
+// knows none of them (dcm2niix writes no Manufacturer then).
+std::optional<std::string> vendor(const std::optional<std::string>& m) {
+  if (!m) return m;
+  const std::string u = upper(*m);
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"SIEMENS", "Siemens"}, {"PHILIPS", "Philips"}, {"TOSHIBA", "Toshiba"}, {"CANON", "Canon"},
+      {"HITACHI", "Hitachi"}, {"BRUKER", "Bruker"},   {"MEDISO", "Mediso"},   {"UIH", "UIH"},
+      {"UNITED IMAGING", "UIH"}, {"MRSOLUTIONS", "MRSolutions"}, {"HYPERFINE", "Hyperfine"}};
+  for (const auto& [key, name] : kNames)
+    if (u.find(key) != std::string::npos) return std::string(name);
+  if (u.rfind("GE", 0) == 0) return std::string("GE");
+  return m;
+}
+
+// A Phoenix protocol value as a number: decimal, or hexadecimal "0x..".
+std::optional<double> phoenix_number(const std::map<std::string, std::string>& p, const std::string& key) {
+  const auto it = p.find(key);
+  if (it == p.end() || it->second.empty()) return std::nullopt;
+  const std::string& v = it->second;
+  char* end = nullptr;
+  double d;
+  if (v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X'))
+    d = static_cast<double>(std::strtoll(v.c_str() + 2, &end, 16));
+  else
+    d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str()) return std::nullopt;
+  return d;
+}
+
+std::optional<std::string> phoenix_string(const std::map<std::string, std::string>& p, const std::string& key) {
+  const auto it = p.find(key);
+  if (it == p.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+bool is_siemens(const SeriesMeta& m) {
+  return upper(m.str(kManufacturer).value_or("")).find("SIEMENS") != std::string::npos;
+}
+
+std::optional<dicom::CsaHeader> csa_of(const DicomSeries& s, dicom::CsaKind kind) {
+  try {
+    return dicom::series_csa_header(s, kind);
+  } catch (const Error&) {
+    return std::nullopt;  // a malformed CSA header leaves its keys out, as a malformed tag
+  }
+}
+
+}  // namespace
+
+std::vector<double> series_slice_timing(const DicomSeries& s) {
+  const SeriesMeta m(s);
+  if (s.slices < 2 || s.images.size() < s.slices) return {};
+  const auto acq = m.str(kMRAcquisitionType);
+  if (acq && upper(*acq) == "3D") return {};
+  std::vector<double> t;
+  if (s.images.front().tile_grid > 0) {
+    // Mosaic: each tile's time from the CSA image header, by tile.
+    const auto csa = is_siemens(m) ? csa_of(s, dicom::CsaKind::image) : std::nullopt;
+    if (!csa) return {};
+    const std::vector<double> ref = csa->numbers("MosaicRefAcqTimes");
+    if (ref.size() < 4) return {};
+    for (std::uint64_t k = 0; k < s.slices; ++k) {
+      const std::uint32_t tile = s.images[k].tile;
+      if (tile >= ref.size()) return {};
+      t.push_back(ref[tile]);
+    }
+    const double lo = *std::min_element(t.begin(), t.end());
+    for (double& v : t) v = (v - lo) / 1000.0;
+    return t;
+  }
+  // Single-slice files (Siemens; dcm2niix reads no slice timing from Philips or from GE's
+  // AcquisitionTimes): the first volume's acquisition times, when they span less than a TR.
+  if (!is_siemens(m)) return {};
+  for (std::uint64_t k = 0; k < s.slices; ++k) t.push_back(s.images[k].acquisition_time);
+  const double lo = *std::min_element(t.begin(), t.end());
+  const double hi = *std::max_element(t.begin(), t.end());
+  const auto tr = m.num(kRepetitionTime);
+  if (!(hi > lo) || !tr || (hi - lo) * 1000.0 > *tr) return {};
+  for (double& v : t) v = std::round((v - lo) * 1e6) / 1e6;
+  return t;
+}
+
+std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
+                           const std::vector<std::string>& warnings, const SeriesFrame& frame) {
+  const SeriesMeta m(s);
+  const bool siemens = is_siemens(m);
+  const std::string maker = upper(m.str(kManufacturer).value_or(""));
+  const bool philips = maker.find("PHILIPS") != std::string::npos;
+  const auto modality = m.str(kModality);
+  const bool mr = modality && *modality == "MR";
+  const std::optional<dicom::CsaHeader> csa_image =
+      siemens ? csa_of(s, dicom::CsaKind::image) : std::nullopt;
+  std::map<std::string, std::string> phoenix;
+  if (siemens) {
+    try {
+      phoenix = dicom::series_phoenix_protocol(s);
+    } catch (const Error&) {
+    }
+  }
+  const auto acq_type = m.str(kMRAcquisitionType);
+  const bool is2d = acq_type && upper(*acq_type) == "2D";
+  const bool is3d = acq_type && upper(*acq_type) == "3D";
+  const std::vector<std::string> image_type = m.strs(kImageType);
+  const auto has_type = [&](std::string_view v) {
+    return std::find(image_type.begin(), image_type.end(), v) != image_type.end();
+  };
+  const std::uint64_t dim1 = s.columns, dim2 = s.rows;
+
+  JsonObject j;
+  j.str("Modality", modality);
+  j.pos("MagneticFieldStrength", m.num(kMagneticFieldStrength));
+  if (const auto f = m.num(kImagingFrequency); f && *f > 0 && *f < 9e6) j.num("ImagingFrequency", f);
+  j.str("Manufacturer", vendor(m.str(kManufacturer)));
+  j.str("ManufacturersModelName", m.str(kManufacturerModelName));
+  j.str("InstitutionName", m.str(kInstitutionName));
+  j.str("InstitutionalDepartmentName", m.str(kInstitutionalDepartmentName));
+  j.str("InstitutionAddress", m.str(kInstitutionAddress));
+  j.str("DeviceSerialNumber", m.str(kDeviceSerialNumber));
+  j.str("StationName", m.str(kStationName));
+  j.str("BodyPart", m.str(kBodyPartExamined));
+  j.str("PatientPosition", m.str(kPatientPosition));
+  j.str("ProcedureStepDescription", m.str(kProcedureStepDescription));
+  {
+    // Multi-valued as dcm2niix writes it: the values joined by a backslash.
+    const std::vector<std::string> v = m.strs(kSoftwareVersions);
+    std::string joined;
+    for (std::size_t i = 0; i < v.size(); ++i) joined += (i ? "\\" : "") + v[i];
+    j.str("SoftwareVersions", joined);
+  }
+  if (is2d) j.str("MRAcquisitionType", std::string("2D"));
+  if (is3d) j.str("MRAcquisitionType", std::string("3D"));
+  j.str("StudyDescription", m.str(kStudyDescription));
+  j.str("SeriesDescription", m.str(kSeriesDescription));
+  j.str("ProtocolName", m.str(kProtocolName));
+  const auto joined = [&](DicomTag t) -> std::optional<std::string> {
+    const std::vector<std::string> v = m.strs(t);
+    if (v.empty()) return std::nullopt;
+    std::string o;
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? "\\" : "") + v[i];
+    return o;
+  };
+  const auto sequence_variant = joined(kSequenceVariant);
+  j.str("ScanningSequence", joined(kScanningSequence));
+  j.str("SequenceVariant", sequence_variant);
+  j.str("ScanOptions", joined(kScanOptions));
+  j.str("SequenceName", m.str(kSequenceName));
+  j.str("PulseSequenceName", m.str(kPulseSequenceName));
+  if (!image_type.empty()) {
+    // dcm2niix appends the image's complex component when ImageType does not spell it out
+    // (Siemens' M/P/R/I, an enhanced file's ComplexImageComponent).
+    std::vector<std::string> t = image_type;
+    std::string component = s.image_component;
+    if (component.empty()) {
+      const auto cic = m.str(dicom_tag(0x0008, 0x9208));
+      if (cic) component = upper(*cic);
+      else if (has_type("M") || has_type("MAGNITUDE") || philips) component = "MAGNITUDE";
+    }
+    if (component.empty() && has_type("P")) component = "PHASE";
+    if (!component.empty() && !has_type(component)) t.push_back(component);
+    j.strs("ImageType", t);
+  }
+  bool dis = false, nd = false;
+  for (const std::string& v : image_type) {
+    dis |= v.rfind("DIS2D", 0) == 0 || v.rfind("DIS3D", 0) == 0;
+    nd |= v.rfind("ND", 0) == 0;
+  }
+  if (dis) j.boolean("NonlinearGradientCorrection", true);
+  if (nd) j.boolean("NonlinearGradientCorrection", false);
+  if (!image_type.empty() && image_type.front() == "DERIVED") j.boolean("RawImage", false);
+  if (m.dataset().contains(kSeriesNumber) && s.series_number > 0)
+    j.raw("SeriesNumber", std::to_string(s.series_number));
+  {
+    // AcquisitionTime, when the date is known too (dcm2niix), or an enhanced file's
+    // AcquisitionDateTime.
+    std::optional<std::string> t;
+    if (m.str(kAcquisitionDate)) t = m.str(kAcquisitionTime);
+    if (!t) {
+      if (const auto dt = m.str(kAcquisitionDateTime); dt && dt->size() >= 14) t = dt->substr(8);
+    }
+    j.str("AcquisitionTime", bids_time(t));
+  }
+  if (const auto n = m.num(kAcquisitionNumber); n && *n > 0)
+    j.raw("AcquisitionNumber", std::to_string(static_cast<long long>(*n)));
+  j.str("ImageComments", m.str(kImageComments));
+  if (plan.philips) {
+    j.num("PhilipsRescaleSlope", plan.philips->rs);
+    j.num("PhilipsRescaleIntercept", plan.philips->ri);
+    j.num("PhilipsScaleSlope", plan.philips->ss);
+    j.raw("UsePhilipsFloatNotDisplayScaling", plan.philips->precise ? "1" : "0");
+  }
+  j.pos("SliceThickness", m.num(kSliceThickness));
+  j.pos("SpacingBetweenSlices", m.num(kSpacingBetweenSlices));
+  {
+    auto sar = m.num(kSAR);
+    if (!sar) sar = m.num(kSARValue);
+    j.pos("SAR", sar);
+  }
+  if (csa_image) {
+    const std::vector<double> tp = csa_image->numbers("ImaRelTablePosition");
+    if (tp.size() >= 3) j.nums("TablePosition", {tp[0], tp[1], tp[2] == 0 ? 0.0 : -tp[2]});
+  }
+  if (const auto n = m.num(kNumberOfAverages); n && *n > 1) j.num("NumberOfAverages", n);
+  {
+    const bool multi_echo = s.split.rfind("echo", 0) == 0;
+    std::int64_t echo = s.echo_number;
+    if (echo == 0) echo = static_cast<std::int64_t>(m.num(kEchoNumbers).value_or(0));
+    if (echo > 1 || (multi_echo && echo > 0)) j.raw("EchoNumber", std::to_string(echo));
+  }
+  auto te = m.num(kEchoTime);
+  if (!te || *te <= 0) te = m.num(kEffectiveEchoTime);
+  j.pos("EchoTime", seconds(te));
+  const auto tr = m.num(kRepetitionTime);
+  j.pos("RepetitionTime", seconds(tr));
+  if (const auto mt = m.str(kMagnetizationTransfer)) {
+    const std::string u = upper(*mt);
+    if (u.rfind("OF", 0) == 0) j.boolean("MTState", true);
+    else if (u.rfind("ON", 0) == 0 || u.rfind("NO", 0) == 0) j.boolean("MTState", false);
+  }
+  {
+    int spoiling = -1;  // unknown; 0 none, 1 RF, 2 gradient, 3 both
+    if (const auto sp = m.str(kSpoiling)) {
+      const std::string u = upper(*sp);
+      // As dcm2niix (which tests "RF" twice): any RF is RF and gradient.
+      if (u.find("RF") != std::string::npos) spoiling = 3;
+      else if (u.find("GRADIENT") != std::string::npos) spoiling = 2;
+      else if (u.find("NONE") != std::string::npos) spoiling = 0;
+    }
+    bool spoiled = spoiling > 0;
+    if (spoiling == -1 && sequence_variant && sequence_variant->find("\\SP") != std::string::npos)
+      spoiled = true;
+    if (spoiled) j.boolean("SpoilingState", true);
+    if (spoiling == 1) j.str("SpoilingType", std::string("RF"));
+    if (spoiling == 2) j.str("SpoilingType", std::string("GRADIENT"));
+    if (spoiling == 3) j.str("SpoilingType", std::string("COMBINED"));
+  }
+  j.pos("InversionTime", seconds(m.num(kInversionTime)));
+  j.pos("FlipAngle", m.num(kFlipAngle));
+
+  // Parallel imaging: Siemens' "p2s3" text (0051,1011), the standard (0018,9069) for others;
+  // the Phoenix protocol's sPat.lAccelFactPE takes precedence (dcm2niix issue 672).
+  double accel_pe = 0, accel_oop = 0;
+  int multiband = 0;
+  if (siemens) {
+    if (const auto pat = m.str(kPATModeTextSiemens)) {
+      const auto digits_after = [&](char key) {
+        const std::size_t at = pat->find(key);
+        if (at == std::string::npos) return 0.0;
+        return std::atof(pat->c_str() + at + 1);
+      };
+      accel_pe = digits_after('p');
+      multiband = static_cast<int>(digits_after('s'));
+    }
+  } else {
+    accel_pe = m.num(kParallelReductionFactorInPlane).value_or(0);
+  }
+  accel_oop = m.num(kParallelReductionFactorOutOfPlane).value_or(0);
+  double phase_oversampling = 0;
+  std::optional<std::string> coil_name = siemens ? m.str(kCoilSiemens) : m.str(kReceiveCoilName);
+  if (siemens && !phoenix.empty()) {
+    const auto te0 = phoenix_number(phoenix, "alTE[0]");
+    const auto te1 = phoenix_number(phoenix, "alTE[1]");
+    if (s.image_component == "PHASE" && te0 && te1 && *te0 > 0 && *te1 > 0) {
+      j.num("EchoTime1", *te0 / 1e6);
+      j.num("EchoTime2", *te1 / 1e6);
+    }
+    if (const auto pf = phoenix_number(phoenix, "sKSpace.ucPhasePartialFourier"); pf && *pf > 0 && mr) {
+      double v = 1;
+      if (*pf == 1) v = 0.5;
+      if (*pf == 2) v = 0.625;
+      if (*pf == 4) v = 0.75;
+      if (*pf == 8) v = 0.875;
+      j.num("PartialFourier", v);
+    }
+    if (const auto interp = phoenix_number(phoenix, "sKSpace.uc2DInterpolation"); interp && *interp > 0)
+      j.raw("Interpolation2D", "1");
+    if (const auto b = phoenix_number(phoenix, "sKSpace.lBaseResolution"); b && *b > 0)
+      j.num("BaseResolution", b);
+    {
+      std::vector<double> shim(8, 0);
+      const char* lower[3][2] = {{"sGRADSPEC.asGPAData[0].lOffsetX", "sGRADSPEC.lOffsetX"},
+                                 {"sGRADSPEC.asGPAData[0].lOffsetY", "sGRADSPEC.lOffsetY"},
+                                 {"sGRADSPEC.asGPAData[0].lOffsetZ", "sGRADSPEC.lOffsetZ"}};
+      for (int i = 0; i < 3; ++i) {
+        shim[i] = phoenix_number(phoenix, lower[i][0]).value_or(0);
+        if (shim[i] == 0) shim[i] = phoenix_number(phoenix, lower[i][1]).value_or(0);
+      }
+      for (int i = 0; i < 5; ++i)
+        shim[3 + i] =
+            phoenix_number(phoenix, "sGRADSPEC.alShimCurrent[" + std::to_string(i) + "]").value_or(0);
+      if (shim[0] != 0) j.nums("ShimSetting", shim);
+    }
+    const bool diffusion = std::any_of(s.images.begin(), s.images.end(),
+                                       [](const DicomSlice& i) { return i.diffusion.has_value(); });
+    if (diffusion) {
+      int scheme = static_cast<int>(phoenix_number(phoenix, "sDiffusion.dsScheme").value_or(0));
+      if (scheme == 0) {
+        scheme = static_cast<int>(phoenix_number(phoenix, "ucReadOutMode").value_or(0));
+        if (scheme >= 1 && scheme <= 2) scheme = 3 - scheme;
+      }
+      if (scheme == 1) j.str("DiffusionScheme", std::string("Bipolar"));
+      if (scheme == 2) j.str("DiffusionScheme", std::string("Monopolar"));
+    }
+    if (const auto d = phoenix_number(phoenix, "lDelayTimeInTR")) j.pos("DelayTime", *d / 1e6);
+    if (mr) j.pos("TxRefAmp", phoenix_number(phoenix, "sTXSPEC.asNucleusInfo[0].flReferenceAmplitude"));
+    if (mr) j.pos("PhaseResolution", phoenix_number(phoenix, "sKSpace.dPhaseResolution"));
+    phase_oversampling = phoenix_number(phoenix, "sKSpace.dPhaseOversamplingForDialog").value_or(0);
+    j.pos("PhaseOversampling", phase_oversampling);
+    if (const auto es = phoenix_number(phoenix, "sFastImaging.lEchoSpacing"))
+      j.pos("VendorReportedEchoSpacing", *es / 1e6);
+    j.str("ReceiveCoilName", phoenix_string(phoenix, "sCoilElementID.tCoilID"));
+    const auto elements = phoenix_string(phoenix, "sCoilSelectMeas.sCoilStringForConversion");
+    if (mr) j.str("ReceiveCoilActiveElements", elements);
+    if (coil_name && elements.value_or("") != *coil_name) j.str("CoilString", coil_name);
+    j.str("PulseSequenceDetails", phoenix_string(phoenix, "tSequenceFileName"));
+    j.str("WipMemBlock", phoenix_string(phoenix, "sWipMemBlock.tFree"));
+    if (!m.str(kProtocolName)) j.str("ProtocolName", phoenix_string(phoenix, "tProtocolName"));
+    if (const auto r = phoenix_number(phoenix, "sPat.lRefLinesPE"); r && *r > 0) j.num("RefLinesPE", r);
+    const auto combine = phoenix_number(phoenix, "ucCoilCombineMode");
+    if (combine == 1.0) j.str("CoilCombinationMethod", std::string("Sum of Squares"));
+    if (combine == 2.0) j.str("CoilCombinationMethod", std::string("Adaptive Combine"));
+    auto consistency = phoenix_string(phoenix, "sProtConsistencyInfo.tMeasuredBaselineString");
+    if (!consistency) consistency = phoenix_string(phoenix, "sProtConsistencyInfo.tBaselineString");
+    j.str("ConsistencyInfo", consistency);
+    if (const auto f3 = phoenix_number(phoenix, "sPat.lAccelFact3D"); f3 && *f3 > 0) accel_oop = *f3;
+    if (const auto fpe = phoenix_number(phoenix, "sPat.lAccelFactPE"); fpe && *fpe > 0) {
+      const auto mode = phoenix_number(phoenix, "sPat.ucPATMode");
+      if (mode == 1.0) j.str("MatrixCoilMode", std::string("SENSE"));
+      if (mode == 2.0) j.str("MatrixCoilMode", std::string("GRAPPA"));
+      accel_pe = *fpe;
+    }
+  } else if (mr) {
+    if (coil_name) j.str("CoilString", coil_name);
+  }
+  const std::vector<double> slice_timing = series_slice_timing(s);
+  if (mr && siemens && slice_timing.size() > 1) {
+    int zeros = 0;
+    for (double t : slice_timing) zeros += t == 0;
+    if (multiband < 2 && zeros > 1 && static_cast<std::size_t>(zeros) < slice_timing.size())
+      multiband = zeros;
+  }
+  if (multiband > 1 && mr) j.raw("MultibandAccelerationFactor", std::to_string(multiband));
+  j.pos("PercentPhaseFOV", m.num(kPercentPhaseFieldOfView));
+  j.pos("PercentSampling", m.num(kPercentSampling));
+  const auto etl = m.num(kEchoTrainLength);
+  if (etl && *etl > 1) j.num("EchoTrainLength", etl);
+  if (const auto n = m.num(kPhaseEncodingSteps); n && *n > 0) j.num("PhaseEncodingSteps", std::round(*n));
+  if (const auto n = m.num(kFrequencyEncodingSteps); n && *n > 0) j.num("FrequencyEncodingSteps", n);
+  if (const auto n = m.num(kPhaseEncodingStepsOutOfPlane); n && *n > 0) j.num("PhaseEncodingStepsOutOfPlane", n);
+  // AcquisitionMatrix: (frequency rows, frequency columns, phase rows, phase columns).
+  double pe_lines = 0;
+  {
+    const std::vector<double> am = m.nums(kAcquisitionMatrix);
+    if (am.size() == 4) pe_lines = am[2] > 0 ? am[2] : am[3];
+    if (pe_lines <= 0 && siemens) pe_lines = phoenix_number(phoenix, "sKSpace.lPhaseEncodingLines").value_or(0);
+    if (pe_lines > 0 && mr) j.num("AcquisitionMatrixPE", pe_lines);
+  }
+  const std::string pe_dir = upper(m.str(kInPlanePhaseEncodingDirection).value_or(""));
+  const char rc = pe_dir.rfind("ROW", 0) == 0 ? 'R' : pe_dir.rfind("COL", 0) == 0 ? 'C' : '?';
+  double recon_pe = pe_lines;
+  if (dim1 > 0 && dim2 > 0) {
+    if (dim1 == dim2) recon_pe = static_cast<double>(dim2);
+    else if (rc == 'C') recon_pe = static_cast<double>(dim2);
+    else if (rc == 'R') recon_pe = static_cast<double>(dim1);
+  }
+  if (mr && recon_pe > 0) j.num("ReconMatrixPE", recon_pe);
+  double bwppe = m.num(kBandwidthPerPixelPhaseEncode).value_or(0);
+  if (bwppe == 0 && csa_image) bwppe = csa_image->number("BandwidthPerPixelPhaseEncode").value_or(0);
+  j.pos("BandwidthPerPixelPhaseEncode", bwppe);
+  if (accel_pe > 1) j.num("ParallelReductionFactorInPlane", accel_pe);
+  j.str("ParallelAcquisitionTechnique", m.str(kParallelAcquisitionTechnique));
+  if (accel_oop > 1) j.num("ParallelReductionFactorOutOfPlane", accel_oop);
+  double ees = 0;
+  if (recon_pe > 0 && bwppe > 0) ees = 1.0 / (bwppe * recon_pe);
+  const auto wfs = philips ? m.num(kWaterFatShiftPhilips) : std::nullopt;
+  j.pos("WaterFatShift", wfs);
+  const double freq = m.num(kImagingFrequency).value_or(0);
+  if (ees == 0 && freq > 0 && wfs && *wfs != 0 && etl && *etl > 0 && recon_pe > 1) {
+    // Philips: dcm2niix's estimate (in single precision, as dcm2niix computes it).
+    const float actual = static_cast<float>(*wfs / (freq * 3.4 * (*etl + 1)));
+    const float total = static_cast<float>(actual * *etl);
+    j.pos("EstimatedEffectiveEchoSpacing", static_cast<double>(total / static_cast<float>(recon_pe - 1)));
+    j.num("EstimatedTotalReadoutTime", static_cast<double>(total));
+  }
+  j.pos("EffectiveEchoSpacing", ees);
+  {
+    double f = 1;
+    if (accel_pe > 1) f /= accel_pe;
+    if (phase_oversampling > 0) f *= 1 + phase_oversampling;
+    const double d = bwppe * f * recon_pe;
+    j.pos("DerivedVendorReportedEchoSpacing", d != 0 ? 1 / d : 0);
+  }
+  j.pos("AcquisitionDuration", m.num(kAcquisitionDuration));
+  if (recon_pe > 0 && ees > 0) j.num("TotalReadoutTime", ees * (recon_pe - 1));
+  j.pos("PixelBandwidth", m.num(kPixelBandwidth));
+  if (siemens) {
+    if (const auto dwell = m.num(kDwellTimeSiemens); dwell && *dwell > 0) j.num("DwellTime", *dwell * 1e-9);
+  }
+  // Phase encoding: the axis from InPlanePhaseEncodingDirection (ROW: along i, COL: along j),
+  // the sign from the CSA image header's PhaseEncodingDirectionPositive, in the written frame:
+  // j- when the phase runs against j, which depends on whether rows are flipped (dcm2niix's
+  // frame) or not (voxpipe's).
+  const bool skip_axis = is3d && !(etl && *etl > 1);
+  if (!skip_axis && (rc == 'R' || rc == 'C')) {
+    int positive = -1;
+    if (csa_image) {
+      if (const auto p = csa_image->number("PhaseEncodingDirectionPositive")) positive = static_cast<int>(std::lround(*p));
+    }
+    if (positive < 0 || is3d) {
+      j.str("PhaseEncodingAxis", std::string(rc == 'C' ? "j" : "i"));
+    } else {
+      std::string d = rc == 'C' ? "j" : "i";
+      // For COL, the phase runs toward increasing rows when positive: +j in voxpipe's frame,
+      // -j in a frame whose rows are flipped.
+      const bool against = rc == 'R' ? positive == 0 : (positive == 1) == frame.rows_flipped;
+      if (against) d += "-";
+      j.str("PhaseEncodingDirection", d);
+    }
+  }
+  if (mr && !is3d && s.slices > 1 && !slice_timing.empty()) j.nums("SliceTiming", slice_timing);
+  {
+    const std::vector<double> iop = m.nums(kImageOrientationPatient);
+    if (iop.size() == 6) j.nums("ImageOrientationPatientDICOM", iop);
+  }
+  if (siemens) j.str("ImageOrientationText", m.str(kImageOrientationTextSiemens));
+  if (rc == 'C') j.str("InPlanePhaseEncodingDirectionDICOM", std::string("COL"));
+  if (rc == 'R') j.str("InPlanePhaseEncodingDirectionDICOM", std::string("ROW"));
+  j.str("ConversionSoftware", std::string("voxpipe"));
+  j.str("ConversionSoftwareVersion", std::string(version()));
+  // voxpipe's own keys (no BIDS key has these names).
+  j.str("SeriesInstanceUID", m.str(kSeriesInstanceUID));
+  j.nums("PixelSpacing", m.nums(kPixelSpacing));
+  std::vector<double> dims;
+  for (auto d : s.shape()) dims.push_back(static_cast<double>(d));
+  j.nums("Dimensions", dims);
+  if (!s.split.empty()) j.str("SeriesSplit", s.split);
+  if (plan.scaled) {
+    // DICOM's shared RescaleSlope/Intercept (scl_slope/scl_inter but for Philips precise scaling).
+    j.num("RescaleSlope", s.slope);
+    j.num("RescaleIntercept", s.intercept);
+  }
+  if (s.gantry_tilt) j.num("GantryTiltDegrees", s.tilt_degrees);
+  j.strs("Warnings", warnings);
+  return j.text();
+}
+
+}  // namespace voxpipe::cli
