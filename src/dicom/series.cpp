@@ -17,6 +17,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "dicom/csa.hpp"
 #include "dicom/modality.hpp"
 #include "dicom/series_planes.hpp"
 #include "core/file.hpp"
@@ -144,51 +145,6 @@ const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
   return nullptr;
 }
 
-// What a mosaic needs from a Siemens CSA image header ("SV10" format 2; format 1 files fall back
-// to (0019,xx0A)): NumberOfImagesInMosaic and SliceNormalVector. Own parser: the format is
-// Siemens' private binary layout (nibabel's csareader reads it the same way); every length is
-// checked against the value.
-struct Csa {
-  std::optional<std::int64_t> images_in_mosaic;
-  std::optional<Vec3> slice_normal;
-};
-
-Csa read_csa(const std::vector<std::uint8_t>& b) {
-  Csa csa;
-  const auto u32 = [&](std::size_t at) -> std::optional<std::uint32_t> {
-    if (at + 4 > b.size()) return std::nullopt;
-    return static_cast<std::uint32_t>(b[at] | b[at + 1] << 8 | b[at + 2] << 16 |
-                                      std::uint32_t(b[at + 3]) << 24);
-  };
-  if (b.size() < 16 || std::memcmp(b.data(), "SV10", 4) != 0) return csa;
-  const auto n_tags = u32(8);
-  if (!n_tags || *n_tags > 1000) return csa;
-  std::size_t at = 16;
-  for (std::uint32_t t = 0; t < *n_tags; ++t) {
-    if (at + 84 > b.size()) return csa;
-    const char* name_begin = reinterpret_cast<const char*>(b.data() + at);
-    const std::string name(name_begin, strnlen(name_begin, 64));
-    const auto n_items = u32(at + 76);
-    if (!n_items || *n_items > 1000) return csa;
-    at += 84;
-    std::vector<std::string> items;
-    for (std::uint32_t i = 0; i < *n_items; ++i) {
-      const auto length = u32(at + 4);
-      if (!length || at + 16 + *length > b.size()) return csa;
-      const char* v = reinterpret_cast<const char*>(b.data() + at + 16);
-      items.emplace_back(v, strnlen(v, *length));
-      at += 16 + (*length + 3) / 4 * 4;
-    }
-    if (name == "NumberOfImagesInMosaic" && !items.empty() && !items[0].empty()) {
-      csa.images_in_mosaic = std::atoll(items[0].c_str());
-    } else if (name == "SliceNormalVector" && items.size() >= 3 && !items[2].empty()) {
-      csa.slice_normal = Vec3{std::atof(items[0].c_str()), std::atof(items[1].c_str()),
-                              std::atof(items[2].c_str())};
-    }
-  }
-  return csa;
-}
-
 // The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
 // when the file is not a mosaic.
 // `bytes`: the file's, when it is held in memory (else it is read at `path`).
@@ -198,44 +154,41 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   bool mosaic = false;
   for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
   if (!mosaic) return std::nullopt;
-  Csa csa;
+  std::optional<std::int64_t> images_in_mosaic;
+  std::optional<Vec3> slice_normal;
   std::optional<std::uint64_t> offset;  // of the value that gave the number, for the error
   if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10)) {
     offset = e->value_offset;
-    if (e->value_read) {
-      csa = read_csa(e->value);
-    } else if (!offsets_in_inflated_stream && e->length <= (std::uint64_t{1} << 20)) {
-      // The scan keeps small values only: the CSA header (usually 10-20 KiB) is read here.
-      if (!bytes.empty()) {
-        if (e->value_offset <= bytes.size() && e->length <= bytes.size() - e->value_offset)
-          csa = read_csa(std::vector<std::uint8_t>(bytes.begin() + e->value_offset,
-                                                   bytes.begin() + e->value_offset + e->length));
-      } else {
-        std::vector<std::uint8_t> value(e->length);
-        core::InputFile file(path);
-        if (file.read_at(e->value_offset, std::as_writable_bytes(std::span(value))) == value.size())
-          csa = read_csa(value);
+    // The scan keeps small values only: the CSA header (usually 10-20 KiB) is read here, up to
+    // 1 MiB.
+    if (e->value_read || e->length <= (std::uint64_t{1} << 20)) {
+      if (const auto csa = dicom::csa_header(ds, dicom::CsaKind::image, path, bytes,
+                                             offsets_in_inflated_stream)) {
+        if (const auto n = csa->number("NumberOfImagesInMosaic"); n && std::isfinite(*n))
+          images_in_mosaic = static_cast<std::int64_t>(std::clamp(*n, -1.0, 9.0e18));
+        if (const auto v = csa->numbers("SliceNormalVector"); v.size() >= 3)
+          slice_normal = Vec3{v[0], v[1], v[2]};
       }
     }
   }
-  if (!csa.images_in_mosaic) {
+  if (!images_in_mosaic) {
     if (const DicomElement* e = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0A);
         e && e->value_read && e->value.size() >= 2) {
-      csa.images_in_mosaic = ds.big_endian() ? (e->value[0] << 8 | e->value[1])
-                                             : (e->value[0] | e->value[1] << 8);
+      images_in_mosaic = ds.big_endian() ? (e->value[0] << 8 | e->value[1])
+                                         : (e->value[0] | e->value[1] << 8);
       offset = e->value_offset;
     }
   }
-  if (!csa.images_in_mosaic || *csa.images_in_mosaic < 1) return std::nullopt;
+  if (!images_in_mosaic || *images_in_mosaic < 1) return std::nullopt;
   // Each tile becomes an image of the scan (a few hundred bytes), and a compressed frame of
   // 256 Mi pixels can come from a few hundred bytes of RLE: without a cap, a small file could
   // claim gigabytes here (DicomScanOptions::max_mosaic_images).
-  if (*csa.images_in_mosaic > max_images)
+  if (*images_in_mosaic > max_images)
     throw Error(ErrorCode::limit, path, "NumberOfImagesInMosaic",
-                "is " + std::to_string(*csa.images_in_mosaic) + "; at most " +
+                "is " + std::to_string(*images_in_mosaic) + "; at most " +
                     std::to_string(max_images) + " tiles are read (DicomScanOptions::max_mosaic_images)",
                 offset);
-  return std::pair{*csa.images_in_mosaic, csa.slice_normal};
+  return std::pair{*images_in_mosaic, slice_normal};
 }
 
 // The bytes of a file held in memory; empty: read it from its path.
