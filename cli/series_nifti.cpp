@@ -120,12 +120,49 @@ SeriesMeta::SeriesMeta(const DicomSeries& s)
   }
 }
 
+// The functional groups first: dcm2niix reads an enhanced file's values in file order, the
+// last one kept, and the groups come after the top-level attributes (a Philips file's top-level
+// PixelBandwidth is rounded, its MR Imaging Modifier's is not).
 const DicomDataset* SeriesMeta::holder(DicomTag t) const noexcept {
-  if (ds_.contains(t)) return &ds_;
   for (const DicomDataset* g : groups_)
     if (g->contains(t)) return g;
+  if (ds_.contains(t)) return &ds_;
   return nullptr;
 }
+
+namespace {
+
+// An element of unknown VR (a private tag of an implicit-VR file) as the text its value holds:
+// Siemens' and Philips' private strings and numbers are text (IS, DS, LO, SH).
+std::optional<std::vector<std::string>> un_text(const DicomElement* e) {
+  if (!e || e->vr != DicomVR::UN || !e->value_read) return std::nullopt;
+  std::vector<std::string> out(1);
+  for (std::uint8_t c : e->value) {
+    if (c == '\\') {
+      out.emplace_back();
+    } else if (c >= 0x20 && c < 0x7F) {
+      out.back() += static_cast<char>(c);
+    } else if (c != 0) {
+      return std::nullopt;  // binary: not text
+    }
+  }
+  for (std::string& v : out) {
+    const auto b = v.find_first_not_of(' ');
+    const auto e2 = v.find_last_not_of(' ');
+    v = b == std::string::npos ? std::string() : v.substr(b, e2 - b + 1);
+  }
+  return out;
+}
+
+std::optional<double> text_number(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size()) return std::nullopt;
+  return d;
+}
+
+}  // namespace
 
 const DicomElement* SeriesMeta::find(DicomTag t) const noexcept {
   const DicomDataset* h = holder(t);
@@ -135,6 +172,12 @@ const DicomElement* SeriesMeta::find(DicomTag t) const noexcept {
 std::optional<std::string> SeriesMeta::str(DicomTag t) const {
   const DicomDataset* h = holder(t);
   if (!h) return std::nullopt;
+  if (const auto u = un_text(h->find(t))) {
+    std::string o;
+    for (std::size_t i = 0; i < u->size(); ++i) o += (i ? "\\" : "") + (*u)[i];
+    if (o.empty()) return std::nullopt;
+    return o;
+  }
   try {
     auto v = h->string(t);
     if (v && v->empty()) return std::nullopt;
@@ -147,6 +190,7 @@ std::optional<std::string> SeriesMeta::str(DicomTag t) const {
 std::vector<std::string> SeriesMeta::strs(DicomTag t) const {
   const DicomDataset* h = holder(t);
   if (!h) return {};
+  if (const auto u = un_text(h->find(t))) return *u;
   try {
     return h->strings(t);
   } catch (const Error&) {
@@ -157,6 +201,7 @@ std::vector<std::string> SeriesMeta::strs(DicomTag t) const {
 std::optional<double> SeriesMeta::num(DicomTag t) const {
   const DicomDataset* h = holder(t);
   if (!h) return std::nullopt;
+  if (const auto u = un_text(h->find(t))) return text_number(u->front());
   try {
     return h->number(t);
   } catch (const Error&) {
@@ -167,6 +212,15 @@ std::optional<double> SeriesMeta::num(DicomTag t) const {
 std::vector<double> SeriesMeta::nums(DicomTag t) const {
   const DicomDataset* h = holder(t);
   if (!h) return {};
+  if (const auto u = un_text(h->find(t))) {
+    std::vector<double> o;
+    for (const std::string& v : *u) {
+      const auto d = text_number(v);
+      if (!d) return {};
+      o.push_back(*d);
+    }
+    return o;
+  }
   try {
     return h->numbers(t);
   } catch (const Error&) {

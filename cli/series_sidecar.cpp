@@ -71,7 +71,8 @@ constexpr DicomTag kParallelAcquisitionTechnique = dicom_tag(0x0018, 0x9078);
 constexpr DicomTag kEffectiveEchoTime = dicom_tag(0x0018, 0x9082);
 constexpr DicomTag kNumberOfKSpaceTrajectories = dicom_tag(0x0018, 0x9093);
 constexpr DicomTag kParallelReductionFactorOutOfPlane = dicom_tag(0x0018, 0x9155);
-constexpr DicomTag kPhaseEncodingStepsOutOfPlane = dicom_tag(0x0018, 0x9231);
+constexpr DicomTag kPhaseEncodingStepsInPlane = dicom_tag(0x0018, 0x9231);
+constexpr DicomTag kPhaseEncodingStepsOutOfPlane = dicom_tag(0x0018, 0x9232);
 constexpr DicomTag kSARValue = dicom_tag(0x0018, 0x9181);
 constexpr DicomTag kDwellTimeSiemens = dicom_tag(0x0019, 0x1018);  // IS, ns
 constexpr DicomTag kBandwidthPerPixelPhaseEncode = dicom_tag(0x0019, 0x1028);
@@ -177,8 +178,21 @@ std::optional<double> phoenix_number(const std::map<std::string, std::string>& p
   return d;
 }
 
+// The entry `key`, else the first whose key ends in "." + key (dcm2niix finds the text anywhere:
+// "sCoilElementID.tCoilID" is "asCoilSelectMeas[0].asList[0].sCoilElementID.tCoilID").
+std::map<std::string, std::string>::const_iterator phoenix_find(const std::map<std::string, std::string>& p,
+                                                                const std::string& key) {
+  auto it = p.find(key);
+  if (it != p.end()) return it;
+  const std::string tail = "." + key;
+  for (it = p.begin(); it != p.end(); ++it)
+    if (it->first.size() > tail.size() && it->first.compare(it->first.size() - tail.size(), tail.size(), tail) == 0)
+      return it;
+  return p.end();
+}
+
 std::optional<std::string> phoenix_string(const std::map<std::string, std::string>& p, const std::string& key) {
-  const auto it = p.find(key);
+  const auto it = phoenix_find(p, key);
   if (it == p.end() || it->second.empty()) return std::nullopt;
   return it->second;
 }
@@ -250,7 +264,12 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   const auto acq_type = m.str(kMRAcquisitionType);
   const bool is2d = acq_type && upper(*acq_type) == "2D";
   const bool is3d = acq_type && upper(*acq_type) == "3D";
-  const std::vector<std::string> image_type = m.strs(kImageType);
+  // The top level's ImageType (a Philips enhanced file has others, per frame, in private items).
+  std::vector<std::string> image_type;
+  try {
+    image_type = m.dataset().strings(kImageType);
+  } catch (const Error&) {
+  }
   const auto has_type = [&](std::string_view v) {
     return std::find(image_type.begin(), image_type.end(), v) != image_type.end();
   };
@@ -293,8 +312,10 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   j.str("ScanningSequence", joined(kScanningSequence));
   j.str("SequenceVariant", sequence_variant);
   j.str("ScanOptions", joined(kScanOptions));
-  j.str("SequenceName", m.str(kSequenceName));
-  j.str("PulseSequenceName", m.str(kPulseSequenceName));
+  // dcm2niix writes an enhanced file's PulseSequenceName (0018,9005) as its SequenceName.
+  auto sequence_name = m.str(kSequenceName);
+  if (!sequence_name) sequence_name = m.str(kPulseSequenceName);
+  j.str("SequenceName", sequence_name);
   if (!image_type.empty()) {
     // dcm2niix appends the image's complex component when ImageType does not spell it out
     // (Siemens' M/P/R/I, an enhanced file's ComplexImageComponent).
@@ -303,9 +324,11 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     if (component.empty()) {
       const auto cic = m.str(dicom_tag(0x0008, 0x9208));
       if (cic) component = upper(*cic);
-      else if (has_type("M") || has_type("MAGNITUDE") || philips) component = "MAGNITUDE";
+      else if (has_type("M") || has_type("MAGNITUDE")) component = "MAGNITUDE";
     }
     if (component.empty() && has_type("P")) component = "PHASE";
+    if (component.empty() && has_type("R")) component = "REAL";
+    if (component.empty() && has_type("I")) component = "IMAGINARY";
     if (!component.empty() && !has_type(component)) t.push_back(component);
     j.strs("ImageType", t);
   }
@@ -376,8 +399,8 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
       else if (u.find("NONE") != std::string::npos) spoiling = 0;
     }
     bool spoiled = spoiling > 0;
-    if (spoiling == -1 && sequence_variant && sequence_variant->find("\\SP") != std::string::npos)
-      spoiled = true;
+    const std::vector<std::string> variant = m.strs(kSequenceVariant);
+    if (spoiling == -1 && std::find(variant.begin(), variant.end(), "SP") != variant.end()) spoiled = true;
     if (spoiled) j.boolean("SpoilingState", true);
     if (spoiling == 1) j.str("SpoilingType", std::string("RF"));
     if (spoiling == 2) j.str("SpoilingType", std::string("GRADIENT"));
@@ -409,7 +432,8 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (siemens && !phoenix.empty()) {
     const auto te0 = phoenix_number(phoenix, "alTE[0]");
     const auto te1 = phoenix_number(phoenix, "alTE[1]");
-    if (s.image_component == "PHASE" && te0 && te1 && *te0 > 0 && *te1 > 0) {
+    const bool phase = s.image_component == "PHASE" || has_type("P") || has_type("PHASE");
+    if (phase && te0 && te1 && *te0 > 0 && *te1 > 0) {
       j.num("EchoTime1", *te0 / 1e6);
       j.num("EchoTime2", *te1 / 1e6);
     }
@@ -439,8 +463,9 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
             phoenix_number(phoenix, "sGRADSPEC.alShimCurrent[" + std::to_string(i) + "]").value_or(0);
       if (shim[0] != 0) j.nums("ShimSetting", shim);
     }
-    const bool diffusion = std::any_of(s.images.begin(), s.images.end(),
-                                       [](const DicomSlice& i) { return i.diffusion.has_value(); });
+    const bool diffusion =
+        (csa_image && csa_image->find("B_value")) ||
+        std::any_of(s.images.begin(), s.images.end(), [](const DicomSlice& i) { return i.diffusion.has_value(); });
     if (diffusion) {
       int scheme = static_cast<int>(phoenix_number(phoenix, "sDiffusion.dsScheme").value_or(0));
       if (scheme == 0) {
@@ -493,7 +518,11 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   j.pos("PercentSampling", m.num(kPercentSampling));
   const auto etl = m.num(kEchoTrainLength);
   if (etl && *etl > 1) j.num("EchoTrainLength", etl);
-  if (const auto n = m.num(kPhaseEncodingSteps); n && *n > 0) j.num("PhaseEncodingSteps", std::round(*n));
+  {
+    auto n = m.num(kPhaseEncodingSteps);
+    if (!n) n = m.num(kPhaseEncodingStepsInPlane);
+    if (n && *n > 0) j.num("PhaseEncodingSteps", std::round(*n));
+  }
   if (const auto n = m.num(kFrequencyEncodingSteps); n && *n > 0) j.num("FrequencyEncodingSteps", n);
   if (const auto n = m.num(kPhaseEncodingStepsOutOfPlane); n && *n > 0) j.num("PhaseEncodingStepsOutOfPlane", n);
   // AcquisitionMatrix: (frequency rows, frequency columns, phase rows, phase columns).
@@ -516,9 +545,9 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   double bwppe = m.num(kBandwidthPerPixelPhaseEncode).value_or(0);
   if (bwppe == 0 && csa_image) bwppe = csa_image->number("BandwidthPerPixelPhaseEncode").value_or(0);
   j.pos("BandwidthPerPixelPhaseEncode", bwppe);
-  if (accel_pe > 1) j.num("ParallelReductionFactorInPlane", accel_pe);
+  j.pos("ParallelReductionFactorInPlane", accel_pe);
   j.str("ParallelAcquisitionTechnique", m.str(kParallelAcquisitionTechnique));
-  if (accel_oop > 1) j.num("ParallelReductionFactorOutOfPlane", accel_oop);
+  j.pos("ParallelReductionFactorOutOfPlane", accel_oop);
   double ees = 0;
   if (recon_pe > 0 && bwppe > 0) ees = 1.0 / (bwppe * recon_pe);
   const auto wfs = philips ? m.num(kWaterFatShiftPhilips) : std::nullopt;
@@ -540,6 +569,7 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     j.pos("DerivedVendorReportedEchoSpacing", d != 0 ? 1 / d : 0);
   }
   j.pos("AcquisitionDuration", m.num(kAcquisitionDuration));
+  j.pos("NumberOfKSpaceTrajectories", m.num(kNumberOfKSpaceTrajectories));
   if (recon_pe > 0 && ees > 0) j.num("TotalReadoutTime", ees * (recon_pe - 1));
   j.pos("PixelBandwidth", m.num(kPixelBandwidth));
   if (siemens) {
