@@ -1,0 +1,147 @@
+"""`voxpipe dcm2nii`'s NIfTI header and JSON sidecar against dcm2niix's, series by series.
+
+Real series from nibabel's nicom test data (Siemens DTI mosaics, a Siemens DWI, a Philips
+enhanced MPRAGE, a Siemens real-valued map): every key dcm2niix writes is in ours with an equal
+value (numbers to 1e-5 relative), but for the documented exceptions below; qform_code,
+slice_code, dim_info and slice_duration are equal; Philips precise scaling gives dcm2niix's
+scl_slope. Skipped when the dcm2niix binary (the dev requirements' PyPI dcm2niix) is missing.
+"""
+import gzip
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nib = pytest.importorskip('nibabel')
+
+DCM2NIIX = shutil.which('dcm2niix') or str(Path(sys.executable).parent / 'dcm2niix')
+VOXPIPE = shutil.which('voxpipe') or str(Path(sys.executable).parent / 'voxpipe')
+DATA = Path(nib.__file__).parent / 'nicom' / 'tests' / 'data'
+
+pytestmark = pytest.mark.skipif(not Path(DCM2NIIX).exists(), reason='dcm2niix is not installed')
+
+# Keys dcm2niix writes that voxpipe writes differently or not at all, each with why
+# (docs/dicom.md "JSON sidecar").
+EXCEPTIONS = {
+    # Names the converter.
+    'ConversionSoftware': 'voxpipe',
+    'ConversionSoftwareVersion': 'voxpipe',
+    # dcm2niix's guess of the BIDS data type and entities, and its sequence family: heuristics
+    # of dcm2niix's own, not DICOM values.
+    'BidsGuess': None,
+    'PulseSequenceType': None,
+}
+# Per series: keys whose dcm2niix value is wrong, with why.
+SERIES_EXCEPTIONS = {
+    # The CBU files have no (0008,1040); dcm2niix writes the text "None".
+    '0.dcm': {'InstitutionalDepartmentName': None},
+    'siemens_dwi_1000.dcm': {'InstitutionalDepartmentName': None},
+    # dcm2niix writes the unset Philips table position (-1.7e38) as a position.
+    'philips_mprage.dcm': {'TablePosition': None},
+}
+
+
+def _flip_j(direction):
+    """PhaseEncodingDirection in a frame whose j runs the other way (dcm2niix flips rows)."""
+    if direction.startswith('j'):
+        return 'j' if direction.endswith('-') else 'j-'
+    return direction
+
+
+def _close(a, b):
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _input(name, tmp_path):
+    src = DATA / name
+    folder = tmp_path / 'in'
+    folder.mkdir()
+    if not src.exists():
+        with gzip.open(str(src) + '.gz', 'rb') as f:
+            (folder / name).write_bytes(f.read())
+    else:
+        shutil.copy(src, folder / name)
+    return folder
+
+
+def _convert(name, tmp_path):
+    folder = _input(name, tmp_path)
+    ref, ours = tmp_path / 'ref', tmp_path / 'ours'
+    ref.mkdir()
+    ours.mkdir()
+    subprocess.run([DCM2NIIX, '-b', 'y', '-z', 'n', '-o', str(ref), str(folder)], check=True,
+                   capture_output=True, timeout=60)
+    subprocess.run([VOXPIPE, 'dcm2nii', str(folder), '-o', str(ours), '-z', 'n'], check=True,
+                   capture_output=True, timeout=60)
+    (ref_json,) = ref.glob('*.json')
+    (our_json,) = ours.glob('*.json')
+    return (json.loads(ref_json.read_text()), nib.load(ref_json.with_suffix('.nii')),
+            json.loads(our_json.read_text()), nib.load(our_json.with_suffix('.nii')))
+
+
+@pytest.mark.parametrize('name,keys', [
+    ('0.dcm', 67),
+    ('siemens_dwi_1000.dcm', 67),
+    ('philips_mprage.dcm', 62),
+    ('decimal_rescale.dcm', 48),
+])
+def test_sidecar_and_header_match_dcm2niix(name, keys, tmp_path):
+    ref, ref_img, ours, our_img = _convert(name, tmp_path)
+    assert len(ref) == keys  # the reference itself: a dcm2niix that writes other keys shows here
+    skip = {**EXCEPTIONS, **SERIES_EXCEPTIONS.get(name, {})}
+    missing = [k for k in ref if k not in ours and k not in skip]
+    assert not missing, missing
+    different = {}
+    for k, v in ref.items():
+        if k in skip or k not in ours:
+            continue
+        mine = ours[k]
+        if k == 'PhaseEncodingDirection':
+            # voxpipe's j runs along DICOM's rows top to bottom; dcm2niix's bottom to top.
+            mine = _flip_j(mine)
+        if not _close(v, mine):
+            different[k] = (v, ours[k])
+    assert not different, different
+    assert ours['ConversionSoftware'] == 'voxpipe'
+    for field in ('qform_code', 'sform_code', 'slice_code', 'dim_info', 'slice_duration'):
+        assert ref_img.header[field] == our_img.header[field], field
+    # Same data in both frames: dcm2niix's j is ours reversed for these 2D acquisitions.
+    if name != 'philips_mprage.dcm':
+        assert ref_img.shape == our_img.shape
+
+
+def test_siemens_dwi_keeps_its_qform(tmp_path):
+    # ImageOrientationPatient's rounding leaves 1.6e-7 of shear: a qform all the same, no warning.
+    ref, ref_img, ours, our_img = _convert('siemens_dwi_1000.dcm', tmp_path)
+    assert our_img.header['qform_code'] == 1
+    assert 'Warnings' not in ours or not any('qform' in w for w in ours['Warnings'])
+    import numpy as np
+    np.testing.assert_allclose(our_img.header.get_qform(), our_img.header.get_sform(), atol=1e-4)
+
+
+def test_siemens_mosaic_slice_timing_and_phase_encoding(tmp_path):
+    ref, _, ours, our_img = _convert('0.dcm', tmp_path)
+    assert len(ours['SliceTiming']) == our_img.shape[2] == 48
+    assert ours['SliceTiming'] == pytest.approx(ref['SliceTiming'], rel=1e-5)
+    assert ours['PhaseEncodingDirection'] == 'j' and ref['PhaseEncodingDirection'] == 'j-'
+    assert our_img.header['slice_code'] == 2  # NIFTI_SLICE_SEQ_DEC: the top slice first
+    assert our_img.header['dim_info'] == (3 << 4) | (2 << 2) | 1  # phase along j (COL)
+
+
+def test_philips_precise_scaling_as_dcm2niix(tmp_path):
+    ref, ref_img, ours, our_img = _convert('philips_mprage.dcm', tmp_path)
+    assert our_img.dataobj.slope == pytest.approx(ref_img.dataobj.slope, rel=1e-5)
+    assert our_img.dataobj.inter == pytest.approx(ref_img.dataobj.inter, abs=1e-6)
+    # About 1768 times the display scaling (RescaleSlope).
+    assert our_img.dataobj.slope / ours['PhilipsRescaleSlope'] == pytest.approx(1768.5, rel=1e-3)
+    assert ours['UsePhilipsFloatNotDisplayScaling'] == 1
