@@ -340,6 +340,7 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (dis) j.boolean("NonlinearGradientCorrection", true);
   if (nd) j.boolean("NonlinearGradientCorrection", false);
   if (!image_type.empty() && image_type.front() == "DERIVED") j.boolean("RawImage", false);
+  j.strs("DeidentificationMethod", m.strs(dicom_tag(0x0012, 0x0063)));
   if (m.dataset().contains(kSeriesNumber) && s.series_number > 0)
     j.raw("SeriesNumber", std::to_string(s.series_number));
   {
