@@ -108,6 +108,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cmd == "index") return cmd_index(rest, out, err, err_is_terminal);
     if (cmd == "bench-load") return cmd_bench_load(rest, out, err, err_is_terminal);
     if (cmd == "dcm2nii") return cmd_dcm2nii(rest, out, err, err_is_terminal);
+    if (cmd == "dcm2niix") return cmd_dcm2niix(rest, out, err);
     if (cmd == "resample") return cmd_resample(rest, out, err, err_is_terminal);
     if (cmd == "view") return cmd_view(rest, out, err);
     err << "voxpipe: unknown command " << cmd << "\n" << kUsageText;

@@ -42,6 +42,9 @@ int cmd_bench_load(const std::vector<std::string>& args, std::ostream& out, std:
 int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 bool err_is_terminal);
 
+// voxpipe dcm2niix: dcm2niix's command line, its output lines and exit codes (dcm2niix.cpp).
+int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // voxpipe resample (resample.cpp).
 int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                  bool err_is_terminal);

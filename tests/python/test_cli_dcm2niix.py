@@ -1,0 +1,268 @@
+"""`voxpipe dcm2niix` against the dcm2niix program: both run with the same options on the same
+folders (nibabel's and pydicom's DICOM test files, and series written here with pydicom), and
+must write the same set of file names, exit with the same codes (bad options, missing input,
+missing output folder, nothing to convert, --version) and write the same arrays (after
+scaling) with the same affines: voxpipe dcm2niix writes dcm2niix's row order.
+
+The binary is $VOXPIPE_CLI if set, else .venv/bin/voxpipe; skipped when neither exists, or when
+the dcm2niix executable (PyPI `dcm2niix`) is not on PATH or beside this Python.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pydicom
+import pytest
+from pydicom.dataset import FileDataset, FileMetaDataset
+from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get('VOXPIPE_CLI') or REPO / '.venv' / 'bin' / 'voxpipe')
+DCM2NIIX = shutil.which('dcm2niix') or shutil.which('dcm2niix', path=str(Path(sys.executable).parent))
+
+pytestmark = [pytest.mark.skipif(not CLI.is_file(), reason=f'{CLI} not built/installed'),
+              pytest.mark.skipif(DCM2NIIX is None, reason='dcm2niix not installed')]
+
+
+def run_both(args: list[str], out_root: Path) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """Runs dcm2niix and voxpipe dcm2niix with `args`, where '{out}' stands for an output folder
+    of each (out_root/dcm2niix, out_root/voxpipe, made here)."""
+    results = []
+    for name, cmd in (('dcm2niix', [DCM2NIIX]), ('voxpipe', [str(CLI), 'dcm2niix'])):
+        out = out_root / name
+        out.mkdir(parents=True, exist_ok=True)
+        full = cmd + [str(out) if a == '{out}' else a for a in args]
+        results.append(subprocess.run(full, capture_output=True, text=True, timeout=60))
+    return results[0], results[1]
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob('*')
+                  if p.is_file() and p.suffix not in ('.bval', '.bvec'))
+
+
+def assert_same_images(out_root: Path, origin_atol: float = 5e-4) -> int:
+    """Every image dcm2niix wrote has voxpipe's twin with the same values and affine (its
+    origin within `origin_atol` mm); returns how many were compared."""
+    d_root, v_root = out_root / 'dcm2niix', out_root / 'voxpipe'
+    n = 0
+    for d in sorted(d_root.rglob('*.nii*')):
+        v = v_root / d.relative_to(d_root)
+        a, b = nib.load(d), nib.load(v)
+        assert a.shape == b.shape, d.name
+        np.testing.assert_allclose(b.affine[:3, :3], a.affine[:3, :3], atol=1e-4, err_msg=d.name)
+        np.testing.assert_allclose(b.affine[:3, 3], a.affine[:3, 3], atol=origin_atol, err_msg=d.name)
+        np.testing.assert_allclose(b.get_fdata(), a.get_fdata(), rtol=1e-5, atol=1e-4, err_msg=d.name)
+        n += 1
+    return n
+
+
+NICOM = Path(nib.__file__).parent / 'nicom' / 'tests' / 'data'
+PYDICOM_FILES = Path(pydicom.__file__).parent / 'data' / 'test_files'
+
+
+def copy_in(files: list[Path], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in files:
+        if src.suffix == '.gz':
+            (folder / src.stem).write_bytes(gzip.decompress(src.read_bytes()))
+        else:
+            shutil.copy(src, folder / src.name)
+    return folder
+
+
+# Offline series both programs convert: (folder, files, origin tolerance in mm).
+OFFLINE = [
+    (NICOM, ('siemens_dwi_0.dcm.gz', 'siemens_dwi_1000.dcm.gz'), 5e-4),  # Siemens DWI b0 + b1000
+    (NICOM, ('csa_slice_norm.dcm',), 5e-4),
+    (PYDICOM_FILES, ('MR_small.dcm',), 5e-4),
+    (PYDICOM_FILES, ('CT_small.dcm',), 5e-4),
+]
+
+
+def write_series(folder: Path, *, slices: int = 4, series_number: int = 5, description: str = 'T1w',
+                 protocol: str = 'T1w_MPR', echo: int | None = None, image_type: str = 'ORIGINAL\\PRIMARY\\M\\ND',
+                 series_uid: str | None = None, extra: dict | None = None, seed: int = 0) -> None:
+    """An axial int16 series of `slices` files, 6 rows x 5 columns, rescaled."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    series_uid = series_uid or generate_uid()
+    study_uid = '1.2.826.0.1.3680043.8.498.1'
+    for k in range(slices):
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = '1.2.840.10008.5.1.4.1.1.4'
+        meta.MediaStorageSOPInstanceUID = generate_uid()
+        meta.TransferSyntaxUID = ExplicitVRLittleEndian
+        ds = FileDataset(None, {}, file_meta=meta, preamble=b'\0' * 128)
+        ds.SOPClassUID = meta.MediaStorageSOPClassUID
+        ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+        ds.StudyInstanceUID = study_uid
+        ds.SeriesInstanceUID = series_uid
+        ds.Modality = 'MR'
+        ds.Manufacturer = 'SIEMENS'
+        ds.PatientName = 'Doe^Jane'
+        ds.PatientID = 'sub 01'
+        ds.AccessionNumber = 'ACC7'
+        ds.StudyID = 'st9'
+        ds.StudyDate = '20240102'
+        ds.StudyTime = '101112.5'
+        ds.SeriesNumber = series_number
+        ds.AcquisitionNumber = 2
+        ds.InstanceNumber = k + 1
+        ds.SeriesDescription = description
+        ds.ProtocolName = protocol
+        ds.ImageType = image_type
+        ds.SequenceName = '*tfl3d1_16ns'
+        ds.ScanningSequence = 'GR\\IR'
+        ds.ImageComments = 'a comment'
+        if echo is not None:
+            ds.EchoNumbers = echo
+        ds.EchoTime = 4.6 + (echo or 0)
+        ds.RepetitionTime = 2300
+        ds.ImagePositionPatient = [-10.0, 20.0, 3.0 * k]
+        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        ds.PixelSpacing = [0.9, 1.1]
+        ds.SliceThickness = 3
+        ds.SamplesPerPixel = 1
+        ds.PhotometricInterpretation = 'MONOCHROME2'
+        ds.Rows, ds.Columns = 6, 5
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
+        ds.RescaleSlope, ds.RescaleIntercept = 2, -10
+        for key, value in (extra or {}).items():
+            setattr(ds, key, value)
+        ds.PixelData = rng.integers(-500, 500, (6, 5), dtype=np.int16).tobytes()
+        ds.save_as(folder / f'im{k:03d}.dcm', enforce_file_format=True)
+
+
+@pytest.mark.parametrize('source,files,origin_atol', OFFLINE, ids=[f[0] for _, f, _ in OFFLINE])
+def test_offline_series_same_names_and_arrays(tmp_path, source, files, origin_atol):
+    if not all((source / f).is_file() for f in files):
+        pytest.skip(f'{source} lacks {files}')
+    src = copy_in([source / f for f in files], tmp_path / 'in' / 'study')
+    for fmt in ('%p_%s', 'sub-01_T1w_heudiconv042'):
+        out = tmp_path / fmt.replace('%', '')
+        d, v = run_both(['-b', 'y', '-z', 'n', '-f', fmt, '-o', '{out}', str(src)], out)
+        assert v.returncode == d.returncode, (d.stdout, v.stdout, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix')
+        assert assert_same_images(out, origin_atol) == len(list((out / 'dcm2niix').rglob('*.nii')))
+
+
+def test_exit_codes_match_dcm2niix(tmp_path):
+    series = tmp_path / 'series'
+    write_series(series)
+    empty = tmp_path / 'empty'
+    empty.mkdir()
+    (empty / 'notes.txt').write_text('not DICOM')
+    a_file = tmp_path / 'a_file'
+    a_file.write_text('x')
+    cases = {
+        'unknown option': ['-k', 'y', str(series)],
+        'unknown long option': ['--foo', 'y', str(series)],
+        'bad value': ['-z', 'q', str(series)],
+        'bad -w': ['-w', '5', str(series)],
+        'missing value': ['-o', '{out}', '-f'],
+        'version': ['--version'],
+        'lone -v': ['-v'],
+        'help': ['-h'],
+        'no input': ['-o', '{out}'],
+        'missing input': ['-o', '{out}', str(tmp_path / 'missing')],
+        'output folder missing': ['-o', str(tmp_path / 'missing'), str(series)],
+        'output folder a file': ['-o', str(a_file), str(series)],
+        'no DICOM': ['-o', '{out}', str(empty)],
+        'converted': ['-o', '{out}', str(series)],
+        'wrapper options': ['-b', 'y', '-z', 'y', '-5', '-x', 'n', '-t', 'n', '-m', '0', '-w', '2',
+                            '-s', 'n', '-v', 'n', '-ba', 'n', '-i', 'n', '-l', 'o', '-p', 'y',
+                            '-d', '9', '-a', 'n', '--terse', '-o', '{out}', str(series)],
+    }
+    for name, args in cases.items():
+        d, v = run_both(args, tmp_path / name.replace(' ', '_'))
+        assert v.returncode == d.returncode, (name, d.stdout, v.stdout, v.stderr)
+    assert d.returncode == 0
+    # What nipype's Dcm2niix reads from standard output: the "Convert ... as PATH (dims)" lines.
+    convert = [line.replace('/voxpipe/', '/dcm2niix/') for line in v.stdout.splitlines()
+               if line.startswith('Convert ')]
+    assert convert and convert == [line for line in d.stdout.splitlines() if line.startswith('Convert ')]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes into read-only folders')
+def test_read_only_output_folder_exit_code(tmp_path):
+    series = tmp_path / 'series'
+    write_series(series)
+    ro = tmp_path / 'ro'
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        d, v = run_both(['-o', str(ro), str(series)], tmp_path / 'o')
+        assert d.returncode == v.returncode == 7
+    finally:
+        ro.chmod(0o755)
+
+
+def test_every_name_token_and_character_rule(tmp_path):
+    study = tmp_path / 'my study'
+    write_series(study / 'a', description='T1 w/ "gad": a*b?', protocol='prot<1>;x|y$z`q ü',
+                 extra={'ReceiveCoilName': 'HeadNeck_64', 'PerformedProcedureStepDescription': 'brain^routine'})
+    tokens = ('%a_%b_%c_%d_%e_%f_%g_%i_%j_%k_%l', '%m_%n_%o_%q_%r_%s', '%p_%t_%u_%v_%x_%y_%z')
+    for fmt in (*tokens, '%3s_%4r_%f_%p_%t', 'x/%s/%d', '%t_%p', '.%s', 'lit%%'):
+        out = tmp_path / ('o' + str(abs(hash(fmt))))
+        d, v = run_both(['-z', 'n', '-f', fmt, '-o', '{out}', str(study / 'a')], out)
+        assert v.returncode == d.returncode == 0, (fmt, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix'), fmt
+        assert assert_same_images(out) == 1
+
+
+def test_suffixes_for_echoes_phase_and_collisions(tmp_path):
+    study = tmp_path / 'study'
+    uid = generate_uid()
+    # A two-echo series (one SeriesInstanceUID), a phase series, a second series with the same
+    # protocol and number (a name collision) and a localizer-like 2-D series.
+    write_series(study / 'e1', echo=1, series_uid=uid, seed=1)
+    write_series(study / 'e2', echo=2, series_uid=uid, seed=2)
+    write_series(study / 'ph', series_number=6, image_type='ORIGINAL\\PRIMARY\\P\\ND', seed=3)
+    write_series(study / 'dup', series_number=6, seed=4)
+    write_series(study / 'two_d', slices=1, series_number=7, seed=5)
+    for args in (['-f', '%p_%s'], ['-f', 'sub-01_T1w_heudiconv042'], ['-f', '%p'], ['-f', '%p_%s', '-i', 'y'],
+                 ['-f', '%p_%s_%e', '--terse'], ['-f', '%3s_%f_%p_%t', '-ba', 'y', '-b', 'y']):
+        out = tmp_path / ('o' + str(abs(hash(tuple(args)))))
+        d, v = run_both(['-z', 'y'] + args + ['-o', '{out}', str(study)], out)
+        assert v.returncode == d.returncode == 0, (args, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix'), args
+        assert assert_same_images(out) > 0
+
+
+def test_name_conflicts_as_w_says(tmp_path):
+    series = tmp_path / 'series'
+    write_series(series)
+    for w in ('0', '1', '2'):
+        out = tmp_path / f'w{w}'
+        for again in (False, True):  # the second run meets the first one's files
+            d, v = run_both(['-z', 'n', '-w', w, '-f', '%p_%s', '-o', '{out}', str(series)], out)
+            # -w 0 skipping the one series is a failure: EXIT_FAILURE, nothing converted.
+            assert v.returncode == d.returncode == (1 if again and w == '0' else 0), (w, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix'), w
+        assert assert_same_images(out) == (2 if w == '2' else 1)
+
+
+def test_b_s_d_and_z_options(tmp_path):
+    study = tmp_path / 'study'
+    uid = generate_uid()
+    write_series(study / 'deep' / 'er', series_number=8, series_uid=uid)
+    write_series(study, series_number=9, slices=3)
+    first = sorted(study.glob('*.dcm'))[0]
+    for args in (['-b', 'o'], ['-b', 'n'], ['-b', 'i'], ['-d', '0'], ['-d', '1'], ['-d', '2'],
+                 ['-s', 'y'], ['-z', 'i'], ['-n', str(zlib.crc32(uid.encode()))], ['-n', '-1'], ['-y', 'n']):
+        out = tmp_path / ('o' + '_'.join(args))
+        inp = str(first) if args[0] == '-s' else str(study)
+        d, v = run_both(['-f', '%s_%p'] + args + ['-o', '{out}', inp], out)
+        assert v.returncode == d.returncode, (args, d.stdout, v.stdout, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix'), args
+        assert assert_same_images(out) == len(list((out / 'dcm2niix').rglob('*.nii*')))
