@@ -21,6 +21,7 @@
 
 #include "cli_common.hpp"
 #include "commands.hpp"
+#include "dcm2niix.hpp"
 #include "progress.hpp"
 #include "series_nifti.hpp"
 #include "voxpipe/dicom.hpp"
@@ -56,16 +57,19 @@ namespace fs = std::filesystem;
 
 const char* kDcm2niiUsage =
     "usage: voxpipe dcm2nii INPUT... -o OUT_DIR [options]\n"
-    "       voxpipe dcm2nii INPUT_DIR OUT_DIR [options]\n"
+    "       voxpipe dcm2nii INPUT... NEW_OUT_DIR [options]\n"
     "\n"
     "Finds the DICOM series in the INPUT files and folders (subfolders too) and writes each as\n"
     "one NIfTI-1 file (3D, or 4D for repeated positions) with a JSON sidecar of the same name,\n"
-    "as dcm2niix does. OUT_DIR is created when missing. Without -o, the last argument is OUT_DIR.\n"
+    "as dcm2niix does. OUT_DIR is created when missing. Without -o, the last argument is OUT_DIR\n"
+    "only when it does not exist yet; an existing one is refused (is it an input?): use -o.\n"
     "\n"
     "  -o OUT_DIR        where the files go\n"
-    "  -f FORMAT         file names: %s series number, %d series description, %p protocol\n"
-    "                    name, %i patient ID, %% a percent sign (default %s_%d); the series'\n"
-    "                    split (\"echo 2\", ...) is appended; characters other than A-Z a-z 0-9\n"
+    "  -f FORMAT         file names with dcm2niix's tokens (%s series number, %d series\n"
+    "                    description, %p protocol name, %i patient ID, %e echo, %t date and\n"
+    "                    time, ...: voxpipe dcm2niix -h; %% a percent sign; default %s_%d);\n"
+    "                    dcm2niix's suffixes (_e2, _ph, _real, _imaginary, _i00001) and the\n"
+    "                    series' other splits are appended; characters other than A-Z a-z 0-9\n"
     "                    _ - in the values become _; a name two series share gets _a, _b, ...\n"
     "  -z y|n            gzip the images (.nii.gz, default) or not (.nii)\n"
     "  --uncompressed    as -z n\n"
@@ -93,54 +97,14 @@ const char* kDcm2niiUsage =
 
 // ---- numbers and names
 
-// Characters other than [A-Za-z0-9_-] become '_', runs of '_' collapse, and '_' is trimmed
-// from both ends (dcm2niix's rule for file names, with the runs collapsed).
-std::string sanitize(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    const bool keep = std::isalnum(c) && c < 0x80;
-    const char ch = keep || c == '-' ? static_cast<char>(c) : '_';
-    if (ch == '_' && (o.empty() || o.back() == '_')) continue;
-    o += ch;
-  }
-  while (!o.empty() && o.back() == '_') o.pop_back();
-  return o;
-}
-
-// The file name (without extension) FORMAT gives for a series; nullopt and `bad` set for an
-// unknown % code.
+// The file name (without extension) FORMAT gives for a series: dcm2niix's tokens and suffixes
+// (_e2, _ph, ...) with dcm2nii's character rule, the series' other splits appended
+// (dcm2niix.hpp); nullopt and `bad` set for an unknown % code.
 std::optional<std::string> expand_name(const std::string& format, const DicomSeries& s,
                                        std::string* bad) {
-  // A value of the first file's dataset; "" when it has none.
-  const auto value = [&s](DicomTag tag) {
-    return s.first_file ? s.first_file->dataset.string(tag).value_or("") : std::string();
-  };
-  std::string o;
-  for (std::size_t i = 0; i < format.size(); ++i) {
-    if (format[i] != '%') {
-      o += format[i];
-      continue;
-    }
-    const char c = i + 1 < format.size() ? format[++i] : '\0';
-    switch (c) {
-      case 's': o += std::to_string(s.series_number); break;
-      case 'd': o += sanitize(s.series_description); break;
-      case 'p': o += sanitize(value(dicom_tag(0x0018, 0x1030))); break;  // ProtocolName
-      case 'i': o += sanitize(value(dicom_tag(0x0010, 0x0020))); break;  // PatientID
-      case '%': o += '%'; break;
-      default:
-        *bad = c ? std::string("%") + c : "a % at the end";
-        return std::nullopt;
-    }
-  }
-  // An empty value leaves its separators behind: "3__x_" -> "3_x".
-  std::string t;
-  for (char c : o)
-    if (!(c == '_' && (t.empty() || t.back() == '_'))) t += c;
-  while (!t.empty() && t.back() == '_') t.pop_back();
-  if (!s.split.empty()) t += (t.empty() ? "" : "_") + sanitize(s.split);
-  if (t.empty()) t = "series";
-  return t;
+  NameRules rules;
+  rules.dcm2niix_characters = false;
+  return dcm2niix_name(format, s, rules, bad);
 }
 
 // Writes `text` to `path` through a temporary name, so that a failure leaves no partial file.
@@ -200,7 +164,15 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
       .usage_after_missing_value()
       .lone_dash_is_positional();
   if (const auto code = parser.parse(args)) return *code;
-  if (!out_dir && inputs.size() >= 2) {
+  // The old form INPUT OUT_DIR, without -o: the last positional is OUT_DIR only when it does not
+  // exist, so that it cannot be an input; an existing one is ambiguous (`voxpipe dcm2nii A B`
+  // would write into the DICOM folder B and never convert it) and refused.
+  if (!out_dir && inputs.size() >= 2 && !is_object_url(inputs.back())) {
+    std::error_code ec;
+    if (fs::exists(inputs.back(), ec))
+      return parser.usage_error(
+          inputs.back() + " exists: name the output folder with -o (voxpipe dcm2nii INPUT... -o OUT_DIR); "
+          "every other argument is an input");
     out_dir = inputs.back();
     inputs.pop_back();
   }
@@ -208,7 +180,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   {
     DicomSeries probe;
     std::string bad;
-    if (!expand_name(format, probe, &bad)) return parser.error(expects("-f", "%s, %d, %p, %i or %%", bad));
+    if (!expand_name(format, probe, &bad)) return parser.error(expects("-f", "a dcm2niix token (%s, %d, %p, %e, %t, ...; voxpipe dcm2niix -h)", bad));
   }
   const auto t0 = std::chrono::steady_clock::now();
   // Inputs are files and folders, or objects and prefixes named by URLs (not both).

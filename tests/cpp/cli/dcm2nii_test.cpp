@@ -226,7 +226,7 @@ TEST(Dcm2nii, UsageAndInputErrorsHaveTheirExitCodes) {
   vptest::TempDir dir;
   EXPECT_EQ(run({"dcm2nii"}).code, 2);
   EXPECT_EQ(run({"dcm2nii", dir.path()}).code, 2);  // no OUT_DIR
-  EXPECT_EQ(run({"dcm2nii", dir.path(), "-o", dir.file("o"), "-f", "%q"}).code, 2);
+  EXPECT_EQ(run({"dcm2nii", dir.path(), "-o", dir.file("o"), "-f", "%!"}).code, 2);
   EXPECT_EQ(run({"dcm2nii", dir.file("missing"), "-o", dir.file("o")}).code, 3);
   vptest::write_file(dir.file("plain"), DBytes{'x'});
   EXPECT_EQ(run({"dcm2nii", dir.path(), "-o", dir.file("plain/sub")}).code, 4);
@@ -240,11 +240,28 @@ TEST(Dcm2nii, UsageAndInputErrorsHaveTheirExitCodes) {
 TEST(Dcm2nii, ExistingFilesAreKeptUnlessOverwrite) {
   vptest::TempDir dir;
   write_series(dir.file("in"), Slice{}, 2);
-  ASSERT_EQ(run({"dcm2nii", dir.file("in"), dir.file("out")}).code, 0);
-  const auto again = run({"dcm2nii", dir.file("in"), dir.file("out")});
+  ASSERT_EQ(run({"dcm2nii", dir.file("in"), dir.file("out")}).code, 0);  // OUT_DIR new: the old form
+  const auto again = run({"dcm2nii", dir.file("in"), "-o", dir.file("out")});
   EXPECT_EQ(again.code, 11);
   EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
-  EXPECT_EQ(run({"dcm2nii", "--overwrite", dir.file("in"), dir.file("out")}).code, 0);
+  EXPECT_EQ(run({"dcm2nii", "--overwrite", dir.file("in"), "-o", dir.file("out")}).code, 0);
+}
+
+TEST(Dcm2nii, AnExistingLastPositionalIsRefusedWithoutDashO) {
+  // `voxpipe dcm2nii A B` with B a DICOM folder would write into B and never convert it.
+  vptest::TempDir dir;
+  write_series(dir.file("a"), Slice{}, 2);
+  Slice other;
+  other.series_uid = "1.2.3.4.8";
+  write_series(dir.file("b"), other, 2);
+  const auto r = run({"dcm2nii", dir.file("a"), dir.file("b")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("exists: name the output folder with -o"), std::string::npos) << r.err;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.file("b")), {}), 2);  // untouched
+  // With -o, both are inputs.
+  const auto both = run({"dcm2nii", dir.file("a"), dir.file("b"), "-o", dir.file("out")});
+  ASSERT_EQ(both.code, 0) << both.err;
+  EXPECT_NE(both.out.find("2 of 2 series written"), std::string::npos) << both.out;
 }
 
 }  // namespace
