@@ -40,6 +40,25 @@ struct DicomBuffer {
   std::shared_ptr<const void> owner;
 };
 
+// The diffusion encoding of one image as the scanner stored it: Siemens' CSA image header
+// (B_value, DiffusionGradientDirection), the standard attributes (0018,9087) and (0018,9089) at
+// the top level or in an enhanced file's MR Diffusion Sequence (0018,9117), GE's (0043,1039) and
+// (0019,10BB..BD), Philips' (2001,1003) and (2005,10B0..B2).
+struct DicomDiffusion {
+  double b_value = 0;  // s/mm^2
+  // Unit gradient direction in the patient frame (DICOM LPS); nullopt for b = 0, isotropic
+  // (trace) images and directions the file does not give (GE's (0019,10BB..BD) are in the frame
+  // of the encoding directions, with signs that depend on the phase encoding and the slice
+  // order: they are not converted, so GE images have a b-value only).
+  std::optional<std::array<double, 3>> direction;
+  // Where the values came from: "standard", "CSA" (Siemens: the CSA image header, or its copies
+  // (0019,xx0C) and (0019,xx0E)), "Philips", "GE". A file stating several gives the first of
+  // these. Siemens' CSA image header of a file that is not a mosaic is read only when the file
+  // can be diffusion-weighted (ImageType DIFFUSION, or SequenceName ep_b*, re_b*, ez_b*) and
+  // states no cheaper copy.
+  std::string source;
+};
+
 // One 2D image of a series: a single-frame file, or one frame of a multi-frame file.
 struct DicomSlice {
   // The parsed file, trimmed to what decoding needs (the Image Pixel module, the pixel data
@@ -62,6 +81,8 @@ struct DicomSlice {
   double acquisition_time = 0;       // AcquisitionTime (or FrameAcquisitionDateTime) in seconds
   double trigger_time = 0;
   std::int64_t instance_number = 0;
+  // The image's diffusion encoding; nullopt when its file states none.
+  std::optional<DicomDiffusion> diffusion;
 };
 
 struct DicomSeries {
@@ -72,6 +93,10 @@ struct DicomSeries {
   // What sets this part apart from other parts of the same SeriesInstanceUID ("" when the
   // series is whole), e.g. "echo 2", "orientation 2", "256x256", "stack 2".
   std::string split;
+  std::int64_t echo_number = 0;  // EchoNumbers of its images (0: not stated)
+  // "PHASE", "REAL" or "IMAGINARY" when ImageType says the images hold that component (series are
+  // split by it; dcm2niix names them _ph, _real, _imaginary); "" for magnitude or unstated.
+  std::string image_component;
   std::uint32_t rows = 0, columns = 0;
   std::array<double, 6> orientation{};     // ImageOrientationPatient (row cosines, column cosines)
   std::array<double, 2> pixel_spacing{};   // (row spacing, column spacing), PixelSpacing order
@@ -156,5 +181,23 @@ DicomScanResult scan_dicom_buffers(const std::vector<DicomBuffer>& buffers,
 std::vector<std::string> read_dicom_series(const DicomSeries& series, std::span<std::uint8_t> out,
                                            DType out_type, unsigned threads = 0,
                                            DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise);
+
+// A diffusion series' gradient table, one entry per volume.
+struct DicomGradientTable {
+  std::vector<double> bvals;                 // s/mm^2
+  std::vector<std::array<double, 3>> bvecs;  // FSL's convention (dicom_gradient_table)
+};
+
+// The gradient table of `series` for an image of it written with `affine` (row-major 4x4, voxel
+// -> RAS mm: the series' own affine, or one with axes flipped or permuted): each volume's
+// direction in the image's voxel axes, with x negated when the determinant of the affine's 3x3
+// is positive, as FSL reads .bvec and dcm2niix writes it; (0, 0, 0) for b = 0 and for images
+// without a direction. An image without an encoding in a series where others have one counts as
+// b = 0. nullopt when no image of the series has a diffusion encoding, or when the series has a
+// problem (its images are not in volume order). Error(format) naming the image when the slices
+// of one volume disagree (different b-values or directions); Error(invalid_argument) for an
+// affine with a zero or non-finite column.
+std::optional<DicomGradientTable> dicom_gradient_table(const DicomSeries& series,
+                                                       const std::array<double, 16>& affine);
 
 }  // namespace voxpipe

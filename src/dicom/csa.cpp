@@ -93,19 +93,6 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// The value of private element (gggg,xxee) whose block (gggg,00xx) names `creator`.
-const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
-                                    std::string_view creator, std::uint8_t element) {
-  for (std::uint32_t block = 0x10; block <= 0xFF; ++block) {
-    const DicomElement* c = ds.find(dicom_tag(group, static_cast<std::uint16_t>(block)));
-    if (!c) continue;
-    const auto name = ds.string(c->tag);
-    if (name && *name == creator)
-      return ds.find(dicom_tag(group, static_cast<std::uint16_t>(block << 8 | element)));
-  }
-  return nullptr;
-}
-
 // The bytes of `e`: read with the dataset, else from `bytes` or the file. nullopt when they
 // cannot be had (offsets in an inflated stream, past the end of the file, too large).
 std::optional<std::vector<std::uint8_t>> value_bytes(const DicomElement& e, const std::string& path,
@@ -131,6 +118,21 @@ std::optional<std::vector<std::uint8_t>> value_bytes(const DicomElement& e, cons
 }
 
 }  // namespace
+
+const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
+                                    std::string_view creator, std::uint8_t element) {
+  // The creators (gggg,0010-00FF) are consecutive in the sorted dataset: one search, then a
+  // walk over the few there are.
+  const auto& all = ds.elements();
+  auto it = std::lower_bound(all.begin(), all.end(), dicom_tag(group, 0x0010),
+                             [](const DicomElement& e, DicomTag t) { return e.tag < t; });
+  for (; it != all.end() && it->tag <= dicom_tag(group, 0x00FF); ++it) {
+    const auto name = ds.string(it->tag);
+    if (name && *name == creator)
+      return ds.find(dicom_tag(group, static_cast<std::uint16_t>(dicom_element(it->tag) << 8 | element)));
+  }
+  return nullptr;
+}
 
 CsaHeader::CsaHeader(std::vector<CsaElement> elements) : elements_(std::move(elements)) {}
 

@@ -74,6 +74,11 @@ CsaHeader parse_csa(std::span<const std::uint8_t> bytes, const std::string& sour
 // ASCCONV block is ignored (dcm2niix reads the first). Empty when there is none.
 std::map<std::string, std::string> parse_ascconv(std::string_view text);
 
+// The private element (gggg,xxee) of the block whose creator (gggg,00xx) is `creator` (e.g.
+// 0x0029, "SIEMENS CSA HEADER", 0x10), or nullptr.
+const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
+                                    std::string_view creator, std::uint8_t element);
+
 enum class CsaKind { image, series };
 
 // The CSA image or series header of a dataset (private creator "SIEMENS CSA HEADER", element

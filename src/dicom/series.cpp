@@ -48,7 +48,11 @@ constexpr DicomTag kSOPInstanceUID = 0x00080018, kModality = 0x00080060,
                    kPixelValueTransformation = 0x00289145, kStackID = 0x00209056,
                    kTemporalPositionIndex = 0x00209128, kFrameAcquisitionNumber = 0x00209156,
                    kFrameAcquisitionDateTime = 0x00189074, kMREchoSequence = 0x00189114,
-                   kEffectiveEchoTime = 0x00189082, kImageType = 0x00080008;
+                   kEffectiveEchoTime = 0x00189082, kImageType = 0x00080008,
+                   kSequenceName = 0x00180024, kDiffusionBValue = 0x00189087,
+                   kDiffusionGradientOrientation = 0x00189089,
+                   kDiffusionDirectionality = 0x00189075, kMRDiffusionSequence = 0x00189117,
+                   kDiffusionGradientDirectionSequence = 0x00189076;
 
 using Vec3 = std::array<double, 3>;
 
@@ -134,41 +138,41 @@ bool fill(std::array<double, N>& dst, const std::vector<double>& v) {
 
 // ---- Siemens mosaic --------------------------------------------------------------------------
 
-// The value of a Siemens private element: (gggg,xxee) where (gggg,00xx) names `creator`.
-const DicomElement* private_element(const DicomDataset& ds, std::uint16_t group,
-                                    std::string_view creator, std::uint8_t element) {
-  for (std::uint32_t block = 0x10; block <= 0xFF; ++block) {
-    const auto name = ds.string(dicom_tag(group, static_cast<std::uint16_t>(block)));
-    if (name && *name == creator)
-      return ds.find(dicom_tag(group, static_cast<std::uint16_t>(block << 8 | element)));
-  }
-  return nullptr;
+using dicom::private_element;
+
+// The CSA image header of a single-frame Siemens file, for the scan: nullopt when it has none,
+// or when its value is over 1 MiB (usually 10-20 KiB; the scan keeps values under 1 KiB, so it
+// is read here from the file or its bytes).
+std::optional<dicom::CsaHeader> scan_csa(const DicomDataset& ds, const std::string& path,
+                                         std::span<const std::uint8_t> bytes,
+                                         bool offsets_in_inflated_stream) {
+  const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10);
+  if (!e || (!e->value_read && e->length > (std::uint64_t{1} << 20))) return std::nullopt;
+  return dicom::csa_header(ds, dicom::CsaKind::image, path, bytes, offsets_in_inflated_stream);
 }
 
-// The number of images of a Siemens mosaic, and the slice normal its CSA header gives; nullopt
-// when the file is not a mosaic.
-// `bytes`: the file's, when it is held in memory (else it is read at `path`).
+bool image_type_has(const DicomDataset& ds, std::string_view value) {
+  for (const std::string& v : ds.strings(kImageType))
+    if (v == value) return true;
+  return false;
+}
+
+// The number of images of a Siemens mosaic, and the slice normal its CSA header (`csa`, read by
+// the caller for mosaics) gives; nullopt when the file is not a mosaic.
 std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
-    const DicomDataset& ds, const std::string& path, std::span<const std::uint8_t> bytes,
-    bool offsets_in_inflated_stream, std::int64_t max_images) {
-  bool mosaic = false;
-  for (const std::string& v : ds.strings(kImageType)) mosaic |= v == "MOSAIC";
-  if (!mosaic) return std::nullopt;
+    const DicomDataset& ds, const std::string& path, const dicom::CsaHeader* csa,
+    std::int64_t max_images) {
+  if (!image_type_has(ds, "MOSAIC")) return std::nullopt;
   std::optional<std::int64_t> images_in_mosaic;
   std::optional<Vec3> slice_normal;
   std::optional<std::uint64_t> offset;  // of the value that gave the number, for the error
   if (const DicomElement* e = private_element(ds, 0x0029, "SIEMENS CSA HEADER", 0x10)) {
     offset = e->value_offset;
-    // The scan keeps small values only: the CSA header (usually 10-20 KiB) is read here, up to
-    // 1 MiB.
-    if (e->value_read || e->length <= (std::uint64_t{1} << 20)) {
-      if (const auto csa = dicom::csa_header(ds, dicom::CsaKind::image, path, bytes,
-                                             offsets_in_inflated_stream)) {
-        if (const auto n = csa->number("NumberOfImagesInMosaic"); n && std::isfinite(*n))
-          images_in_mosaic = static_cast<std::int64_t>(std::clamp(*n, -1.0, 9.0e18));
-        if (const auto v = csa->numbers("SliceNormalVector"); v.size() >= 3)
-          slice_normal = Vec3{v[0], v[1], v[2]};
-      }
+    if (csa) {
+      if (const auto n = csa->number("NumberOfImagesInMosaic"); n && std::isfinite(*n))
+        images_in_mosaic = static_cast<std::int64_t>(std::clamp(*n, -1.0, 9.0e18));
+      if (const auto v = csa->numbers("SliceNormalVector"); v.size() >= 3)
+        slice_normal = Vec3{v[0], v[1], v[2]};
     }
   }
   if (!images_in_mosaic) {
@@ -189,6 +193,143 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
                     std::to_string(max_images) + " tiles are read (DicomScanOptions::max_mosaic_images)",
                 offset);
   return std::pair{*images_in_mosaic, slice_normal};
+}
+
+// ---- Diffusion encoding ----------------------------------------------------------------------
+// Where each vendor states it, as dcm2niix reads it (nii_dicom.cpp): directions in the patient
+// frame (LPS) for the standard attributes, Siemens and Philips; b-values in s/mm^2.
+
+// A unit direction from three numbers; nullopt for a zero (isotropic, trace) or non-finite one.
+std::optional<Vec3> unit_direction(const std::vector<double>& v) {
+  if (v.size() < 3) return std::nullopt;
+  Vec3 d{v[0], v[1], v[2]};
+  const double n = norm(d);
+  if (!std::isfinite(n) || n < 1e-6) return std::nullopt;
+  for (double& x : d) x /= n;
+  return d;
+}
+
+std::optional<DicomDiffusion> diffusion(std::optional<double> b, std::optional<Vec3> direction,
+                                        const char* source) {
+  if (!b || !std::isfinite(*b) || *b < 0) return std::nullopt;
+  DicomDiffusion d;
+  d.b_value = *b;
+  if (*b > 0) d.direction = direction;
+  d.source = source;
+  return d;
+}
+
+// The numbers of a private element whose VR the file may not state (implicit VR: UN): `text`
+// values (IS, DS) split at '\', else binary float64 (`size` 8) or float32 (4) values.
+std::vector<double> private_numbers(const DicomDataset& ds, const DicomElement* e, bool text,
+                                    std::size_t size = 8) {
+  if (!e || !e->value_read) return {};
+  if (e->vr != DicomVR::UN && e->vr != DicomVR::unknown && e->vr != DicomVR::OB)
+    return ds.numbers(e->tag);
+  std::vector<double> out;
+  if (text) {
+    std::string s(e->value.begin(), e->value.end());
+    std::size_t at = 0;
+    while (at <= s.size()) {
+      const std::size_t end = std::min(s.find('\\', at), s.size());
+      const std::string part = s.substr(at, end - at);
+      char* stop = nullptr;
+      const double v = std::strtod(part.c_str(), &stop);
+      if (stop == part.c_str()) break;
+      out.push_back(v);
+      at = end + 1;
+    }
+    return out;
+  }
+  for (std::size_t at = 0; at + size <= e->value.size(); at += size) {
+    std::uint8_t b[8];
+    for (std::size_t i = 0; i < size; ++i)
+      b[i] = e->value[at + (ds.big_endian() ? size - 1 - i : i)];
+    if (size == 8) {
+      double v;
+      std::memcpy(&v, b, 8);
+      out.push_back(v);
+    } else {
+      float v;
+      std::memcpy(&v, b, 4);
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// The standard attributes of `d` (the dataset, or an item of MR Diffusion Sequence): b-value,
+// and the direction unless DiffusionDirectionality says the image has none (ISOTROPIC, NONE).
+std::optional<DicomDiffusion> standard_diffusion(const DicomDataset& d) {
+  const auto b = d.number(kDiffusionBValue);
+  if (!b) return std::nullopt;
+  std::optional<Vec3> direction;
+  const std::string directionality = d.string(kDiffusionDirectionality).value_or("DIRECTIONAL");
+  if (directionality == "DIRECTIONAL" || directionality == "BMATRIX") {
+    direction = unit_direction(d.numbers(kDiffusionGradientOrientation));
+    for (const DicomDataset& item : d.items(kDiffusionGradientDirectionSequence)) {
+      if (!direction) direction = unit_direction(item.numbers(kDiffusionGradientOrientation));
+      break;
+    }
+  }
+  return diffusion(b, direction, "standard");
+}
+
+// Whether a Siemens file can hold a diffusion-weighted image, so that its CSA image header is
+// worth reading: ImageType DIFFUSION (Siemens writes it for every DWI image, b = 0 included), or
+// a diffusion sequence name (ep_b*, re_b* for RESOLVE, ez_b* for ZOOMit). Other files keep the
+// scan's cost: the header is some 10-20 KiB read per file, which would double the scan of a
+// plain series.
+bool siemens_diffusion_candidate(const DicomDataset& ds) {
+  if (image_type_has(ds, "DIFFUSION")) return true;
+  const std::string name = ds.string(kSequenceName).value_or("");
+  for (const char* p : {"ep_b", "re_b", "ez_b"})
+    if (name.find(p) != std::string::npos) return true;
+  return false;
+}
+
+// The diffusion encoding stated at the top level of a single-frame file; `csa`: its CSA image
+// header when the caller read it.
+std::optional<DicomDiffusion> file_diffusion(const DicomDataset& ds, const dicom::CsaHeader* csa) {
+  if (auto d = standard_diffusion(ds)) return d;
+  if (csa) {
+    if (const auto b = csa->number("B_value"))
+      return diffusion(b, unit_direction(csa->numbers("DiffusionGradientDirection")), "CSA");
+  }
+  // Siemens' copies of the CSA values in "SIEMENS MR HEADER": B_value (IS), and
+  // DiffusionGradientDirection (FD x 3).
+  if (const DicomElement* e = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0C)) {
+    const auto b = private_numbers(ds, e, true);
+    if (!b.empty()) {
+      const DicomElement* g = private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0E);
+      return diffusion(b.front(), unit_direction(private_numbers(ds, g, false, 8)), "CSA");
+    }
+  }
+  // Philips: (2001,xx03) b-value (FL); (2005,xxB0..B2) the direction's RL, AP, FH components
+  // (FL), the patient frame (LPS) as the standard's.
+  if (const DicomElement* e = private_element(ds, 0x2001, "Philips Imaging DD 001", 0x03)) {
+    const auto b = private_numbers(ds, e, false, 4);
+    if (!b.empty()) {
+      std::vector<double> v;
+      for (std::uint8_t el : {0xB0, 0xB1, 0xB2}) {
+        const auto c = private_numbers(
+            ds, private_element(ds, 0x2005, "Philips MR Imaging DD 001", el), false, 4);
+        if (!c.empty()) v.push_back(c.front());
+      }
+      return diffusion(b.front(), unit_direction(v), "Philips");
+    }
+  }
+  // GE: (0043,xx39) "Slop_int_6..9", the b-value first, plus 10^9 in some software versions
+  // (dcm2niix issue 602). Its directions, (0019,xxBB..BD), are in the frame of the phase and
+  // frequency encoding and the slice, with signs that depend on the phase encoding direction and
+  // the slice order (dcm2niix's geCorrectBvecs): not converted here, so GE images have b-values
+  // and no direction.
+  if (const DicomElement* e = private_element(ds, 0x0043, "GEMS_PARM_01", 0x39)) {
+    const auto v = private_numbers(ds, e, true);
+    if (!v.empty() && std::isfinite(v.front()))
+      return diffusion(std::fmod(v.front(), 1e9), std::nullopt, "GE");
+  }
+  return std::nullopt;
 }
 
 // The bytes of a file held in memory; empty: read it from its path.
@@ -234,8 +375,16 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
   const auto& shared = ds.items(kSharedGroups);
   std::vector<Image> out;
   if (pixel->number_of_frames == 1 && per_frame.empty()) {
-    if (const auto mosaic = mosaic_of(ds, parsed.path, bytes_of(buffer),
-                                      parsed.offsets_in_inflated_stream,
+    // The CSA image header, read once: for a mosaic (its image count) and for the diffusion
+    // encoding of a file that can be diffusion-weighted and has no cheaper statement of it.
+    std::optional<dicom::CsaHeader> csa;
+    if (image_type_has(ds, "MOSAIC") ||
+        (!ds.contains(kDiffusionBValue) &&
+         !private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0C) &&
+         siemens_diffusion_candidate(ds)))
+      csa = scan_csa(ds, parsed.path, bytes_of(buffer), parsed.offsets_in_inflated_stream);
+    base.slice.diffusion = file_diffusion(ds, csa ? &*csa : nullptr);
+    if (const auto mosaic = mosaic_of(ds, parsed.path, csa ? &*csa : nullptr,
                                       options.max_mosaic_images)) {
       // Siemens mosaic: n slices tiled on a ceil(sqrt(n)) grid. The file's position is the
       // mosaic's corner: the first tile's is shifted by half the difference in size along the
@@ -291,12 +440,19 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
     out.push_back(std::move(base));
     return out;
   }
+  // Enhanced files: the diffusion encoding of each frame is in its MR Diffusion Sequence (per
+  // frame, or shared), else at the top level.
+  const std::optional<DicomDiffusion> top_diffusion = file_diffusion(ds, nullptr);
   auto file = trimmed(std::move(parsed));
   for (std::uint64_t i = 0; i < pixel->number_of_frames; ++i) {
     Image im = base;
     im.slice.file = file;
     im.slice.frame = i;
     Groups g{&per_frame[i], shared.empty() ? nullptr : &shared.front()};
+    if (const DicomDataset* d = g.find(kMRDiffusionSequence))
+      im.slice.diffusion = standard_diffusion(*d);
+    else
+      im.slice.diffusion = top_diffusion;
     if (const DicomDataset* p = g.find(kPlanePosition))
       im.has_position = fill(im.slice.position, p->numbers(kImagePosition));
     if (const DicomDataset* o = g.find(kPlaneOrientation))
