@@ -260,10 +260,10 @@ def test_missing_slice_is_reported_and_skipped(tmp_path):
 
 def test_existing_files_are_kept_unless_overwrite(tmp_path):
     write_series(tmp_path / 'dicom', slices=3)
-    assert run_cli(str(tmp_path / 'dicom'), str(tmp_path / 'out')).returncode == 0
-    r = run_cli(str(tmp_path / 'dicom'), str(tmp_path / 'out'))
+    assert run_cli(str(tmp_path / 'dicom'), '-o', str(tmp_path / 'out')).returncode == 0
+    r = run_cli(str(tmp_path / 'dicom'), '-o', str(tmp_path / 'out'))
     assert r.returncode == 11 and 'exists' in r.stderr, r.stderr
-    r = run_cli('--overwrite', str(tmp_path / 'dicom'), str(tmp_path / 'out'))
+    r = run_cli('--overwrite', str(tmp_path / 'dicom'), '-o', str(tmp_path / 'out'))
     assert r.returncode == 0, r.stderr
 
 
