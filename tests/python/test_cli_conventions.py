@@ -262,11 +262,11 @@ def test_index_replaces_its_cache_entry_without_asking(tmp_path):
 def test_dcm2nii_skips_a_series_whose_file_exists_unless_force(tmp_path):
     write_series(tmp_path / 'dicom', slices=3)
     out = tmp_path / 'out'
-    assert cli('dcm2nii', tmp_path / 'dicom', out).returncode == 0
-    r = cli('dcm2nii', tmp_path / 'dicom', out)
+    assert cli('dcm2nii', tmp_path / 'dicom', '-o', out).returncode == 0
+    r = cli('dcm2nii', tmp_path / 'dicom', '-o', out)
     assert r.returncode == 11, r.stderr
     assert f'{out / "3_T1w_oblique.nii.gz"}: already exists (--overwrite replaces it)' in r.stderr
-    assert cli('dcm2nii', '--force', tmp_path / 'dicom', out).returncode == 0
+    assert cli('dcm2nii', '--force', tmp_path / 'dicom', '-o', out).returncode == 0
 
 
 # ---- progress bars: on a terminal, never on a pipe
@@ -307,7 +307,7 @@ def progress_cases(tmp_path: Path):
         (['convert', src, tmp_path / 'o.nii'], size_counts(4 * 5 * 6 * 3 * 2)),
         (['index', src], size_counts(src.stat().st_size)),
         (['resample', src, '--reference', ref, '-o', tmp_path / 'r.nii'], '3/3 volumes'),
-        (['dcm2nii', tmp_path / 'dicom', tmp_path / 'dout'], '3/3 images'),
+        (['dcm2nii', tmp_path / 'dicom', '-o', tmp_path / 'dout'], '3/3 images'),
         (['bench-load', '--no-nibabel', '--repeat', '1', src, ref], '4/4 loads'),
     ]
 
