@@ -91,7 +91,8 @@ struct DicomSeries {
   std::string series_description;
   std::string modality;
   // What sets this part apart from other parts of the same SeriesInstanceUID ("" when the
-  // series is whole), e.g. "echo 2", "orientation 2", "256x256", "stack 2".
+  // series is whole), e.g. "echo 2", "orientation 2", "256x256", "stack 2", "phase"
+  // ("magnitude", "real", "imaginary").
   std::string split;
   std::int64_t echo_number = 0;  // EchoNumbers of its images (0: not stated)
   // "PHASE", "REAL" or "IMAGINARY" when ImageType says the images hold that component (series are
@@ -154,7 +155,8 @@ struct DicomScanResult {
 // assembles the series. Siemens mosaics (ImageType MOSAIC, NumberOfImagesInMosaic from the CSA
 // image header or (0019,xx0A)) are split into their slices, placed as nibabel.nicom's
 // MosaicWrapper places them. Series are split by SeriesInstanceUID, then by orientation, image size,
-// EchoNumbers, StackID and samples per pixel. Images at the same position form a 4D series when
+// EchoNumbers, StackID, samples per pixel and image component (magnitude, phase, real,
+// imaginary: DicomSeries::image_component). Images at the same position form a 4D series when
 // every position has the same number of them, ordered by temporal index, acquisition number,
 // acquisition time, trigger time and instance number; files with the same SOPInstanceUID are
 // read once. Memory: a trimmed dataset per file.

@@ -52,7 +52,8 @@ constexpr DicomTag kSOPInstanceUID = 0x00080018, kModality = 0x00080060,
                    kSequenceName = 0x00180024, kDiffusionBValue = 0x00189087,
                    kDiffusionGradientOrientation = 0x00189089,
                    kDiffusionDirectionality = 0x00189075, kMRDiffusionSequence = 0x00189117,
-                   kDiffusionGradientDirectionSequence = 0x00189076;
+                   kDiffusionGradientDirectionSequence = 0x00189076,
+                   kComplexImageComponent = 0x00089208, kMRImageFrameType = 0x00189226;
 
 using Vec3 = std::array<double, 3>;
 
@@ -92,6 +93,8 @@ struct Groups {
 struct Image {
   DicomSlice slice;
   std::string series_uid, sop_uid, description, modality, echo, stack;
+  std::string component;         // DicomSeries::image_component
+  std::int64_t echo_number = 0;  // the first of EchoNumbers
   std::int64_t series_number = 0;
   std::array<double, 6> orientation{};
   std::array<double, 2> spacing{};
@@ -275,6 +278,47 @@ std::optional<DicomDiffusion> standard_diffusion(const DicomDataset& d) {
   return diffusion(b, direction, "standard");
 }
 
+// ---- Image component ---------------------------------------------------------------------------
+// Magnitude, phase, real and imaginary images of one acquisition share a SeriesInstanceUID on
+// most scanners; dcm2niix writes them as separate images (_ph, _real, _imaginary), from the
+// same evidence read here: ComplexImageComponent (0008,9208) where the file has it (enhanced
+// files per frame, in MR Image Frame Type), else a value of ImageType ("P" or one holding
+// "PHASE", "R" or "REAL", "I" or "IMAGINARY": Siemens and Philips), else GE's (0043,xx2F)
+// (0 magnitude, 1 phase, 2 real, 3 imaginary). "" for magnitude and for images that state none.
+
+std::string component_from_complex(const DicomDataset& d) {
+  const std::string c = d.string(kComplexImageComponent).value_or("");
+  if (c == "PHASE" || c == "REAL" || c == "IMAGINARY") return c;
+  return "";
+}
+
+std::optional<std::string> image_component(const DicomDataset& ds) {
+  if (ds.contains(kComplexImageComponent)) return component_from_complex(ds);
+  for (const std::string& v : ds.strings(kImageType)) {
+    if (v == "P" || v.find("PHASE") != std::string::npos) return "PHASE";
+    if (v == "R" || v == "REAL") return "REAL";
+    if (v == "I" || v == "IMAGINARY") return "IMAGINARY";
+  }
+  if (const DicomElement* e = private_element(ds, 0x0043, "GEMS_PARM_01", 0x2F)) {
+    if (e->value_read && e->value.size() >= 2 && e->vr != DicomVR::IS) {
+      const int v = ds.big_endian() ? (e->value[0] << 8 | e->value[1])
+                                    : (e->value[0] | e->value[1] << 8);
+      if (v == 1) return "PHASE";
+      if (v == 2) return "REAL";
+      if (v == 3) return "IMAGINARY";
+    }
+  }
+  return std::nullopt;
+}
+
+// The first value of EchoNumbers, 0 when absent or not a number (some files write it as text
+// that IS does not accept).
+std::int64_t echo_number(const DicomDataset& ds) {
+  const auto v = ds.strings(kEchoNumbers);
+  if (v.empty()) return 0;
+  return std::atoll(v.front().c_str());
+}
+
 // Whether a Siemens file can hold a diffusion-weighted image, so that its CSA image header is
 // worth reading: ImageType DIFFUSION (Siemens writes it for every DWI image, b = 0 included), or
 // a diffusion sequence name (ep_b*, re_b* for RESOLVE, ez_b* for ZOOMit). Other files keep the
@@ -350,6 +394,8 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
   base.modality = ds.string(kModality).value_or("");
   base.series_number = ds.integer(kSeriesNumber).value_or(0);
   base.echo = joined(ds.strings(kEchoNumbers));
+  base.echo_number = echo_number(ds);
+  base.component = image_component(ds).value_or("");
   base.rows = pixel->rows;
   base.columns = pixel->columns;
   base.samples = pixel->samples_per_pixel;
@@ -473,6 +519,8 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
       const std::string when = c->string(kFrameAcquisitionDateTime).value_or("");
       if (when.size() > 8) im.slice.acquisition_time = dicom_time_seconds(when.substr(8));
     }
+    if (const DicomDataset* t = g.find(kMRImageFrameType); t && t->contains(kComplexImageComponent))
+      im.component = component_from_complex(*t);
     if (const DicomDataset* e = g.find(kMREchoSequence)) {
       if (auto te = e->number(kEffectiveEchoTime)) {
         std::ostringstream s;
@@ -543,6 +591,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
     s.orientation = first.orientation;
     s.pixel_spacing = first.spacing;
     s.stored_dtype = first.dtype;
+    s.echo_number = first.echo_number;
+    s.image_component = first.component;
     single_step = first.between > 0 ? first.between : first.thickness > 0 ? first.thickness : 1.0;
   }
 
@@ -751,14 +801,14 @@ DicomScanResult scan_inputs(const std::vector<ScanInput>& inputs, const DicomSca
 
   // Groups: SeriesInstanceUID, then the fields that split a series.
   using Key = std::tuple<std::string, std::vector<long long>, std::uint32_t, std::uint32_t,
-                         std::string, std::string, std::uint32_t>;
+                         std::string, std::string, std::uint32_t, std::string>;
   std::map<Key, std::vector<Image>> groups;
   std::vector<Key> order;
   for (auto& images : parsed) {
     for (Image& im : images) {
       std::vector<long long> iop;
       for (double c : im.orientation) iop.push_back(std::llround(c * 1e4));
-      Key key{im.series_uid, iop, im.rows, im.columns, im.echo, im.stack, im.samples};
+      Key key{im.series_uid, iop, im.rows, im.columns, im.echo, im.stack, im.samples, im.component};
       auto [it, fresh] = groups.try_emplace(key);
       if (fresh) order.push_back(key);
       it->second.push_back(std::move(im));
@@ -795,6 +845,11 @@ DicomScanResult scan_inputs(const std::vector<ScanInput>& inputs, const DicomSca
         labels.push_back("stack " + std::get<5>(k));
       if (differs([](const Key& x) { return std::get<6>(x); }))
         labels.push_back(std::to_string(std::get<6>(k)) + " samples");
+      if (differs([](const Key& x) { return std::get<7>(x); })) {
+        std::string c = std::get<7>(k).empty() ? "magnitude" : std::get<7>(k);
+        std::transform(c.begin(), c.end(), c.begin(), [](unsigned char x) { return std::tolower(x); });
+        labels.push_back(c);
+      }
       for (const auto& l : labels) s.split += (s.split.empty() ? "" : ", ") + l;
     }
     result.series.push_back(std::move(s));

@@ -255,3 +255,59 @@ TEST(DicomSeries, AFileReplacedOrRewrittenSinceTheScanIsAnIoError) {
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   expect_changed(again.series.front(), path);
 }
+
+namespace {
+
+// `spec` with `extra` elements before its pixel data. The parser keeps the last of a tag that
+// occurs twice, as pydicom does: an ImageType written here replaces the writer's.
+template <class Add>
+vptest::DBytes slice_plus(const vptest::SliceSpec& spec, Add add) {
+  vptest::DBytes file = vptest::dicom_slice(spec);
+  vptest::DicomWriter w(false, false);
+  add(w);
+  const std::size_t pixel_at = file.size() - (12 + std::size_t(spec.rows) * spec.columns * 2);
+  file.insert(file.begin() + static_cast<std::ptrdiff_t>(pixel_at), w.bytes().begin(),
+              w.bytes().end());
+  return file;
+}
+
+}  // namespace
+
+// Magnitude and phase images of one SeriesInstanceUID (Siemens' ImageType "P", the standard's
+// ComplexImageComponent) are separate series, as dcm2niix writes them (_ph, _real); the echo
+// number is the series'.
+TEST(DicomSeries, ImageComponentsAreSeparateSeries) {
+  vptest::TempDir dir;
+  std::vector<std::string> paths;
+  const char* kinds[] = {"ORIGINAL\\PRIMARY\\M\\ND ", "ORIGINAL\\PRIMARY\\P\\ND ", "REAL"};
+  for (int c = 0; c < 3; ++c)
+    for (int k = 0; k < 2; ++k) {
+      vptest::SliceSpec spec;
+      spec.sop = std::string("1.2.5.").append(std::to_string(c * 2 + k + 1));
+      spec.position[2] = 2.0 * k;
+      spec.instance = k + 1;
+      const std::string path = dir.file(std::to_string(c * 10 + k) + ".dcm");
+      vptest::write_file(path, slice_plus(spec, [&](vptest::DicomWriter& w) {
+                           if (c < 2) w.text(0x00080008, "CS", kinds[c]);
+                           else w.text(0x00089208, "CS", "REAL");
+                           w.text(0x00180086, "IS", "2 ");
+                         }));
+      paths.push_back(path);
+    }
+  const DicomScanResult r = scan_dicom_series(paths, one_thread());
+  ASSERT_EQ(r.series.size(), 3u);
+  std::vector<std::pair<std::string, std::string>> got;
+  for (const DicomSeries& s : r.series) {
+    EXPECT_EQ(s.shape(), (std::vector<std::uint64_t>{4, 4, 2}));
+    EXPECT_TRUE(s.problem.empty()) << s.problem;
+    EXPECT_EQ(s.echo_number, 2);
+    got.emplace_back(s.split, s.image_component);
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<std::string, std::string>>{
+                     {"magnitude", ""}, {"phase", "PHASE"}, {"real", "REAL"}}));
+  // One component alone: whole, no split label, but the component is stated.
+  const DicomScanResult phase = scan_dicom_series({paths[2], paths[3]}, one_thread());
+  ASSERT_EQ(phase.series.size(), 1u);
+  EXPECT_EQ(phase.series.front().split, "");
+  EXPECT_EQ(phase.series.front().image_component, "PHASE");
+}
