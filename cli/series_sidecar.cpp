@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
+#include <span>
 
 #include "cli_common.hpp"
 #include "dicom/csa.hpp"
@@ -211,36 +213,393 @@ std::optional<dicom::CsaHeader> csa_of(const DicomSeries& s, dicom::CsaKind kind
 
 }  // namespace
 
+namespace {
+
+// A mosaic volume's MosaicRefAcqTimes (ms, as stored) by tile, in the series' slice order, from
+// the CSA image header of the file of image `first` (the volume's first slice); empty when
+// missing or short.
+std::vector<double> mosaic_times(const DicomSeries& s, std::size_t first) {
+  if (first + s.slices > s.images.size()) return {};
+  const DicomSlice& im = s.images[first];
+  if (!im.file) return {};
+  std::optional<dicom::CsaHeader> csa;
+  try {
+    if (im.file == s.images.front().file) {
+      csa = dicom::series_csa_header(s, dicom::CsaKind::image);
+    } else {
+      // The scan keeps only the tags it needs: the file is read again in full.
+      const DicomFile full = im.buffer ? parse_dicom(im.buffer->bytes, im.file->path) : read_dicom(im.file->path);
+      std::span<const std::uint8_t> bytes;
+      if (im.buffer) bytes = im.buffer->bytes;
+      csa = dicom::csa_header(full.dataset, dicom::CsaKind::image, full.path, bytes,
+                              full.offsets_in_inflated_stream);
+    }
+  } catch (const Error&) {
+    return {};
+  }
+  if (!csa) return {};
+  const std::vector<double> ref = csa->numbers("MosaicRefAcqTimes");
+  if (ref.size() < 2) return {};
+  std::vector<double> t;
+  for (std::uint64_t k = 0; k < s.slices; ++k) {
+    const std::uint32_t tile = s.images[first + k].tile;
+    if (tile >= ref.size()) return {};
+    t.push_back(ref[tile]);
+  }
+  return t;
+}
+
+bool is_derived_type(const std::vector<std::string>& image_type) {
+  for (const std::string& v : image_type)
+    if (v.find("DERIVED") != std::string::npos) return true;
+  return false;
+}
+
+
+// Siemens writes characters outside [A-Za-z0-9] of Phoenix text values in UTF-7 ("ax+AF8-asc"
+// for "ax_asc"); dcm2niix writes them decoded. "+...-" runs of modified base64 are UTF-16BE code
+// units; "+-" is "+". Written as UTF-8; text that is not valid UTF-7 is kept as it is.
+std::string utf7_decode(const std::string& v) {
+  const auto b64 = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != '+') {
+      out += v[i];
+      continue;
+    }
+    std::size_t j = i + 1;
+    if (j < v.size() && v[j] == '-') {
+      out += '+';
+      i = j;
+      continue;
+    }
+    std::uint32_t bits = 0;
+    int nbits = 0;
+    std::string run;
+    bool ok = false;
+    for (; j < v.size(); ++j) {
+      const int d = b64(v[j]);
+      if (d < 0) break;
+      bits = (bits << 6) | static_cast<std::uint32_t>(d);
+      nbits += 6;
+      if (nbits >= 16) {
+        nbits -= 16;
+        const std::uint32_t u = (bits >> nbits) & 0xFFFF;
+        ok = true;
+        if (u < 0x80) {
+          run += static_cast<char>(u);
+        } else if (u < 0x800) {
+          run += static_cast<char>(0xC0 | (u >> 6));
+          run += static_cast<char>(0x80 | (u & 0x3F));
+        } else {
+          run += static_cast<char>(0xE0 | (u >> 12));
+          run += static_cast<char>(0x80 | ((u >> 6) & 0x3F));
+          run += static_cast<char>(0x80 | (u & 0x3F));
+        }
+      }
+    }
+    if (!ok || (bits & ((1u << nbits) - 1)) != 0) {  // not UTF-7: the text as it is
+      out += v[i];
+      continue;
+    }
+    out += run;
+    i = (j < v.size() && v[j] == '-') ? j : j - 1;
+  }
+  return out;
+}
+
+// The last value of `tag` met in file order, at any depth (dcm2niix reads nested elements as
+// if they were at the top level, a later one replacing an earlier one).
+std::optional<double> last_nested_number(const DicomDataset& ds, DicomTag tag) {
+  std::optional<double> found;
+  for (const DicomElement& e : ds.elements()) {
+    for (const DicomDataset& item : e.items)
+      if (const auto v = last_nested_number(item, tag)) found = v;
+    if (e.tag == tag) {
+      try {
+        if (const auto v = ds.number(tag)) found = v;
+      } catch (const Error&) {
+      }
+    }
+  }
+  return found;
+}
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// BIDS's PulseSequenceType as dcm2niix v1.0.20260724 writes it for an MR series. Its source
+// was not at hand: the rules are those its outputs show on every combination tried (pydicom-made
+// files through the binary), for any vendor: ScanningSequence is searched as text, the
+// SequenceVariant values are matched whole ("OSP" is not "SP").
+//   EP:  "Spin Echo EPI" with SE, else "Gradient Echo EPI"; "Multiband " before either for a
+//        multiband factor above 1;
+//   GR:  "MPRAGE" with IR and the variant MP, else "Spoiled Gradient Echo" with SP, else
+//        "Gradient Echo" (GR before SE: "SE\GR" is "Gradient Echo");
+//   SE:  "Inversion Recovery Spin Echo" with IR, else "Spin Echo";
+//   anything else (IR alone, RM): none.
+std::optional<std::string> pulse_sequence_type(const std::string& scanning,
+                                               const std::vector<std::string>& variant,
+                                               int multiband) {
+  const auto has_variant = [&](std::string_view v) {
+    return std::find(variant.begin(), variant.end(), v) != variant.end();
+  };
+  const bool ep = contains(scanning, "EP"), se = contains(scanning, "SE"), gr = contains(scanning, "GR"),
+             ir = contains(scanning, "IR");
+  if (ep) return std::string(multiband > 1 ? "Multiband " : "") + (se ? "Spin Echo EPI" : "Gradient Echo EPI");
+  if (gr) {
+    if (ir && has_variant("MP")) return std::string("MPRAGE");
+    return std::string(has_variant("SP") ? "Spoiled Gradient Echo" : "Gradient Echo");
+  }
+  if (se) return std::string(ir ? "Inversion Recovery Spin Echo" : "Spin Echo");
+  return std::nullopt;
+}
+
+// What dcm2niix's BidsGuess reads of a series (its TDICOMdata fields).
+struct BidsFacts {
+  std::string modality, maker;  // DICOM Modality; "SIEMENS", "PHILIPS", "GE" or ""
+  std::string image_type;       // ImageType joined by '_' ("ORIGINAL_PRIMARY_M_ND_MOSAIC")
+  std::string sequence_name, pulse_sequence_name, sequence_details;  // (0018,0024), (0018,9005), Phoenix tSequenceFileName
+  std::string scanning_sequence, sequence_variant;  // joined by '\'
+  std::string series_description, protocol_name, image_comments;
+  std::int64_t series_number = 0;
+  int echo = 0;
+  bool multi_echo = false, derived = false, localizer = false, diffusion = false;
+  bool phase = false, magnitude = false, real = false, imaginary = false, phase_map_hz = false;
+  std::uint64_t frames_per_file = 1, files = 1;  // dcm2niix's xyzDim[3] and nConvert
+  double accel_pe = 0, te_ms = 0, ti_ms = 0, trigger_delay_ms = 0;
+  int multiband = 0, echo_train_length = 0;
+  char pe_rc = '?';            // InPlanePhaseEncodingDirection: 'R'ow, 'C'olumn
+  int pe_positive = -1;        // CSA PhaseEncodingDirectionPositive (-1: unknown)
+  double inv1 = NAN, inv2 = NAN;  // Phoenix alTI[0], alTI[1] (ms)
+  int contrasts = 0, inv_contrasts = 0;  // Phoenix lContrasts, lInvContrasts
+};
+
+// The alphanumeric characters of `v`.
+std::string alnum(std::string_view v) {
+  std::string o;
+  for (char c : v)
+    if (std::isalnum(static_cast<unsigned char>(c))) o += c;
+  return o;
+}
+
+// dcm2niix's BidsGuess: [data type, entities and suffix], from its setBids (nii_dicom_batch.cpp,
+// setBidsSiemens, setBidsPhilips): the same rules, here for CT ("ct", "_ct", as v1.0.20260724
+// writes them) and Siemens and Philips MR. Not covered (nothing is written): GE (setBidsGE),
+// PET, MR of other or unnamed vendors (which v1.0.20260724 guesses by rules not at hand), and
+// the MR spectroscopy guesses.
+std::optional<std::pair<std::string, std::string>> bids_guess(const BidsFacts& f) {
+  if (f.modality == "CT") return std::pair<std::string, std::string>{"ct", "_ct"};
+  if (f.modality != "MR") return std::nullopt;
+  std::string type, suffix, modality, rec;
+  bool report_echo = true, multi_echo = false, derived = f.derived, dir_label = false, part = f.phase,
+       add_run = true;
+  std::string acq = "_acq-";
+  if (f.maker == "SIEMENS") {
+    std::string seq = f.sequence_name.size() < 2 ? f.pulse_sequence_name : f.sequence_name;
+    std::string details = f.sequence_details.size() < 2 ? seq : f.sequence_details;
+    bool dual_ti = !std::isnan(f.inv1) && !std::isnan(f.inv2) && f.inv1 > 0 && f.inv2 > 0 && f.inv_contrasts != 1;
+    std::string pre_acq;
+    if (contains(f.image_type, "DERIVED")) derived = true;
+    if (f.localizer) {
+      type = "discard", modality = "localizer";
+    } else if (contains(details, "b1map")) {
+      type = "fmap", modality = "TB1TFL";
+      pre_acq = contains(f.image_type, "FLIP ANGLE MAP") ? "famp" : "anat";
+    } else if (contains(details, "tfl") || contains(details, "mp2rage") || contains(details, "wip925")) {
+      type = "anat";
+      modality = dual_ti ? "MP2RAGE" : "T1w";
+      if (contains(f.image_type, "T1 MAP")) modality = "T1map", dual_ti = false;
+      if (contains(f.image_type, "_UNI")) {
+        dual_ti = false, modality = "UNIT1";
+        if (contains(f.image_comments, "DENOISED IMAGE")) rec = "denoise";
+      }
+      derived = false;
+    } else if (f.diffusion || contains(details, "_diff") || contains(details, "resolve") ||
+               contains(details, "PtkSmsVB13ADwDualSpinEchoEpi") || contains(details, "ep2d_stejskal_386")) {
+      type = "dwi", modality = contains(f.series_description, "_SBRef") ? "sbref" : "dwi";
+      dir_label = true;
+    } else if (contains(details, "fairest") || contains(details, "_asl") || contains(details, "_pasl") ||
+               contains(details, "pcasl") || contains(details, "PCASL")) {
+      type = "perf", modality = contains(f.series_description, "_m0") ? "m0scan" : "asl";
+    } else if (contains(f.pulse_sequence_name, "spcR")) {
+      type = "anat", modality = "T2w";
+    } else if (contains(details, "tse_vfl")) {
+      type = "anat";
+      modality = contains(details, "spcir") || contains(f.sequence_name, "spcir") ? "FLAIR" : "T2w";
+    } else if (contains(details, "tse")) {
+      report_echo = false, type = "anat";
+      if (contains(f.sequence_name, "tir")) modality = "FLAIR";
+      if (contains(f.sequence_name, "tse2d") || contains(f.pulse_sequence_name, "tse2d"))
+        modality = f.te_ms < 50 ? "PDw" : "T2w";
+    } else if (contains(details, "ep2d_ase")) {
+      modality = "oef_ase";
+    } else if (contains(details, "ep2d_se")) {
+      type = "fmap", modality = "epi", dir_label = true;
+    } else if (contains(details, "gre_field_mapping")) {
+      report_echo = false, add_run = false, part = false, type = "fmap";
+      if (f.phase) modality = "phasediff";
+      if (f.magnitude) modality = "magnitude" + std::to_string(f.echo);
+    } else if (contains(details, "\\trufi") || contains(seq, "fl3d1_ns") || contains(seq, "fl2d1") ||
+               contains(seq, "tfl2d1")) {
+      type = "discard", modality = "localizer";
+    } else if (contains(seq, "fl3d1r")) {
+      type = "anat", modality = "angio";
+    } else if (contains(details, "ep_seg_fid")) {
+      type = "anat", modality = "T2starw", part = true;
+      if (contains(f.series_description, "mIP")) type = "discard", modality = "mIP";
+      if (contains(f.series_description, "SWI_Images")) type = "discard", modality = "SWI_Images";
+    } else if (contains(details, "gre")) {
+      type = "anat", modality = "T2starw", part = true;
+      if (f.echo > 1 || f.contrasts > 1) modality = "MEGRE", multi_echo = true;
+    } else if (contains(details, "AALScout") || contains(details, "haste")) {
+      type = "discard", modality = "localizer";
+    } else if (contains(details, "_bold") || contains(details, "pace") || contains(f.image_type, "FMRI") ||
+               contains(details, "ep2d_fid")) {
+      type = "func", modality = "bold", dir_label = true;
+      if (f.protocol_name.rfind("func_", 0) == 0 && contains(f.series_description, "_SBRef")) modality = "sbref";
+    } else if (contains(f.sequence_name, "*epse2d")) {
+      type = "fmap", modality = "epi", dir_label = true;
+    }
+    acq += pre_acq;
+    for (char c : seq) {
+      if (c == '*') continue;
+      if (std::isalnum(static_cast<unsigned char>(c))) acq += c;
+      if (std::isdigit(static_cast<unsigned char>(c))) break;
+    }
+    if (f.accel_pe > 1) acq += "p" + std::to_string(static_cast<int>(std::lround(f.accel_pe)));
+    if (f.multiband > 1) acq += "m" + std::to_string(f.multiband);
+    suffix = acq;
+    if (!rec.empty()) suffix += "_rec-" + rec;
+    if (dir_label) {
+      const bool positive = f.pe_positive != 0;
+      suffix += "_dir-";
+      suffix += f.pe_rc == 'C' ? (positive ? "AP" : "PA") : (positive ? "RL" : "LR");
+    }
+    if (add_run) suffix += "_run-" + std::to_string(f.series_number);
+    if (report_echo && (f.echo > 1 || multi_echo || (f.multi_echo && f.echo > 0)))
+      suffix += "_echo-" + std::to_string(f.echo);
+    if (dual_ti)
+      suffix += std::string("_inv-") + (std::fabs(f.ti_ms - f.inv2) <= 1e-4 ? "2" : "1");
+  } else if (f.maker == "PHILIPS") {
+    const std::string& seq = f.sequence_variant;
+    const auto& ss = f.scanning_sequence;
+    if ((f.frames_per_file < 4 && f.files < 4) || f.localizer) {
+      type = "discard", modality = "localizer";
+    } else if (contains(seq, "MP")) {
+      type = "anat", modality = "T1w";
+    } else if (f.diffusion && contains(seq, "SK") && contains(ss, "SE")) {
+      type = "dwi", modality = "dwi";
+    } else if (contains(f.image_type, "PERFUSION")) {
+      type = "perf", modality = "asl";
+    } else if (contains(f.pulse_sequence_name, "SEEPI") && !f.diffusion && contains(seq, "SK") && contains(ss, "SE")) {
+      add_run = false, type = "fmap", modality = "epi", dir_label = true;
+    } else if (!f.diffusion && contains(seq, "SK") && contains(ss, "SE")) {
+      type = "anat", modality = f.te_ms < 40 ? "PDw" : "T2w";
+    } else if (contains(seq, "SK") && contains(ss, "IR")) {
+      type = "anat", modality = "FLAIR";
+    } else if (contains(f.pulse_sequence_name, "FEEPI") && contains(seq, "SK") && contains(ss, "GR")) {
+      type = "func", modality = "bold", dir_label = true;
+    } else if (contains(seq, "SS") && contains(ss, "GR")) {
+      type = "anat", modality = "T2starw", part = true;
+    } else if (f.phase_map_hz && contains(seq, "SS") && contains(ss, "RM")) {
+      report_echo = false, type = "fmap", modality = f.real ? "fieldmap" : "magnitude";
+    } else if (contains(seq, "SP") && contains(ss, "GR")) {
+      report_echo = false, type = "fmap";
+      if (f.phase) modality = "phasediff";
+      else if (f.echo_train_length < 2) modality = "magnitude" + std::to_string(f.echo);
+      if (f.echo_train_length > 1) {
+        const std::string n = std::to_string(f.echo);
+        modality = f.phase ? "phase" + n : f.imaginary ? "imaginary" + n : f.real ? "real" + n : "magnitude" + n;
+      }
+    }
+    acq += alnum(seq) + alnum(ss) + alnum(f.pulse_sequence_name);
+    if (f.trigger_delay_ms > 1) acq += "t" + std::to_string(static_cast<int>(std::lround(f.trigger_delay_ms)));
+    if (f.accel_pe > 1) acq += "p" + std::to_string(static_cast<int>(std::lround(10 * f.accel_pe)));
+    if (f.multiband > 1) acq += "m" + std::to_string(f.multiband);
+    suffix = acq;
+    if (add_run) suffix += "_run-" + std::to_string(f.series_number);
+    if (report_echo && (f.echo > 1 || (f.multi_echo && f.echo > 0))) suffix += "_echo-" + std::to_string(f.echo);
+    // Philips DICOM gives no phase encoding polarity: dcm2niix writes no _dir for it either.
+    (void)dir_label;
+  } else {
+    return std::nullopt;
+  }
+  if (part) {
+    if (f.phase) suffix += "_part-phase";
+    if (f.magnitude) suffix += "_part-mag";
+  }
+  if (!modality.empty()) suffix += "_" + modality;
+  if (derived) type = "derived";
+  if (type.empty()) return std::nullopt;
+  return std::pair<std::string, std::string>{type, suffix};
+}
+
+}  // namespace
+
+// dcm2niix's rules (nii_dicom_batch.cpp sliceTimingCore: sliceTimingSiemens2D, checkSliceTiming),
+// for Siemens; dcm2niix reads none from Philips, and GE's and UIH's own sources are not read here.
 std::vector<double> series_slice_timing(const DicomSeries& s) {
   const SeriesMeta m(s);
   if (s.slices < 2 || s.images.size() < s.slices) return {};
   const auto acq = m.str(kMRAcquisitionType);
   if (acq && upper(*acq) == "3D") return {};
+  if (!is_siemens(m)) return {};
   std::vector<double> t;
   if (s.images.front().tile_grid > 0) {
-    // Mosaic: each tile's time from the CSA image header, by tile.
-    const auto csa = is_siemens(m) ? csa_of(s, dicom::CsaKind::image) : std::nullopt;
-    if (!csa) return {};
-    const std::vector<double> ref = csa->numbers("MosaicRefAcqTimes");
-    if (ref.size() < 4) return {};
-    for (std::uint64_t k = 0; k < s.slices; ++k) {
-      const std::uint32_t tile = s.images[k].tile;
-      if (tile >= ref.size()) return {};
-      t.push_back(ref[tile]);
+    // Mosaic: each tile's time from the CSA image header, by tile (ms). dcm2niix compares the
+    // first volume's range with the second's (a CMRR sequence can write bogus times into the
+    // first volume, dcm2niix issue 870): when they differ and the second's are valid (not
+    // negative, spread, within a TR) the second volume's times are used.
+    t = mosaic_times(s, 0);
+    if (t.empty()) return {};
+    const auto tr = m.num(kRepetitionTime).value_or(0);
+    const auto [lo0, hi0] = std::minmax_element(t.begin(), t.end());
+    const double min0 = *lo0, max0 = *hi0;
+    std::vector<double> t1 = s.volumes > 1 ? mosaic_times(s, s.slices) : std::vector<double>{};
+    bool second_differs = false;
+    double min1 = -1, max1 = -1;
+    if (!t1.empty()) {
+      const auto [lo1, hi1] = std::minmax_element(t1.begin(), t1.end());
+      min1 = *lo1;
+      max1 = *hi1;
+      second_differs = std::fabs((max0 - min0) - (max1 - min1)) > 1e-4;
+    }
+    const auto description = m.str(kSeriesDescription).value_or("");
+    const bool fine = (min0 != max0 && max0 <= tr && !second_differs) ||
+                      description.find("SBRef") != std::string::npos || t1.empty();
+    if (!fine && min1 >= 0 && min1 < max1 && max1 - min1 <= tr) {
+      for (double& v : t1) v -= min1;
+      t = t1;
     }
     const double lo = *std::min_element(t.begin(), t.end());
     for (double& v : t) v = (v - lo) / 1000.0;
-    return t;
+  } else {
+    // Single-slice files (each file one image, as dcm2niix requires): the first volume's
+    // AcquisitionTimes, seconds from the earliest, a volume that crosses midnight unwrapped (a
+    // span over 12 hours: the times after noon are a day earlier). No check against the TR, as
+    // dcm2niix.
+    std::set<const DicomFile*> files;
+    for (const DicomSlice& im : s.images) files.insert(im.file.get());
+    if (files.size() != s.images.size()) return {};
+    for (std::uint64_t k = 0; k < s.slices; ++k) t.push_back(s.images[k].acquisition_time);
+    double lo = *std::min_element(t.begin(), t.end());
+    const double hi = *std::max_element(t.begin(), t.end());
+    if (hi - lo > 43200) {
+      for (double& v : t)
+        if (v > 43200) v -= 86400;
+      lo = *std::min_element(t.begin(), t.end());
+    }
+    for (double& v : t) v = std::round((v - lo) * 1e6) / 1e6;
   }
-  // Single-slice files (Siemens; dcm2niix reads no slice timing from Philips or from GE's
-  // AcquisitionTimes): the first volume's acquisition times, when they span less than a TR.
-  if (!is_siemens(m)) return {};
-  for (std::uint64_t k = 0; k < s.slices; ++k) t.push_back(s.images[k].acquisition_time);
-  const double lo = *std::min_element(t.begin(), t.end());
-  const double hi = *std::max_element(t.begin(), t.end());
-  const auto tr = m.num(kRepetitionTime);
-  if (!(hi > lo) || !tr || (hi - lo) * 1000.0 > *tr) return {};
-  for (double& v : t) v = std::round((v - lo) * 1e6) / 1e6;
+  // Times all equal: none (dcm2niix).
+  if (std::all_of(t.begin(), t.end(), [&](double v) { return std::fabs(v - t.front()) <= 1e-7; })) return {};
   return t;
 }
 
@@ -282,7 +641,8 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   j.str("Manufacturer", vendor(m.str(kManufacturer)));
   j.str("ManufacturersModelName", m.str(kManufacturerModelName));
   j.str("InstitutionName", m.str(kInstitutionName));
-  j.str("InstitutionalDepartmentName", m.str(kInstitutionalDepartmentName));
+  // dcm2niix writes "None" when the file has no department (a literal of its JSON writer).
+  j.str("InstitutionalDepartmentName", m.str(kInstitutionalDepartmentName).value_or("None"));
   j.str("InstitutionAddress", m.str(kInstitutionAddress));
   j.str("DeviceSerialNumber", m.str(kDeviceSerialNumber));
   j.str("StationName", m.str(kStationName));
@@ -300,7 +660,15 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (is3d) j.str("MRAcquisitionType", std::string("3D"));
   j.str("StudyDescription", m.str(kStudyDescription));
   j.str("SeriesDescription", m.str(kSeriesDescription));
-  j.str("ProtocolName", m.str(kProtocolName));
+  {
+    // Siemens: a file without ProtocolName (anonymised) gets the Phoenix protocol's tProtocolName,
+    // UTF-7 decoded, as dcm2niix's rescueProtocolName.
+    auto protocol = m.str(kProtocolName);
+    if (!protocol && siemens) {
+      if (const auto p = phoenix_string(phoenix, "tProtocolName")) protocol = utf7_decode(*p);
+    }
+    j.str("ProtocolName", protocol);
+  }
   const auto joined = [&](DicomTag t) -> std::optional<std::string> {
     const std::vector<std::string> v = m.strs(t);
     if (v.empty()) return std::nullopt;
@@ -311,6 +679,29 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   const auto sequence_variant = joined(kSequenceVariant);
   j.str("ScanningSequence", joined(kScanningSequence));
   j.str("SequenceVariant", sequence_variant);
+  // The multiband factor: Siemens' "p2s3" text (0051,1011), else the count of slices sharing the
+  // first time (dcm2niix's CSA multiBandFactor).
+  int multiband = 0;
+  double pat_accel_pe = 0;
+  const std::vector<double> slice_timing = series_slice_timing(s);
+  if (siemens) {
+    if (const auto pat = m.str(kPATModeTextSiemens)) {
+      const auto digits_after = [&](char key) {
+        const std::size_t at = pat->find(key);
+        if (at == std::string::npos) return 0.0;
+        return std::atof(pat->c_str() + at + 1);
+      };
+      pat_accel_pe = digits_after('p');
+      multiband = static_cast<int>(digits_after('s'));
+    }
+    if (mr && slice_timing.size() > 1) {
+      int zeros = 0;
+      for (double t : slice_timing) zeros += t == 0;
+      if (multiband < 2 && zeros > 1 && static_cast<std::size_t>(zeros) < slice_timing.size())
+        multiband = zeros;
+    }
+  }
+  if (mr) j.str("PulseSequenceType", pulse_sequence_type(joined(kScanningSequence).value_or(""), m.strs(kSequenceVariant), multiband));
   j.str("ScanOptions", joined(kScanOptions));
   // dcm2niix writes an enhanced file's PulseSequenceName (0018,9005) as its SequenceName.
   auto sequence_name = m.str(kSequenceName);
@@ -372,6 +763,11 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (csa_image) {
     const std::vector<double> tp = csa_image->numbers("ImaRelTablePosition");
     if (tp.size() >= 3) j.nums("TablePosition", {tp[0], tp[1], tp[2] == 0 ? 0.0 : -tp[2]});
+  } else if (philips) {
+    // Philips: the longitudinal position (2005,143C), z negated as for Siemens (dcm2niix). Its
+    // "unset" value, 1.7e38, is left out (dcm2niix writes it as a position: docs/dicom.md).
+    if (const auto z = last_nested_number(m.dataset(), dicom_tag(0x2005, 0x143C)); z && std::fabs(*z) < 1e37)
+      j.nums("TablePosition", {0.0, 0.0, *z == 0 ? 0.0 : -*z});
   }
   if (const auto n = m.num(kNumberOfAverages); n && *n > 1) j.num("NumberOfAverages", n);
   {
@@ -413,22 +809,16 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   // Parallel imaging: Siemens' "p2s3" text (0051,1011), the standard (0018,9069) for others;
   // the Phoenix protocol's sPat.lAccelFactPE takes precedence (dcm2niix issue 672).
   double accel_pe = 0, accel_oop = 0;
-  int multiband = 0;
   if (siemens) {
-    if (const auto pat = m.str(kPATModeTextSiemens)) {
-      const auto digits_after = [&](char key) {
-        const std::size_t at = pat->find(key);
-        if (at == std::string::npos) return 0.0;
-        return std::atof(pat->c_str() + at + 1);
-      };
-      accel_pe = digits_after('p');
-      multiband = static_cast<int>(digits_after('s'));
-    }
+    accel_pe = pat_accel_pe;
   } else {
     accel_pe = m.num(kParallelReductionFactorInPlane).value_or(0);
   }
   accel_oop = m.num(kParallelReductionFactorOutOfPlane).value_or(0);
   double phase_oversampling = 0;
+  const bool diffusion =
+      (csa_image && csa_image->number("B_value")) ||
+      std::any_of(s.images.begin(), s.images.end(), [](const DicomSlice& i) { return i.diffusion.has_value(); });
   std::optional<std::string> coil_name = siemens ? m.str(kCoilSiemens) : m.str(kReceiveCoilName);
   if (siemens && !phoenix.empty()) {
     const auto te0 = phoenix_number(phoenix, "alTE[0]");
@@ -464,9 +854,6 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
             phoenix_number(phoenix, "sGRADSPEC.alShimCurrent[" + std::to_string(i) + "]").value_or(0);
       if (shim[0] != 0) j.nums("ShimSetting", shim);
     }
-    const bool diffusion =
-        (csa_image && csa_image->find("B_value")) ||
-        std::any_of(s.images.begin(), s.images.end(), [](const DicomSlice& i) { return i.diffusion.has_value(); });
     if (diffusion) {
       int scheme = static_cast<int>(phoenix_number(phoenix, "sDiffusion.dsScheme").value_or(0));
       if (scheme == 0) {
@@ -489,7 +876,6 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     if (coil_name && elements.value_or("") != *coil_name) j.str("CoilString", coil_name);
     j.str("PulseSequenceDetails", phoenix_string(phoenix, "tSequenceFileName"));
     j.str("WipMemBlock", phoenix_string(phoenix, "sWipMemBlock.tFree"));
-    if (!m.str(kProtocolName)) j.str("ProtocolName", phoenix_string(phoenix, "tProtocolName"));
     if (const auto r = phoenix_number(phoenix, "sPat.lRefLinesPE"); r && *r > 0) j.num("RefLinesPE", r);
     const auto combine = phoenix_number(phoenix, "ucCoilCombineMode");
     if (combine == 1.0) j.str("CoilCombinationMethod", std::string("Sum of Squares"));
@@ -506,13 +892,6 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     }
   } else if (mr) {
     if (coil_name) j.str("CoilString", coil_name);
-  }
-  const std::vector<double> slice_timing = series_slice_timing(s);
-  if (mr && siemens && slice_timing.size() > 1) {
-    int zeros = 0;
-    for (double t : slice_timing) zeros += t == 0;
-    if (multiband < 2 && zeros > 1 && static_cast<std::size_t>(zeros) < slice_timing.size())
-      multiband = zeros;
   }
   if (multiband > 1 && mr) j.raw("MultibandAccelerationFactor", std::to_string(multiband));
   j.pos("PercentPhaseFOV", m.num(kPercentPhaseFieldOfView));
@@ -581,11 +960,11 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   // j- when the phase runs against j, which depends on whether rows are flipped (dcm2niix's
   // frame) or not (voxpipe's).
   const bool skip_axis = is3d && !(etl && *etl > 1);
+  int positive = -1;
+  if (csa_image) {
+    if (const auto p = csa_image->number("PhaseEncodingDirectionPositive")) positive = static_cast<int>(std::lround(*p));
+  }
   if (!skip_axis && (rc == 'R' || rc == 'C')) {
-    int positive = -1;
-    if (csa_image) {
-      if (const auto p = csa_image->number("PhaseEncodingDirectionPositive")) positive = static_cast<int>(std::lround(*p));
-    }
     if (positive < 0 || is3d) {
       j.str("PhaseEncodingAxis", std::string(rc == 'C' ? "j" : "i"));
     } else {
@@ -605,6 +984,64 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (siemens) j.str("ImageOrientationText", m.str(kImageOrientationTextSiemens));
   if (rc == 'C') j.str("InPlanePhaseEncodingDirectionDICOM", std::string("COL"));
   if (rc == 'R') j.str("InPlanePhaseEncodingDirectionDICOM", std::string("ROW"));
+  {
+    BidsFacts f;
+    f.modality = modality.value_or("");
+    f.maker = siemens ? "SIEMENS" : philips ? "PHILIPS" : maker.rfind("GE", 0) == 0 ? "GE" : "";
+    for (std::size_t i = 0; i < image_type.size(); ++i) f.image_type += (i ? "_" : "") + image_type[i];
+    f.sequence_name = m.str(kSequenceName).value_or("");
+    f.pulse_sequence_name = m.str(kPulseSequenceName).value_or("");
+    if (siemens) f.sequence_details = phoenix_string(phoenix, "tSequenceFileName").value_or("");
+    f.scanning_sequence = joined(kScanningSequence).value_or("");
+    f.sequence_variant = sequence_variant.value_or("");
+    f.series_description = m.str(kSeriesDescription).value_or("");
+    f.protocol_name = m.str(kProtocolName).value_or("");
+    if (f.protocol_name.empty() && siemens)
+      f.protocol_name = utf7_decode(phoenix_string(phoenix, "tProtocolName").value_or(""));
+    f.image_comments = m.str(kImageComments).value_or("");
+    f.series_number = s.series_number;
+    f.echo = static_cast<int>(s.echo_number != 0 ? s.echo_number : m.num(kEchoNumbers).value_or(0));
+    f.multi_echo = s.split.rfind("echo", 0) == 0;
+    // ImageType as dcm2niix tests it: the values joined by '_', searched as text.
+    const std::string& it = f.image_type;
+    const bool long_type = it.size() > 5;
+    f.derived = (it.size() > 6 && contains(it, "DERIVED")) ||
+                (long_type && (contains(it, "_ADC_") || contains(it, "_TRACEW_") || contains(it, "_TRACE_") ||
+                               contains(it, "_FA_")));
+    f.phase = contains(it, "_P_") || (it.size() > 6 && contains(it, "PHASE")) || s.image_component == "PHASE";
+    f.magnitude = contains(it, "_M_") || contains(it, "_MAGNITUDE_") || s.image_component == "MAGNITUDE";
+    f.real = contains(it, "_R_") || contains(it, "_REAL_") || s.image_component == "REAL";
+    f.imaginary = contains(it, "_I_") || contains(it, "_IMAGINARY_") || s.image_component == "IMAGINARY";
+    f.phase_map_hz = long_type && contains(it, "B0") && contains(it, "MAP");
+    if (siemens) {
+      // dcm2niix's Siemens localizers: "AAHScout" in the description or protocol, an fl2d1
+      // sequence; not a b1map.
+      f.localizer = contains(f.series_description, "AAHScout") || contains(f.protocol_name, "AAHScout") ||
+                    contains(f.sequence_name, "fl2d1");
+      if (contains(f.series_description, "b1map")) f.localizer = false;
+    }
+    f.diffusion = diffusion || contains(it, "_DIFFUSION_");
+    std::set<const DicomFile*> files;
+    for (const DicomSlice& im : s.images) files.insert(im.file.get());
+    f.files = std::max<std::size_t>(files.size(), 1);
+    f.frames_per_file = 0;
+    for (const DicomSlice& im : s.images) f.frames_per_file += im.file == s.images.front().file && im.tile == 0;
+    f.accel_pe = accel_pe;
+    f.multiband = multiband;
+    f.te_ms = te.value_or(0);
+    f.ti_ms = m.num(kInversionTime).value_or(0);
+    f.echo_train_length = static_cast<int>(etl.value_or(0));
+    f.pe_rc = rc;
+    f.pe_positive = positive;
+    if (siemens) {
+      // Phoenix alTI (us) to ms; lInvContrasts 1 says MPRAGE whatever alTI[1] holds.
+      if (const auto t = phoenix_number(phoenix, "alTI[0]")) f.inv1 = *t / 1000.0;
+      if (const auto t = phoenix_number(phoenix, "alTI[1]")) f.inv2 = *t / 1000.0;
+      f.contrasts = static_cast<int>(phoenix_number(phoenix, "lContrasts").value_or(0));
+      f.inv_contrasts = static_cast<int>(phoenix_number(phoenix, "lInvContrasts").value_or(0));
+    }
+    if (const auto g = bids_guess(f)) j.strs("BidsGuess", {g->first, g->second});
+  }
   j.str("ConversionSoftware", std::string("voxpipe"));
   j.str("ConversionSoftwareVersion", std::string(version()));
   // voxpipe's own keys (no BIDS key has these names).

@@ -30,17 +30,11 @@ EXCEPTIONS = {
     # Names the converter.
     'ConversionSoftware': 'voxpipe',
     'ConversionSoftwareVersion': 'voxpipe',
-    # dcm2niix's guess of the BIDS data type and entities, and its sequence family: heuristics
-    # of dcm2niix's own, not DICOM values.
-    'BidsGuess': None,
-    'PulseSequenceType': None,
 }
 # Per series: keys whose dcm2niix value is wrong, with why.
 SERIES_EXCEPTIONS = {
-    # The CBU files have no (0008,1040); dcm2niix writes the text "None".
-    '0.dcm': {'InstitutionalDepartmentName': None},
-    'siemens_dwi_1000.dcm': {'InstitutionalDepartmentName': None},
-    # dcm2niix writes the unset Philips table position (-1.7e38) as a position.
+    # dcm2niix writes Philips' unset table position (1.7e38 in (2005,143C)) as a position
+    # [0, 0, -1.7e38]; voxpipe leaves it out (a real (2005,143C) is written as dcm2niix does).
     'philips_mprage.dcm': {'TablePosition': None},
 }
 
