@@ -257,6 +257,87 @@ TEST(DicomDiffusion, AVolumeWhoseSlicesDisagreeIsAFormatError) {
   EXPECT_FALSE(dicom_gradient_table(none, none.affine));
 }
 
+// An enhanced MR file: 3 positions x 4 volumes, each frame's MR Diffusion Sequence giving
+// b = 0 (directionality NONE), 1000 along LPS (1, 0, 0), 1000 along (0, 0.6, 0.8), 2000 along
+// (0.3, -0.4, 0.866). dcm2niix on the same file (made with pydicom) writes .bval 0 1000 1000 2000
+// and .bvec whose world directions equal these tables' (to 1e-6).
+TEST(DicomDiffusion, EnhancedFilePerFrameMrDiffusionSequence) {
+  const double g[4][3] = {{0, 0, 0}, {1, 0, 0}, {0, 0.6, 0.8}, {0.3, -0.4, std::sqrt(0.75)}};
+  const double b[4] = {0, 1000, 1000, 2000};
+  vptest::DBytes file = vptest::part10_head(vptest::kExplicitLE);
+  vptest::DicomWriter w(false, false, file.size());
+  w.text(0x00080016, "UI", vptest::even("1.2.840.10008.5.1.4.1.1.4.1", '\0'));
+  w.text(0x00080018, "UI", vptest::even("1.2.3.77", '\0'));
+  w.text(0x00080060, "CS", "MR");
+  w.text(0x0020000E, "UI", vptest::even("1.2.3.78", '\0'));
+  w.us(0x00280002, 1);
+  w.text(0x00280004, "CS", "MONOCHROME2 ");
+  w.text(0x00280008, "IS", "12");
+  w.us(0x00280010, 4);
+  w.us(0x00280011, 4);
+  w.us(0x00280100, 16);
+  w.us(0x00280101, 16);
+  w.us(0x00280102, 15);
+  w.us(0x00280103, 0);
+  const auto seq = [&](std::uint32_t tag, auto body) {
+    w.header(tag, "SQ", 0xFFFFFFFF);
+    w.item(0xFFFFFFFF);
+    body();
+    w.item_delimiter();
+    w.sequence_delimiter();
+  };
+  seq(0x52009229, [&] {
+    seq(0x00209116, [&] { w.text(0x00200037, "DS", "1\\0\\0\\0\\1\\0 "); });
+    seq(0x00289110, [&] {
+      w.text(0x00180050, "DS", "3 ");
+      w.text(0x00280030, "DS", "2\\2 ");
+    });
+  });
+  w.header(0x52009230, "SQ", 0xFFFFFFFF);
+  for (int v = 0; v < 4; ++v)
+    for (int k = 0; k < 3; ++k) {
+      w.item(0xFFFFFFFF);
+      seq(0x00189117, [&] {
+        w.text(0x00189075, "CS", v == 0 ? "NONE" : "DIRECTIONAL ");
+        if (v > 0) seq(0x00189076, [&] { w.element(0x00189089, "FD", le_doubles({g[v][0], g[v][1], g[v][2]})); });
+        w.element(0x00189087, "FD", le_doubles({b[v]}));
+      });
+      seq(0x00209111, [&] {
+        vptest::DicomWriter index(false, false);
+        index.u32(static_cast<std::uint32_t>(4 - v));  // TemporalPositionIndex: volumes reversed
+        w.element(0x00209128, "UL", index.bytes());
+      });
+      seq(0x00209113, [&] {
+        const double p[3] = {-8, -8, 10.0 + 3 * k};
+        w.text(0x00200032, "DS", vptest::even(vptest::decimals(p, 3)));
+      });
+      w.item_delimiter();
+    }
+  w.sequence_delimiter();
+  vptest::DicomWriter pixels(false, false);
+  for (int i = 0; i < 12 * 16; ++i) pixels.u16(static_cast<std::uint32_t>(i));
+  w.element(0x7FE00010, "OW", pixels.bytes());
+  file.insert(file.end(), w.bytes().begin(), w.bytes().end());
+  // TemporalPositionIndex runs backwards (4 for the file's first volume): the table follows
+  // the series' volume order, which is by that index.
+  vptest::TempDir dir;
+  vptest::write_file(dir.file("enhanced.dcm"), file);
+  const DicomScanResult r = scan_dicom_series({dir.file("enhanced.dcm")}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  ASSERT_TRUE(s.problem.empty()) << s.problem;
+  EXPECT_EQ(s.shape(), (std::vector<std::uint64_t>{4, 4, 3, 4}));
+  const auto t = dicom_gradient_table(s, s.affine);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->bvals, (std::vector<double>{2000, 1000, 1000, 0}));
+  // The series' affine: columns RAS (-2,0,0), (0,-2,0), (0,0,3): determinant > 0.
+  expect_vec(t->bvecs[3], {0, 0, 0});
+  expect_vec(t->bvecs[2], {-1, 0, 0});
+  expect_vec(t->bvecs[1], {0, 0.6, 0.8});
+  expect_vec(t->bvecs[0], {-0.3, -0.4, std::sqrt(0.75)});
+  EXPECT_EQ(s.images[3].diffusion->source, "standard");
+}
+
 fs::path nibabel_data() {
   if (const char* env = std::getenv("VOXPIPE_NIBABEL_DATA"); env && *env) return env;
   std::error_code ec;
