@@ -139,3 +139,107 @@ def test_philips_precise_scaling_as_dcm2niix(tmp_path):
     # About 1768 times the display scaling (RescaleSlope).
     assert our_img.dataobj.slope / ours['PhilipsRescaleSlope'] == pytest.approx(1768.5, rel=1e-3)
     assert ours['UsePhilipsFloatNotDisplayScaling'] == 1
+
+
+# heudiconv's test data (its PyPI package ships them): the series heudiconv's and dcm2bids'
+# BIDS trees are made of. `voxpipe dcm2niix` writes dcm2niix's voxel frame, so every key,
+# BidsGuess and PhaseEncodingDirection included, must equal dcm2niix's.
+def _heudiconv_data():
+    try:
+        import heudiconv
+    except ImportError:
+        return None
+    return Path(heudiconv.__file__).parent / 'tests' / 'data'
+
+
+def _dcm2niix_pair(folder, tmp_path):
+    ref, ours = tmp_path / 'ref', tmp_path / 'ours'
+    ref.mkdir()
+    ours.mkdir()
+    opts = ['-b', 'y', '-z', 'n', '-f', '%p_%s']
+    subprocess.run([DCM2NIIX, *opts, '-o', str(ref), str(folder)], check=True, capture_output=True,
+                   timeout=60)
+    subprocess.run([VOXPIPE, 'dcm2niix', *opts, '-o', str(ours), str(folder)], check=True,
+                   capture_output=True, timeout=60)
+    refs = sorted(ref.glob('*.json'))
+    assert [p.name for p in refs] == sorted(p.name for p in ours.glob('*.json'))
+    return [(json.loads(p.read_text()), json.loads((ours / p.name).read_text())) for p in refs]
+
+
+@pytest.mark.parametrize('name,bids_guess,pulse', [
+    ('b0dwiForFmap', ['dwi', '_acq-epb5m3_dir-AP_run-28_dwi'], 'Multiband Gradient Echo EPI'),
+    ('01-fmap_acq-3mm', ['fmap', '_acq-fm2_phasediff'], 'Spoiled Gradient Echo'),
+    ('axasc35.dcm', ['func', '_acq-epfid2p2_dir-AP_run-6_bold'], 'Gradient Echo EPI'),
+    ('01-anat-scout', ['discard', '_acq-fl3p3_run-1_localizer'], 'Spoiled Gradient Echo'),
+])
+def test_heudiconv_series_sidecars_equal_dcm2niix(name, bids_guess, pulse, tmp_path):
+    data = _heudiconv_data()
+    if data is None:
+        pytest.skip('heudiconv is not installed')
+    src = data / name
+    folder = tmp_path / 'in'
+    if src.is_dir():
+        shutil.copytree(src, folder)
+    else:
+        folder.mkdir()
+        shutil.copy(src, folder / name)
+    (pair,) = _dcm2niix_pair(folder, tmp_path)
+    ref, ours = pair
+    assert ref['BidsGuess'] == bids_guess and ref['PulseSequenceType'] == pulse
+    different = {k: (v, ours.get(k)) for k, v in ref.items()
+                 if k not in EXCEPTIONS and not (k in ours and _close(v, ours[k]))}
+    assert not different, different
+    if name == 'axasc35.dcm':
+        # No ProtocolName in the file: the Phoenix protocol's "ax+AF8-asc+AF8-35sl", UTF-7.
+        assert ours['ProtocolName'] == 'ax_asc_35sl'
+    if name == '01-fmap_acq-3mm':
+        assert (ours['EchoTime1'], ours['EchoTime2']) == (0.00492, 0.00738)
+        assert 'DiffusionScheme' not in ours
+
+
+def _siemens_2d(folder, times, tr=2000.0, scanning='GR', variant='SP'):
+    """Single-slice Siemens 2D files (pydicom's MR_small relabelled), one per AcquisitionTime."""
+    pydicom = pytest.importorskip('pydicom')
+    from pydicom.data import get_testdata_file
+    folder.mkdir()
+    for k, t in enumerate(times):
+        d = pydicom.dcmread(get_testdata_file('MR_small.dcm'))
+        d.Manufacturer = 'SIEMENS'
+        d.MRAcquisitionType = '2D'
+        d.RepetitionTime = tr
+        d.ScanningSequence = scanning.split('\\')
+        d.SequenceVariant = variant.split('\\')
+        d.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        d.ImagePositionPatient = [0, 0, 5.0 * k]
+        d.SliceLocation = 5.0 * k
+        d.AcquisitionTime = t
+        d.InstanceNumber = k + 1
+        d.SOPInstanceUID = f'{d.SOPInstanceUID}.{k}'
+        d.save_as(folder / f'{k}.dcm')
+    return folder
+
+
+@pytest.mark.parametrize('times,expected', [
+    (['120000.000', '120001.000', '120000.500', '120001.500'], [0, 1, 0.5, 1.5]),  # interleaved
+    (['120001.500', '120001.000', '120000.500', '120000.000'], [1.5, 1, 0.5, 0]),  # descending
+    (['120000.000', '120001.000', '120002.000', '120003.000'], [0, 1, 2, 3]),      # beyond the TR
+    (['235959.000', '235959.500', '000000.000', '000000.500'], [0, 0.5, 1, 1.5]),  # midnight
+])
+def test_siemens_2d_slice_timing_as_dcm2niix(times, expected, tmp_path):
+    folder = _siemens_2d(tmp_path / 'in', times)
+    ((ref, ours),) = _dcm2niix_pair(folder, tmp_path)
+    assert ref['SliceTiming'] == expected
+    assert ours['SliceTiming'] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize('scanning,variant,expected', [
+    ('EP', 'SK', 'Gradient Echo EPI'), ('EP\\SE', 'SK', 'Spin Echo EPI'),
+    ('GR', 'SP', 'Spoiled Gradient Echo'), ('GR', 'OSP', 'Gradient Echo'),
+    ('GR\\IR', 'SP\\MP', 'MPRAGE'), ('GR', 'MP', 'Gradient Echo'), ('SE\\GR', 'SK', 'Gradient Echo'),
+    ('SE\\IR', 'SK', 'Inversion Recovery Spin Echo'), ('SE', 'SP', 'Spin Echo'), ('IR', 'MP', None),
+])
+def test_pulse_sequence_type_as_dcm2niix(scanning, variant, expected, tmp_path):
+    folder = _siemens_2d(tmp_path / 'in', ['120000.0', '120000.5'], scanning=scanning, variant=variant)
+    ((ref, ours),) = _dcm2niix_pair(folder, tmp_path)
+    assert ref.get('PulseSequenceType') == ours.get('PulseSequenceType') == expected
+    assert ref.get('BidsGuess') == ours.get('BidsGuess')
