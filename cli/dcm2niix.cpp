@@ -464,6 +464,8 @@ const char* kDcm2niixUsage =
     "       number, %s=series number, %t=time, %u=acquisition number, %v=vendor, %x=study ID,\n"
     "       %y=run number, %z=sequence name; %3s, %4r: zero-padded; default '%f_%p_%t_%s')\n"
     "  -h : show help\n"
+    "  --make-shim DIR : write DIR/dcm2niix, a script that runs this command (put DIR first on\n"
+    "       PATH for wrappers that run dcm2niix); voxpipe's own option, given alone\n"
     "  -i : ignore derived, localizer and 2D images (y/n, default n)\n"
     "  -n : only convert this series CRC number (-n -1 lists them) - can be used up to 16 times\n"
     "       (default convert all)\n"
@@ -762,9 +764,87 @@ int convert_input(const std::string& input, Options opts, std::ostream& out, std
   return 0;
 }
 
+// The first line after the shebang of every shim make_shim writes: how it recognises its own.
+constexpr std::string_view kShimMark = "# voxpipe dcm2niix shim";
+
+// The program that runs this voxpipe again: $VOXPIPE_SELF (the pip launcher and `python -m
+// voxpipe` set it, cli/python_launcher.py), else this process's executable when it is a voxpipe
+// program (a C++ build of the command); empty when neither names one (a Python that embeds
+// the core without the launcher).
+std::string self_command() {
+  if (const char* env = std::getenv("VOXPIPE_SELF"); env && *env) return fs::absolute(env).string();
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && exe.filename().string().rfind("voxpipe", 0) == 0) return exe.string();
+  return {};
+}
+
+// `voxpipe dcm2niix --make-shim DIR`: writes DIR/dcm2niix, a script that runs this voxpipe's
+// dcm2niix command with its arguments, for wrappers that find dcm2niix on PATH (heudiconv,
+// dcm2bids): put DIR first on PATH to use it. A dcm2niix in DIR that is not such a shim (the
+// real program) is never replaced; the script appears whole (written beside it, then renamed).
+int make_shim(const std::string& dir, std::ostream& out, std::ostream& err) {
+  const std::string self = self_command();
+  if (self.empty()) {
+    err << "voxpipe dcm2niix --make-shim: cannot tell which program runs voxpipe (set "
+           "VOXPIPE_SELF, or run the voxpipe command)\n";
+    return 1;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path target = fs::path(dir) / "dcm2niix";
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    std::ifstream in(target);
+    std::string first, second;
+    std::getline(in, first);
+    std::getline(in, second);
+    if (second.rfind(kShimMark, 0) != 0) {
+      err << "voxpipe dcm2niix --make-shim: " << target.string()
+          << " exists and is not a voxpipe shim: left as it is\n";
+      return 1;
+    }
+  }
+  std::string quoted = "'";
+  for (char c : self) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string text = "#!/bin/sh\n" + std::string(kShimMark) +
+                           ": runs voxpipe's dcm2niix-compatible command in place of dcm2niix.\n"
+                           "# Made by `voxpipe dcm2niix --make-shim`; remove it to run dcm2niix "
+                           "again.\nexec " + quoted + " dcm2niix \"$@\"\n";
+  const fs::path tmp = fs::path(dir) / (".dcm2niix.voxpipe-" + std::to_string(::getpid()));
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.flush()) {
+      err << "voxpipe dcm2niix --make-shim: cannot write " << tmp.string() << "\n";
+      fs::remove(tmp, ec);
+      return 1;
+    }
+  }
+  fs::permissions(tmp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec, ec);
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    err << "voxpipe dcm2niix --make-shim: cannot create " << target.string() << ": "
+        << ec.message() << "\n";
+    fs::remove(tmp, ec);
+    return 1;
+  }
+  out << target.string() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  // voxpipe's own option, alone: the shim for wrappers (make_shim).
+  if (!args.empty() && args[0] == "--make-shim") {
+    if (args.size() != 2) {
+      err << "usage: voxpipe dcm2niix --make-shim DIR\n";
+      return kExitInvalidParam;
+    }
+    return make_shim(args[1], out, err);
+  }
   out << "voxpipe dcm2niix (voxpipe " << version() << "), the command line of dcm2niix version "
       << kDcm2niixVersion << "\n";
   if (args.empty()) {

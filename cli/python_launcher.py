@@ -52,10 +52,13 @@ def main() -> int:
     if not getattr(sys.flags, "safe_path", False):  # -P or PYTHONSAFEPATH (3.11): none added
         del sys.path[0]
     args = sys.argv[1:]
+    import os
+    # The command that runs this voxpipe again (`voxpipe dcm2niix --make-shim` writes it into
+    # the shim it makes): this script, which pip pointed at this environment's Python.
+    os.environ["VOXPIPE_SELF"] = os.path.abspath(sys.argv[0])
     if may_need_package(args):
         from voxpipe.__main__ import main as run_with_package
         return run_with_package()
-    import os
     import signal
     core = load_core()
     if sys.executable:  # bench-load's nibabel child: this Python (voxpipe.__main__ does the same)

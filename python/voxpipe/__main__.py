@@ -21,6 +21,15 @@ def main() -> int:
     # with, rather than a python found beside the executable or on PATH.
     if sys.executable:
         os.environ.setdefault("VOXPIPE_PYTHON", sys.executable)
+    # The command that runs this voxpipe again, for `voxpipe dcm2niix --make-shim`: the pip
+    # launcher set it when it runs this; under `python -m voxpipe`, the launcher installed with
+    # this Python's voxpipe (none: the shim cannot be made, and the command says so).
+    if os.path.basename(sys.argv[0]) == "__main__.py":
+        launcher = os.path.join(os.path.dirname(sys.executable or "/"), "voxpipe")
+        if sys.executable and os.path.isfile(launcher):
+            os.environ["VOXPIPE_SELF"] = launcher
+        else:
+            os.environ.pop("VOXPIPE_SELF", None)
     _core.cli_install_signal_handlers()
     return int(_core.cli_main(sys.argv[1:]))
 

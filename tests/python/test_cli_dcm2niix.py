@@ -266,3 +266,29 @@ def test_b_s_d_and_z_options(tmp_path):
         assert v.returncode == d.returncode, (args, d.stdout, v.stdout, v.stderr)
         assert names(out / 'voxpipe') == names(out / 'dcm2niix'), args
         assert assert_same_images(out) == len(list((out / 'dcm2niix').rglob('*.nii*')))
+
+
+def test_make_shim_runs_this_voxpipe_and_keeps_a_real_dcm2niix(tmp_path):
+    """`--make-shim DIR` writes DIR/dcm2niix, which runs this voxpipe (not whatever is on PATH)
+    with the arguments unchanged, exit code included; it replaces its own shim but never a
+    dcm2niix that is not one."""
+    folder = tmp_path / 'bin'
+    for _ in range(2):  # the second run replaces the first shim
+        r = subprocess.run([str(CLI), 'dcm2niix', '--make-shim', str(folder)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == str(folder / 'dcm2niix'), r.stderr
+    assert os.access(folder / 'dcm2niix', os.X_OK)
+    shimmed = subprocess.run([str(folder / 'dcm2niix'), '--version'], capture_output=True,
+                             text=True, timeout=60, env=dict(os.environ, PATH='/nonexistent'))
+    ref = subprocess.run([str(CLI), 'dcm2niix', '--version'], capture_output=True, text=True,
+                         timeout=60)
+    assert (shimmed.returncode, shimmed.stdout) == (ref.returncode, ref.stdout) == (3, ref.stdout)
+    assert 'voxpipe' in ref.stdout
+    real = tmp_path / 'real'
+    real.mkdir()
+    (real / 'dcm2niix').write_bytes(b'\x7fELF not ours')
+    r = subprocess.run([str(CLI), 'dcm2niix', '--make-shim', str(real)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and 'not a voxpipe shim' in r.stderr, r.stderr
+    assert (real / 'dcm2niix').read_bytes() == b'\x7fELF not ours'
+    assert sorted(p.name for p in real.iterdir()) == ['dcm2niix']  # no temporary file left
