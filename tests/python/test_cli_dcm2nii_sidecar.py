@@ -201,7 +201,7 @@ def _siemens_2d(folder, times, tr=2000.0, scanning='GR', variant='SP'):
     """Single-slice Siemens 2D files (pydicom's MR_small relabelled), one per AcquisitionTime."""
     pydicom = pytest.importorskip('pydicom')
     from pydicom.data import get_testdata_file
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for k, t in enumerate(times):
         d = pydicom.dcmread(get_testdata_file('MR_small.dcm'))
         d.Manufacturer = 'SIEMENS'
@@ -243,3 +243,16 @@ def test_pulse_sequence_type_as_dcm2niix(scanning, variant, expected, tmp_path):
     ((ref, ours),) = _dcm2niix_pair(folder, tmp_path)
     assert ref.get('PulseSequenceType') == ours.get('PulseSequenceType') == expected
     assert ref.get('BidsGuess') == ours.get('BidsGuess')
+
+
+def test_siemens_2d_slice_timing_documented_differences(tmp_path):
+    # Times of 100 s and more: dcm2niix reads them again as HHMMSS (120 s as 1:20, 80 s).
+    folder = _siemens_2d(tmp_path / 'a' / 'in', ['120000', '120100', '120200', '120300'], tr=400000)
+    ((ref, ours),) = _dcm2niix_pair(folder, tmp_path / 'a')
+    assert ref['SliceTiming'] == [0, 60, 80, 140]
+    assert ours['SliceTiming'] == [0, 60, 120, 180]
+    # All slices at one time: dcm2niix calls it multiband by the number of slices.
+    folder = _siemens_2d(tmp_path / 'b' / 'in', ['120000'] * 4)
+    ((ref, ours),) = _dcm2niix_pair(folder, tmp_path / 'b')
+    assert 'SliceTiming' not in ref and ref['MultibandAccelerationFactor'] == 4
+    assert 'SliceTiming' not in ours and 'MultibandAccelerationFactor' not in ours
