@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -146,6 +147,19 @@ std::optional<std::string> bids_time(const std::optional<std::string>& tm) {
     if (std::isdigit(static_cast<unsigned char>((*tm)[i]))) digits += (*tm)[i];
   if (dot != std::string::npos) frac = tm->substr(dot + 1);
   if (digits.size() != 6) return tm;
+  if (tm->find(':') == std::string::npos) {
+    // dcm2niix reads HHMMSS.FFFFFF as one number and prints it rounded to 10 us ("%.5f"), then
+    // the seconds with 6 decimals: 141127.937501 is "14:11:27.937500".
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%012.5f", std::strtod(tm->c_str(), nullptr));
+    const std::string b(buf);
+    if (b.size() == 12 && b[6] == '.') {
+      char out[32];
+      std::snprintf(out, sizeof out, "%s:%s:%09.6f", b.substr(0, 2).c_str(), b.substr(2, 2).c_str(),
+                    std::strtod(b.c_str() + 4, nullptr));
+      return std::string(out);
+    }
+  }
   frac.resize(6, '0');
   return digits.substr(0, 2) + ":" + digits.substr(2, 2) + ":" + digits.substr(4, 2) + "." + frac;
 }
@@ -710,7 +724,10 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (!image_type.empty()) {
     // dcm2niix appends the image's complex component when ImageType does not spell it out
     // (Siemens' M/P/R/I, an enhanced file's ComplexImageComponent).
-    std::vector<std::string> t = image_type;
+    // Empty values are left out, as dcm2niix writes them (a Siemens MPR's "CSA MPR", "", ...).
+    std::vector<std::string> t;
+    for (const std::string& v : image_type)
+      if (!v.empty()) t.push_back(v);
     std::string component = s.image_component;
     if (component.empty()) {
       const auto cic = m.str(dicom_tag(0x0008, 0x9208));
