@@ -7,7 +7,7 @@
 #           build/tsan; the slowest single-path data sweeps are left to unit and asan
 #           (TSAN_SKIP below)
 #   fuzz    libFuzzer targets (clang, ASan+UBSan) for FUZZ_SECONDS each on their seed corpora
-#   python  the Python tests (pytest tests/python) against the package installed in .venv (the
+#   python  the Python tests (pytest tests/python, on JOBS workers) against the package installed in .venv (the
 #           manylinux_2_28 wheel of its Python that scripts/setup.sh built and installed), then
 #           nibabel's own test suite with and without vp.accelerate_nibabel()
 #           (scripts/nibabel_suite.py, its NIfTI modules: about a minute); scripts/setup.sh
@@ -180,8 +180,11 @@ stage_python() {
   # The package's layers (docs/architecture.md): import-linter's contracts in pyproject.toml,
   # checked on the package the tests import.
   .venv/bin/lint-imports --no-logo --no-cache pyproject.toml || rc=1
-  local tests_rc=0
-  .venv/bin/python -m pytest tests/python -q || tests_rc=$?
+  local tests_rc=0 xdist=()
+  # On JOBS workers (pytest-xdist, requirements-dev.txt): the tests take their files from tmp_path
+  # and their servers bind free ports, so they run side by side.
+  if [ "$JOBS" -gt 1 ] && .venv/bin/python -c 'import xdist' 2>/dev/null; then xdist=(-n "$JOBS"); fi
+  .venv/bin/python -m pytest tests/python -q "${xdist[@]}" || tests_rc=$?
   [ $tests_rc -eq 0 ] || [ $rc -ne 0 ] || rc=$tests_rc
   if [ $rc -eq 5 ]; then
     # pytest's "no tests collected": fine only when there really are no test files.
