@@ -33,11 +33,9 @@
 
 namespace voxpipe::cli {
 
-namespace {
-
 // The objects the URLs name (an object, or those under a prefix), fetched whole through the URL
 // handlers (voxpipe's Python package), as buffers to scan.
-std::vector<DicomBuffer> fetch_objects(const std::vector<std::string>& urls) {
+std::vector<DicomBuffer> fetch_dicom_objects(const std::vector<std::string>& urls) {
   const UrlHandlers& handlers = url_handlers();
   if (!handlers.fetch_all)
     throw Error(ErrorCode::unsupported, urls.front(), "",
@@ -52,6 +50,8 @@ std::vector<DicomBuffer> fetch_objects(const std::vector<std::string>& urls) {
                          std::move(fetched.owner)});
   return buffers;
 }
+
+namespace {
 
 namespace fs = std::filesystem;
 
@@ -206,7 +206,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
   DicomScanOptions scan_options;
   scan_options.threads = threads;
   const DicomScanResult scan =
-      urls ? scan_dicom_buffers(fetch_objects(inputs), scan_options) : scan_dicom_series(inputs, scan_options);
+      urls ? scan_dicom_buffers(fetch_dicom_objects(inputs), scan_options) : scan_dicom_series(inputs, scan_options);
   if (scan.series.empty()) {
     progress.finish();
     if (verbose)
@@ -267,7 +267,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     for (auto d : s.shape()) voxels *= d;
     std::vector<std::uint8_t> data(voxels * dtype_size(plan.dtype));
     try {
-      for (std::string& w : read_dicom_series(s, data, plan.dtype, threads, on_corrupt))
+      for (std::string& w : read_series_values(s, plan, data, threads, on_corrupt))
         warnings.push_back(std::move(w));
     } catch (const Error& e) {
       skip(std::string("error (") + error_code_name(e.code()) + "): " + e.what());
@@ -277,6 +277,8 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     write_nifti(nii_path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))),
                 WriteOptions{1, GzipLayout::members, threads});
     write_text(json_path, series_sidecar(s, plan, warnings));
+    // Diffusion series: the gradient table beside the image, as dcm2niix writes it.
+    write_gradient_files(s, s.affine, (fs::path(*out_dir) / base).string());
     ++written;
     std::error_code ec;
     const auto nii_size = fs::file_size(nii_path, ec);

@@ -32,6 +32,7 @@
 #include "voxpipe/dicom_series.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 #include "voxpipe/threads.hpp"
 
 #include <zlib.h>
@@ -499,6 +500,9 @@ struct Options {
   bool list_series_only = false, search_only = false;
   std::vector<std::string> notes;  // options accepted without effect, for -v
   std::vector<std::string> warnings;  // options that would change what dcm2niix writes
+  // Where each converted series' file name (without extension) is recorded (cmd_dcm2niix's
+  // `written`), or null.
+  std::vector<std::string>* written = nullptr;
 };
 
 bool no(const std::string& v) { return !v.empty() && (v[0] == 'n' || v[0] == 'N' || v[0] == '0'); }
@@ -591,9 +595,49 @@ std::string ignored_by_i(const DicomSeries& s) {
   return "";
 }
 
+int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& paths,
+                 const std::string& folder_text, const std::string& folder_name,
+                 const std::string& out_dir, const Options& opts, std::ostream& out,
+                 std::ostream& err);
+
+// The objects under a prefix (or one object) named by a URL, fetched whole through the URL
+// handlers as `voxpipe dcm2nii` fetches them, and converted as a folder of those files. The
+// output folder must be named (-o): objects are not written to the store.
+int convert_objects(const std::string& url, const Options& opts, std::ostream& out,
+                    std::ostream& err) {
+  std::string prefix = url;
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  if (opts.out_dir.empty() || !fs::is_directory(opts.out_dir)) {
+    err << "Error: Output folder invalid: " << (opts.out_dir.empty() ? "(none: -o is needed for "
+                                                "an object store prefix)" : opts.out_dir) << "\n";
+    return kExitOutputFolderInvalid;
+  }
+  if ((opts.bids || opts.nifti) && ::access(opts.out_dir.c_str(), W_OK) != 0) {
+    err << "Error: Unable to write to output folder: " << opts.out_dir << "\n";
+    return kExitOutputFolderReadOnly;
+  }
+  std::vector<DicomBuffer> buffers;
+  try {
+    buffers = fetch_dicom_objects({url});
+  } catch (const Error& e) {
+    err << "Error: Input folder invalid: " << e.what() << "\n";
+    return kExitInputFolderInvalid;
+  }
+  std::vector<std::string> names;
+  for (const auto& b : buffers) names.push_back(b.name);
+  DicomScanOptions scan_options;
+  scan_options.threads = resolve_threads(0);
+  const DicomScanResult scan = buffers.empty() ? DicomScanResult{} : scan_dicom_buffers(buffers, scan_options);
+  const auto slash = prefix.find_last_of('/');
+  std::string out_dir = opts.out_dir;
+  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
+  return convert_scan(scan, names, prefix, prefix.substr(slash + 1), out_dir, opts, out, err);
+}
+
 // Converts the DICOM images of one input as dcm2niix's nii_loadDir does. Returns the exit code.
 int convert_input(const std::string& input, Options opts, std::ostream& out, std::ostream& err) {
   std::error_code ec;
+  if (is_object_url(input)) return convert_objects(input, opts, out, err);
   fs::path folder(input);
   const bool is_file = fs::exists(folder, ec) && !fs::is_directory(folder, ec);
   std::vector<std::string> paths;
@@ -622,11 +666,21 @@ int convert_input(const std::string& input, Options opts, std::ostream& out, std
   const std::string folder_name = slash == std::string::npos ? folder_text : folder_text.substr(slash + 1);
 
   if (paths.empty()) collect_files(folder_text, opts.depth, paths);
-  const unsigned threads = resolve_threads(0);
   DicomScanOptions scan_options;
-  scan_options.threads = threads;
+  scan_options.threads = resolve_threads(0);
   scan_options.recursive = false;
   const DicomScanResult scan = paths.empty() ? DicomScanResult{} : scan_dicom_series(paths, scan_options);
+  return convert_scan(scan, paths, folder_text, folder_name, out_dir, opts, out, err);
+}
+
+// Converts the series of one input's scan (`paths`: its files in the order listed, which orders
+// series that share a UID), as dcm2niix does. Returns the exit code.
+int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& paths,
+                 const std::string& folder_text, const std::string& folder_name,
+                 const std::string& out_dir, const Options& opts, std::ostream& out,
+                 std::ostream& err) {
+  std::error_code ec;
+  const unsigned threads = resolve_threads(0);
   std::set<std::string> dicom_files;
   for (const auto& s : scan.series)
     for (const auto& im : s.images) dicom_files.insert(im.file->path);
@@ -733,12 +787,14 @@ int convert_input(const std::string& input, Options opts, std::ostream& out, std
         std::uint64_t voxels = 1;
         for (auto d : s.shape()) voxels *= d;
         std::vector<std::uint8_t> data(voxels * dtype_size(plan.dtype));
-        for (std::string& w : read_dicom_series(s, data, plan.dtype, threads, DicomOnCorrupt::raise))
+        for (std::string& w : read_series_values(s, plan, data, threads))
           warnings.push_back(std::move(w));
         if (opts.flip) flip_rows(data, s.shape(), dtype_size(plan.dtype));
         write_nifti(base + (opts.gzip ? ".nii.gz" : ".nii"), h, {},
                     producer_from_bytes(std::as_bytes(std::span(data))),
                     WriteOptions{opts.gz_level, GzipLayout::members, threads});
+        // Diffusion series: the gradient table in the written image's voxel frame.
+        write_gradient_files(s, s.affine, base);
       }
       if (opts.bids) write_text_file(base + ".json", series_sidecar(s, plan, warnings, frame));
     } catch (const Error& e) {
@@ -751,6 +807,7 @@ int convert_input(const std::string& input, Options opts, std::ostream& out, std
     std::set<std::string> files;
     for (const auto& im : s.images) files.insert(im.file->path);
     ++converted;
+    if (opts.written) opts.written->push_back(base);
     out << "Convert " << files.size() << " DICOM as " << base << " (" << shape_text(shape) << ")\n";
     if (opts.verbose)
       for (const auto& w : warnings) out << "Warning: " << w << "\n";
@@ -836,7 +893,8 @@ int make_shim(const std::string& dir, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                 std::vector<std::string>* written) {
   // voxpipe's own option, alone: the shim for wrappers (make_shim).
   if (!args.empty() && args[0] == "--make-shim") {
     if (args.size() != 2) {
@@ -852,6 +910,7 @@ int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::o
     return 0;
   }
   Options opts;
+  opts.written = written;
   std::size_t last_option = 0;  // 1 + the index of the last argument an option took
   std::vector<std::size_t> strays;  // arguments that are neither options nor their values
   const auto invalid = [&](const std::string& option, const std::string& v) {

@@ -6,12 +6,17 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 
 #include "cli_common.hpp"
 #include "core/mat3.hpp"
 #include "voxpipe/dicom.hpp"
+#include "voxpipe/error.hpp"
 
 namespace voxpipe::cli {
 
@@ -333,18 +338,73 @@ std::vector<std::string> write_dicom_series(const DicomSeries& s, const std::str
   std::uint64_t voxels = 1;
   for (auto d : s.shape()) voxels *= d;
   std::vector<std::uint8_t> data(voxels * dtype_size(dtype));
-  for (std::string& w : read_dicom_series(s, data, dtype, threads)) warnings.push_back(std::move(w));
-  if (plan.float_factor != 1) {
-    if (dtype == DType::f32) {
-      auto* v = reinterpret_cast<float*>(data.data());
-      for (std::uint64_t i = 0; i < voxels; ++i) v[i] = static_cast<float>(v[i] * plan.float_factor);
-    } else if (dtype == DType::f64) {
-      auto* v = reinterpret_cast<double*>(data.data());
-      for (std::uint64_t i = 0; i < voxels; ++i) v[i] *= plan.float_factor;
-    }
-  }
+  for (std::string& w : read_series_values(s, plan, data, threads)) warnings.push_back(std::move(w));
   write_nifti(path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))), options);
   return warnings;
+}
+
+std::vector<std::string> read_series_values(const DicomSeries& s, const SeriesPlan& plan,
+                                            std::span<std::uint8_t> data, unsigned threads,
+                                            DicomOnCorrupt on_corrupt) {
+  std::vector<std::string> warnings = read_dicom_series(s, data, plan.dtype, threads, on_corrupt);
+  if (plan.float_factor != 1) {
+    const std::size_t n = data.size() / dtype_size(plan.dtype);
+    if (plan.dtype == DType::f32) {
+      auto* v = reinterpret_cast<float*>(data.data());
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] * plan.float_factor);
+    } else if (plan.dtype == DType::f64) {
+      auto* v = reinterpret_cast<double*>(data.data());
+      for (std::size_t i = 0; i < n; ++i) v[i] *= plan.float_factor;
+    }
+  }
+  return warnings;
+}
+
+namespace {
+
+// dcm2niix's "%g" (six significant digits), with 0 for -0.
+std::string g_format(double x) {
+  if (x == 0) x = 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".voxpipe-tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw Error(ErrorCode::io, path, "", std::string("cannot write: ") + std::strerror(errno));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw Error(ErrorCode::io, path, "", "cannot rename the temporary file into place: " + ec.message());
+  }
+}
+
+}  // namespace
+
+bool write_gradient_files(const DicomSeries& s, const std::array<double, 16>& affine,
+                          const std::string& base) {
+  const std::optional<DicomGradientTable> table = dicom_gradient_table(s, affine);
+  if (!table) return false;
+  std::string bval, bvec[3];
+  for (std::size_t v = 0; v < table->bvals.size(); ++v) {
+    const char* sep = v ? " " : "";
+    bval += sep + g_format(table->bvals[v]);
+    for (int c = 0; c < 3; ++c) bvec[c] += sep + g_format(table->bvecs[v][c]);
+  }
+  write_text_atomically(base + ".bval", bval + "\n");
+  write_text_atomically(base + ".bvec", bvec[0] + "\n" + bvec[1] + "\n" + bvec[2] + "\n");
+  return true;
 }
 
 }  // namespace voxpipe::cli

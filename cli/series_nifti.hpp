@@ -3,7 +3,10 @@
 // and write one image (series_nifti.cpp).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,6 +102,22 @@ std::vector<double> series_slice_timing(const DicomSeries& s);
 // dcm2niix: docs/dicom.md "JSON sidecar".
 std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
                            const std::vector<std::string>& warnings, const SeriesFrame& frame = {});
+
+// Reads `s` into `data` (Fortran order, plan.dtype, s.shape()) with the plan's values: the
+// stored ones for a scaled plan, else float with each image's rescale and the plan's
+// float_factor (Philips precise scaling) applied. Returns read_dicom_series' warnings; throws
+// what it throws.
+std::vector<std::string> read_series_values(const DicomSeries& s, const SeriesPlan& plan,
+                                            std::span<std::uint8_t> data, unsigned threads,
+                                            DicomOnCorrupt on_corrupt = DicomOnCorrupt::raise);
+
+// Writes the .bval and .bvec files of a diffusion series next to `base` (a path without
+// extension) for an image written with `affine` (dicom_gradient_table; numbers as dcm2niix
+// prints them, %g), each through a temporary name. Returns false, writing nothing, when the
+// series has no diffusion encoding. Throws Error(io) when a file cannot be written, and what
+// dicom_gradient_table throws.
+bool write_gradient_files(const DicomSeries& s, const std::array<double, 16>& affine,
+                          const std::string& base);
 
 // Reads `s` and writes it to `path` as dcm2nii does (series_plan, series_header; no sidecar). Returns the
 // series' warnings, the header's and the decoders'. Throws what read_dicom_series and

@@ -46,8 +46,7 @@ def run_both(args: list[str], out_root: Path) -> tuple[subprocess.CompletedProce
 
 
 def names(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob('*')
-                  if p.is_file() and p.suffix not in ('.bval', '.bvec'))
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file())
 
 
 def assert_same_images(out_root: Path, origin_atol: float = 5e-4) -> int:
