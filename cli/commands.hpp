@@ -43,7 +43,10 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
                 bool err_is_terminal);
 
 // voxpipe dcm2niix: dcm2niix's command line, its output lines and exit codes (dcm2niix.cpp).
-int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `written`, when given, receives the file name (without extension) of each series converted,
+// in order (vp.dicom.to_nifti).
+int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                 std::vector<std::string>* written = nullptr);
 
 // voxpipe resample (resample.cpp).
 int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,

@@ -53,4 +53,9 @@ DicomSeries rows_flipped(const DicomSeries& s);
 void flip_rows(std::span<std::uint8_t> data, const std::vector<std::uint64_t>& shape,
                std::size_t element_size);
 
+// The objects URLs name (an object, or those under a prefix), fetched whole through the URL
+// handlers (voxpipe's Python package) as buffers to scan (dcm2nii.cpp). Error(unsupported)
+// without the package; the handlers' errors as they raise them.
+std::vector<DicomBuffer> fetch_dicom_objects(const std::vector<std::string>& urls);
+
 }  // namespace voxpipe::cli

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,22 @@ void bind_remote(nb::module_& m) {
       nb::arg("args"),
       "Run the voxpipe command line (`voxpipe ARGS...`) in this process, where URLs are read "
       "through the handlers set_url_handlers installed; returns the exit status.");
+  m.def(
+      "cli_dcm2niix",
+      [](const std::vector<std::string>& args) {
+        std::ostringstream out, err;
+        std::vector<std::string> written;
+        int rc;
+        {
+          python::GilRelease release;
+          rc = cli::cmd_dcm2niix(args, out, err, &written);
+        }
+        return std::make_tuple(rc, out.str(), err.str(), written);
+      },
+      nb::arg("args"),
+      "Run `voxpipe dcm2niix ARGS...` (dcm2niix's command line) in this process, its output kept "
+      "rather than printed: (exit status, stdout, stderr, [file name without extension of each "
+      "series converted]).");
   m.def("cli_install_signal_handlers", &cli::install_signal_handlers,
         "On SIGINT, SIGTERM and SIGHUP, remove unfinished outputs and end by the signal, as the "
         "voxpipe program does.");

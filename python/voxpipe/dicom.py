@@ -11,15 +11,18 @@
     series = vp.dicom.scan("folder/")         # series found under a folder, checked
     series = vp.dicom.scan("s3://bucket/study/", storage_options=opts)  # or under a URL prefix
     volume = series[0].get_data()             # float32, each image's rescale applied
+    written = vp.dicom.to_nifti("dicom/", "bids/", filename="%p_%s")  # as dcm2niix writes
 
 Parsing is voxpipe's C++ parser (docs/dicom.md). Tags live in ``_formats.dicom.tags``, datasets
-in ``_formats.dicom.dataset``, series in ``_formats.dicom.series`` (which builds on datasets);
+in ``_formats.dicom.dataset``, series in ``_formats.dicom.series`` (which builds on datasets),
+the conversion to NIfTI in ``_formats.dicom.bids``;
 this module only names them.
 """
 
+from ._formats.dicom.bids import Converted, to_nifti
 from ._formats.dicom.dataset import DEFAULT_DEFER_SIZE, DataElement, Dataset, FileDataset, read
 from ._formats.dicom.series import ScanResult, Series, load_dicom, scan
 from ._formats.dicom.tags import Tag
 
 __all__ = ["DataElement", "Dataset", "FileDataset", "Tag", "read", "DEFAULT_DEFER_SIZE",
-           "ScanResult", "Series", "load_dicom", "scan"]
+           "ScanResult", "Series", "load_dicom", "scan", "Converted", "to_nifti"]
