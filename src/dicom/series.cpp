@@ -103,6 +103,7 @@ struct Image {
   DType dtype = DType::u16;
   bool has_position = false, has_orientation = false;
   std::string file_problem;  // set for images that cannot be placed (no per-frame positions)
+  std::string file_warning;  // a CSA image header that could not be read: why
 };
 
 // The file reduced to what decoding needs: meta, transfer syntax, pixel data location and the
@@ -427,8 +428,17 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
     if (image_type_has(ds, "MOSAIC") ||
         (!ds.contains(kDiffusionBValue) &&
          !private_element(ds, 0x0019, "SIEMENS MR HEADER", 0x0C) &&
-         siemens_diffusion_candidate(ds)))
-      csa = scan_csa(ds, parsed.path, bytes_of(buffer), parsed.offsets_in_inflated_stream);
+         siemens_diffusion_candidate(ds))) {
+      // A damaged CSA header (an anonymiser that cut it, a lying count) costs what it gives, not
+      // the image: a mosaic falls back to (0019,xx0A) as before the header was parsed whole,
+      // and the series says why (DicomSeries::warnings).
+      try {
+        csa = scan_csa(ds, parsed.path, bytes_of(buffer), parsed.offsets_in_inflated_stream);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::format) throw;
+        base.file_warning = e.what();
+      }
+    }
     base.slice.diffusion = file_diffusion(ds, csa ? &*csa : nullptr);
     if (const auto mosaic = mosaic_of(ds, parsed.path, csa ? &*csa : nullptr,
                                       options.max_mosaic_images)) {
@@ -613,6 +623,18 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
       s.warnings.push_back(std::to_string(dropped) +
                            " images with an SOPInstanceUID already seen were left out");
     images = std::move(unique);
+  }
+  {
+    // One warning for the files whose CSA image header could not be read, naming the first.
+    std::set<const DicomFile*> files;
+    const Image* first_bad = nullptr;
+    for (const Image& im : images)
+      if (!im.file_warning.empty() && files.insert(im.slice.file.get()).second && !first_bad)
+        first_bad = &im;
+    if (first_bad)
+      s.warnings.push_back(std::to_string(files.size()) +
+                           " files' CSA image header could not be read (its values were not "
+                           "used); the first: " + first_bad->file_warning);
   }
   for (const Image& im : images) {
     if (!im.file_problem.empty() && s.problem.empty()) s.problem = im.slice.file->path + ": " + im.file_problem;

@@ -311,3 +311,29 @@ TEST(DicomSeries, ImageComponentsAreSeparateSeries) {
   EXPECT_EQ(phase.series.front().split, "");
   EXPECT_EQ(phase.series.front().image_component, "PHASE");
 }
+
+// A mosaic whose CSA image header lies (an item count past its end) is still read, its image
+// count from (0019,xx0A) as before the header was parsed whole; the series names the damage.
+TEST(DicomSeries, MosaicWithADamagedCsaHeaderFallsBackWithAWarning) {
+  vptest::TempDir dir;
+  vptest::SliceSpec spec;
+  spec.rows = spec.columns = 8;
+  spec.sop = "1.2.3.8";
+  spec.mosaic = 4;  // (0019,100A)
+  vptest::DBytes csa = csa_header("9");
+  csa[16 + 76] = 0xFF;  // the element's item count: 255 items of at least 16 bytes
+  const std::string path = dir.file("damaged.dcm");
+  vptest::write_file(path, slice_plus(spec, [&](vptest::DicomWriter& w) {
+                       w.text(0x00290010, "LO", "SIEMENS CSA HEADER");
+                       w.element(0x00291010, "OB", csa);
+                     }));
+  const DicomScanResult r = scan_dicom_series({path}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  EXPECT_EQ(s.images.size(), 4u);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(s.warnings.front().find("1 files' CSA image header could not be read"),
+            std::string::npos) << s.warnings.front();
+  EXPECT_NE(s.warnings.front().find("element 0 (NumberOfImagesInMosaic) item count 255"),
+            std::string::npos) << s.warnings.front();
+}
