@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <utility>
 
 #include "cli_common.hpp"
 #include "dicom/csa.hpp"
@@ -90,6 +91,11 @@ constexpr DicomTag kImageOrientationTextSiemens = dicom_tag(0x0051, 0x100E);
 constexpr DicomTag kCoilSiemens = dicom_tag(0x0051, 0x100F);
 constexpr DicomTag kPATModeTextSiemens = dicom_tag(0x0051, 0x1011);
 constexpr DicomTag kWaterFatShiftPhilips = dicom_tag(0x2001, 0x1022);
+constexpr DicomTag kMediaStorageSOPClassUID = dicom_tag(0x0002, 0x0002);
+constexpr DicomTag kExposureTime = dicom_tag(0x0018, 0x1150);    // IS, ms
+constexpr DicomTag kXRayTubeCurrent = dicom_tag(0x0018, 0x1151);  // IS, mA
+constexpr DicomTag kExposure = dicom_tag(0x0018, 0x1152);         // IS, mAs
+constexpr DicomTag kConvolutionKernel = dicom_tag(0x0018, 0x1210);
 
 class JsonObject {
  public:
@@ -213,6 +219,34 @@ std::optional<std::string> phoenix_string(const std::map<std::string, std::strin
   return it->second;
 }
 
+// CRC-32 (zlib's polynomial) of `v`: dcm2niix's SeriesNumber for a file without one.
+std::uint32_t crc32_of(std::string_view v) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : v) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+// DICOM's Modality as dcm2niix writes it: the modalities it knows by their first two characters
+// (the second in either case: "CTX" is "CT", "SEG" is "SE"); the value as stored for the others,
+// of which dcm2niix writes none (docs/dicom.md "JSON sidecar").
+std::optional<std::string> bids_modality(const std::optional<std::string>& v) {
+  if (!v || v->size() < 2) return v;
+  const char a = (*v)[0];
+  const char b = static_cast<char>(std::toupper(static_cast<unsigned char>((*v)[1])));
+  static const char* kKnown[][2] = {{"CR", "CR"}, {"CT", "CT"}, {"MR", "MR"}, {"PT", "PT"}, {"US", "US"}, {"SE", "SEG"}};
+  for (const auto& [prefix, name] : kKnown)
+    if (a == prefix[0] && b == prefix[1]) return std::string(name);
+  return v;
+}
+
+// An integer string (IS) as dcm2niix reads it: the leading integer ("1601.7" is 1601), 0 for none.
+long long leading_integer(const std::optional<std::string>& v) {
+  return v ? std::strtoll(v->c_str(), nullptr, 10) : 0;
+}
+
 bool is_siemens(const SeriesMeta& m) {
   return upper(m.str(kManufacturer).value_or("")).find("SIEMENS") != std::string::npos;
 }
@@ -261,12 +295,6 @@ std::vector<double> mosaic_times(const DicomSeries& s, std::size_t first) {
     t.push_back(ref[tile]);
   }
   return t;
-}
-
-bool is_derived_type(const std::vector<std::string>& image_type) {
-  for (const std::string& v : image_type)
-    if (v.find("DERIVED") != std::string::npos) return true;
-  return false;
 }
 
 
@@ -623,7 +651,7 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   const bool siemens = is_siemens(m);
   const std::string maker = upper(m.str(kManufacturer).value_or(""));
   const bool philips = maker.find("PHILIPS") != std::string::npos;
-  const auto modality = m.str(kModality);
+  const auto modality = bids_modality(m.str(kModality));
   const bool mr = modality && *modality == "MR";
   const std::optional<dicom::CsaHeader> csa_image =
       siemens ? csa_of(s, dicom::CsaKind::image) : std::nullopt;
@@ -647,6 +675,29 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     return std::find(image_type.begin(), image_type.end(), v) != image_type.end();
   };
   const std::uint64_t dim1 = s.columns, dim2 = s.rows;
+  // ImageType as dcm2niix reads it: the values joined by '_' (and split at '_' again when
+  // written: "CT_SOM5 SPI" is two values).
+  std::string image_type_text;
+  for (std::size_t i = 0; i < image_type.size(); ++i) image_type_text += (i ? "_" : "") + image_type[i];
+  // An X-ray series (CT, CR, ...): dcm2niix takes Exposure (0018,1152) for the echo time when the
+  // file has no EchoTime, and then writes it as XRayExposure, and no SliceThickness,
+  // SpacingBetweenSlices or EchoTime.
+  const auto echo_time_tag = m.num(kEchoTime);
+  const bool xray = m.find(kExposure) != nullptr && !(echo_time_tag && *echo_time_tag != 0);
+  // The protocol as dcm2niix names it: ProtocolName, else a SeriesDescription of two characters
+  // or more, else (but for Siemens, whose SequenceName changes within a series) a SequenceName
+  // of two or more; "_MoCo" after it for Siemens' motion-corrected series; a Siemens file with
+  // none of them (anonymised) gets the Phoenix protocol's tProtocolName, UTF-7 decoded
+  // (dcm2niix's rescueProtocolName).
+  std::optional<std::string> protocol = m.str(kProtocolName);
+  if (!protocol) {
+    if (const auto d = m.str(kSeriesDescription); d && d->size() > 1) protocol = d;
+  }
+  if (protocol && protocol->size() > 1 && image_type_text.size() > 5 && contains(image_type_text, "_MOCO_"))
+    *protocol += "_MoCo";
+  if (!protocol && !siemens) {
+    if (const auto q = m.str(kSequenceName); q && q->size() > 1) protocol = q;
+  }
 
   JsonObject j;
   j.str("Modality", modality);
@@ -674,15 +725,10 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (is3d) j.str("MRAcquisitionType", std::string("3D"));
   j.str("StudyDescription", m.str(kStudyDescription));
   j.str("SeriesDescription", m.str(kSeriesDescription));
-  {
-    // Siemens: a file without ProtocolName (anonymised) gets the Phoenix protocol's tProtocolName,
-    // UTF-7 decoded, as dcm2niix's rescueProtocolName.
-    auto protocol = m.str(kProtocolName);
-    if (!protocol && siemens) {
-      if (const auto p = phoenix_string(phoenix, "tProtocolName")) protocol = utf7_decode(*p);
-    }
-    j.str("ProtocolName", protocol);
+  if (!protocol && siemens) {
+    if (const auto p = phoenix_string(phoenix, "tProtocolName")) protocol = utf7_decode(*p);
   }
+  j.str("ProtocolName", protocol);
   const auto joined = [&](DicomTag t) -> std::optional<std::string> {
     const std::vector<std::string> v = m.strs(t);
     if (v.empty()) return std::nullopt;
@@ -721,13 +767,26 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   auto sequence_name = m.str(kSequenceName);
   if (!sequence_name) sequence_name = m.str(kPulseSequenceName);
   j.str("SequenceName", sequence_name);
-  if (!image_type.empty()) {
+  if (!image_type_text.empty()) {
     // dcm2niix appends the image's complex component when ImageType does not spell it out
     // (Siemens' M/P/R/I, an enhanced file's ComplexImageComponent).
-    // Empty values are left out, as dcm2niix writes them (a Siemens MPR's "CSA MPR", "", ...).
+    // dcm2niix writes the '_'-joined text split at each run of '_': empty values are left out
+    // but a leading one, and a value holding '_' is split ("CT_SOM5 SPI" is "CT", "SOM5 SPI").
     std::vector<std::string> t;
-    for (const std::string& v : image_type)
-      if (!v.empty()) t.push_back(v);
+    {
+      bool sep = false;
+      std::string cur;
+      for (char c : image_type_text) {
+        if (c == '_') {
+          sep = true;
+          continue;
+        }
+        if (sep) t.push_back(std::exchange(cur, {}));
+        sep = false;
+        cur += c;
+      }
+      t.push_back(cur);
+    }
     std::string component = s.image_component;
     if (component.empty()) {
       const auto cic = m.str(dicom_tag(0x0008, 0x9208));
@@ -747,10 +806,34 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   }
   if (dis) j.boolean("NonlinearGradientCorrection", true);
   if (nd) j.boolean("NonlinearGradientCorrection", false);
-  if (!image_type.empty() && image_type.front() == "DERIVED") j.boolean("RawImage", false);
+  {
+    // dcm2niix's derived images: DERIVED anywhere in ImageType, Siemens' ADC, TRACE(W) and FA
+    // maps, segmentations, raw data and presentation states (by the file's SOP class).
+    const std::string& it = image_type_text;
+    bool derived = (it.size() > 6 && contains(it, "DERIVED")) ||
+                   (it.size() > 5 && (contains(it, "_ADC_") || contains(it, "_TRACEW_") ||
+                                      contains(it, "_TRACE_") || contains(it, "_FA_")));
+    std::string sop_class;
+    if (s.first_file) {
+      try {
+        sop_class = s.first_file->meta.string(kMediaStorageSOPClassUID).value_or("");
+      } catch (const Error&) {
+      }
+    }
+    for (const char* uid : {"1.2.840.10008.5.1.4.1.1.66", "1.2.840.10008.5.1.4.1.1.11.1", "1.3.46.670589.11.0.0.12.1",
+                            "1.3.46.670589.11.0.0.12.2", "1.3.46.670589.11.0.0.12.4"})
+      derived |= contains(sop_class, uid);
+    if (derived) j.boolean("RawImage", false);
+  }
   j.strs("DeidentificationMethod", m.strs(dicom_tag(0x0012, 0x0063)));
-  if (m.dataset().contains(kSeriesNumber) && s.series_number > 0)
-    j.raw("SeriesNumber", std::to_string(s.series_number));
+  {
+    // The series' number; for a file with none (or one below 1), dcm2niix's: the CRC-32 of the
+    // SeriesInstanceUID (none for an empty one).
+    std::int64_t number = 0;
+    if (m.dataset().contains(kSeriesNumber)) number = s.series_number;
+    if (number < 1) number = crc32_of(m.str(kSeriesInstanceUID).value_or(""));
+    if (number > 0) j.raw("SeriesNumber", std::to_string(number));
+  }
   {
     // AcquisitionTime, when the date is known too (dcm2niix), or an enhanced file's
     // AcquisitionDateTime.
@@ -770,8 +853,16 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     j.num("PhilipsScaleSlope", plan.philips->ss);
     j.raw("UsePhilipsFloatNotDisplayScaling", plan.philips->precise ? "1" : "0");
   }
-  j.pos("SliceThickness", m.num(kSliceThickness));
-  j.pos("SpacingBetweenSlices", m.num(kSpacingBetweenSlices));
+  // X-ray acquisition (dcm2niix's "CT parameters", for any modality).
+  j.str("ConvolutionKernel", joined(kConvolutionKernel));
+  j.pos("ExposureTime", seconds(static_cast<double>(leading_integer(m.str(kExposureTime)))));
+  j.pos("XRayTubeCurrent", static_cast<double>(leading_integer(m.str(kXRayTubeCurrent))));
+  if (xray) j.pos("XRayExposure", m.num(kExposure));
+  if (!xray) {
+    // dcm2niix leaves both out for X-ray series, whose slice thickness often varies.
+    j.pos("SliceThickness", m.num(kSliceThickness));
+    j.pos("SpacingBetweenSlices", m.num(kSpacingBetweenSlices));
+  }
   {
     auto sar = m.num(kSAR);
     if (!sar) sar = m.num(kSARValue);
@@ -795,7 +886,7 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   }
   auto te = m.num(kEchoTime);
   if (!te || *te <= 0) te = m.num(kEffectiveEchoTime);
-  j.pos("EchoTime", seconds(te));
+  if (!xray) j.pos("EchoTime", seconds(te));
   const auto tr = m.num(kRepetitionTime);
   j.pos("RepetitionTime", seconds(tr));
   if (const auto mt = m.str(kMagnetizationTransfer)) {
@@ -1012,9 +1103,7 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
     f.scanning_sequence = joined(kScanningSequence).value_or("");
     f.sequence_variant = sequence_variant.value_or("");
     f.series_description = m.str(kSeriesDescription).value_or("");
-    f.protocol_name = m.str(kProtocolName).value_or("");
-    if (f.protocol_name.empty() && siemens)
-      f.protocol_name = utf7_decode(phoenix_string(phoenix, "tProtocolName").value_or(""));
+    f.protocol_name = protocol.value_or("");
     f.image_comments = m.str(kImageComments).value_or("");
     f.series_number = s.series_number;
     f.echo = static_cast<int>(s.echo_number != 0 ? s.echo_number : m.num(kEchoNumbers).value_or(0));
