@@ -154,6 +154,27 @@ std::string protocol_name(const DicomSeries& s) {
 // The echo number of the series, as dcm2niix reads it: EchoNumbers of the first file.
 std::int64_t echo_number(const DicomSeries& s) { return integer_value(value(s, 0x0018, 0x0086)); }
 
+std::uint32_t crc_of(const std::string& text) {
+  return static_cast<std::uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
+// SeriesNumber of the first file as dcm2niix reads it: atoi of its value (0 when empty), -1
+// when the element is absent.
+std::int64_t stated_series_number(const DicomSeries& s) {
+  if (!s.first_file) return s.series_number;
+  if (!s.first_file->dataset.find(dicom_tag(0x0020, 0x0011))) return -1;
+  return integer_value(value(s, 0x0020, 0x0011));
+}
+
+// The series number dcm2niix names a series with (%s): the stated one, or when it is below 1
+// (0, empty or absent) the CRC-32 of the SeriesInstanceUID (dcm2niix issue 218), which is 0
+// without a UID: "_843266141" for SeriesNumber 0, "_0" for neither.
+std::int64_t name_series_number(const DicomSeries& s) {
+  const std::int64_t n = stated_series_number(s);
+  return n >= 1 ? n : static_cast<std::int64_t>(crc_of(value(s, 0x0020, 0x000E)));
+}
+
 // The image components dcm2niix finds in ImageType (backslashes read as '_'): "_R_" or "_REAL_"
 // real, "_I_" or "_IMAGINARY_" imaginary, "_P_" or "PHASE" phase, "_M_" or "_MAGNITUDE_"
 // magnitude.
@@ -243,6 +264,8 @@ std::optional<std::string> dcm2niix_name(const std::string& format, const DicomS
       if (c == '/' || c == '\\') c = kFolderMark;
   const Vendor maker = vendor(s);
   const std::int64_t echo = echo_number(s);
+  // dcm2nii names a series by the number the scan gave it; dcm2niix as name_series_number.
+  const std::int64_t series_number = niix ? name_series_number(s) : s.series_number;
   const long instance = s.images.empty() ? 1 : static_cast<long>(s.images.front().instance_number);
   long run_number = -1;  // GE's (0019,10A2)
   if (maker == Vendor::ge && s.first_file)
@@ -295,7 +318,7 @@ std::optional<std::string> dcm2niix_name(const std::string& format, const DicomS
         image_reported = true;
         break;
       case 'S':
-        out += std::to_string(s.series_number);
+        out += std::to_string(series_number);
         series_reported = true;
         break;
       case 'T': {
@@ -327,7 +350,7 @@ std::optional<std::string> dcm2niix_name(const std::string& format, const DicomS
         if (f >= '0' && f <= '9' && pos + 1 < in.size()) {
           const char next = static_cast<char>(std::toupper(static_cast<unsigned char>(in[pos + 1])));
           long n = -1;
-          if (next == 'S') n = static_cast<long>(s.series_number), series_reported = true;
+          if (next == 'S') n = static_cast<long>(series_number), series_reported = true;
           if (next == 'R') n = instance, image_reported = true;
           if (next == 'Y') n = run_number;
           if (n >= 0 || next == 'S' || next == 'R') {
@@ -561,12 +584,145 @@ void write_text_file(const std::string& path, const std::string& text) {
   }
 }
 
+// ---- Overlays: dcm2niix writes each overlay plane (60xx,3000) of a series as NAME_ROI<n>.
+
+// dcm2niix's overlay groups: the even groups 6000..601C (15 overlays).
+constexpr int kOverlayGroups = 15;
+
+std::uint16_t group_u16(const DicomDataset& ds, std::uint16_t group, std::uint16_t element,
+                        std::size_t index = 0) {
+  const DicomElement* e = ds.find(dicom_tag(group, element));
+  if (!e || !e->value_read || e->value.size() < 2 * (index + 1)) return 0;
+  const std::uint8_t* b = e->value.data() + 2 * index;
+  return ds.big_endian() ? static_cast<std::uint16_t>(b[0] << 8 | b[1])
+                         : static_cast<std::uint16_t>(b[1] << 8 | b[0]);
+}
+
+// Whether a dataset has OverlayData in one of dcm2niix's groups.
+bool has_overlay(const DicomDataset& ds) {
+  for (int n = 0; n < kOverlayGroups; ++n)
+    if (ds.find(dicom_tag(static_cast<std::uint16_t>(0x6000 + 2 * n), 0x3000))) return true;
+  return false;
+}
+
+// The overlay planes of one file, as dcm2niix takes them: for each group that holds
+// OverlayData, its bytes (bit i of the value, least significant bit first, is pixel i of the
+// frames in row-major order); none at all when any group states an OverlayOrigin other than
+// (1, 1), OverlayBitsAllocated other than 1 or OverlayBitPosition other than 0, or rows and
+// columns other than the image's (dcm2niix checks the last group's). 16-bit words of a
+// big-endian file are put back in byte order.
+std::vector<std::optional<std::vector<std::uint8_t>>> file_overlays(const DicomFile& f,
+                                                                    std::uint32_t rows,
+                                                                    std::uint32_t columns) {
+  std::vector<std::optional<std::vector<std::uint8_t>>> planes(kOverlayGroups);
+  const DicomDataset& ds = f.dataset;
+  std::uint16_t last_rows = 0, last_columns = 0;
+  for (int n = 0; n < kOverlayGroups; ++n) {
+    const auto g = static_cast<std::uint16_t>(0x6000 + 2 * n);
+    if (const DicomElement* o = ds.find(dicom_tag(g, 0x0050)); o && o->value_read && o->value.size() == 4)
+      if (group_u16(ds, g, 0x0050, 0) != 1 || group_u16(ds, g, 0x0050, 1) != 1) return {};
+    if (ds.find(dicom_tag(g, 0x0100)) && group_u16(ds, g, 0x0100) != 1) return {};
+    if (ds.find(dicom_tag(g, 0x0102)) && group_u16(ds, g, 0x0102) != 0) return {};
+    if (ds.find(dicom_tag(g, 0x0010))) last_rows = group_u16(ds, g, 0x0010);
+    if (ds.find(dicom_tag(g, 0x0011))) last_columns = group_u16(ds, g, 0x0011);
+    const DicomElement* data = ds.find(dicom_tag(g, 0x3000));
+    if (!data || !data->value_read) continue;
+    std::vector<std::uint8_t> bytes = data->value;
+    if (ds.big_endian() && data->vr == DicomVR::OW)
+      for (std::size_t i = 0; i + 1 < bytes.size(); i += 2) std::swap(bytes[i], bytes[i + 1]);
+    planes[static_cast<std::size_t>(n)] = std::move(bytes);
+  }
+  if ((last_rows > 0 && last_rows != rows) || (last_columns > 0 && last_columns != columns)) return {};
+  return planes;
+}
+
+// The file of `image` parsed again, with values up to `max_value` bytes read (the scan keeps
+// only what decoding needs).
+DicomFile reparse(const DicomSlice& image, std::uint64_t max_value) {
+  DicomReadOptions options;
+  options.max_value_size = std::max<std::uint64_t>(options.max_value_size, max_value);
+  if (image.buffer) return parse_dicom(image.buffer->bytes, image.buffer->name, options);
+  return read_dicom(image.file->path, options);
+}
+
+// Writes `base`_ROI<n> for each overlay n of series `s` (its images in the written order, rows
+// as stored) as dcm2niix writes it: an 8-bit image of 0 and 1 on the image's grid, with the
+// image's header `h` (its type uint8, unscaled), a plane per slice from the overlay of that
+// slice's file (or frame: a multi-frame file's overlay covers its frames in turn), rows flipped
+// as the image's. Series of one volume only: dcm2niix fills the ROI of a 4D series of several
+// files with zeros. Returns what was left out, and why, for the warnings.
+std::vector<std::string> write_overlays(const DicomSeries& s, const NiftiHeader& h,
+                                        const std::string& base, const Options& opts,
+                                        unsigned threads) {
+  std::vector<std::string> notes;
+  if (s.images.empty() || !s.first_file || !has_overlay(s.first_file->dataset)) return notes;
+  if (s.volumes > 1 || s.images.size() != s.slices) {
+    notes.push_back("the overlays (60xx,3000) of a 4D series are not written");
+    return notes;
+  }
+  if (s.images.front().tile_grid > 0) {
+    notes.push_back("the overlays (60xx,3000) of a mosaic are not written");
+    return notes;
+  }
+  const std::uint64_t columns = s.columns, rows = s.rows, plane = columns * rows;
+  std::uint64_t last_frame = 0;
+  for (const auto& im : s.images) last_frame = std::max(last_frame, im.frame);
+  const std::uint64_t needed_bytes = ((last_frame + 1) * plane + 7) / 8;
+  // Each file's overlays, parsed once.
+  std::map<const DicomFile*, std::vector<std::optional<std::vector<std::uint8_t>>>> by_file;
+  for (const auto& im : s.images) {
+    if (by_file.count(im.file.get())) continue;
+    by_file[im.file.get()] = file_overlays(reparse(im, needed_bytes + 16), s.rows, s.columns);
+  }
+  std::vector<std::uint64_t> shape{columns, rows, s.slices};
+  for (int n = 0; n < kOverlayGroups; ++n) {
+    const auto at = static_cast<std::size_t>(n);
+    bool any = false;
+    for (const auto& [file, planes] : by_file) any |= planes.size() > at && planes[at].has_value();
+    if (!any) continue;
+    std::vector<std::uint8_t> data(plane * s.slices, 0);
+    bool complete = true;
+    for (std::size_t k = 0; k < s.images.size(); ++k) {
+      const auto& planes = by_file[s.images[k].file.get()];
+      if (planes.size() <= at || !planes[at]) continue;  // no overlay on this slice: zeros
+      const std::vector<std::uint8_t>& bits = *planes[at];
+      const std::uint64_t first = s.images[k].frame * plane;
+      if ((first + plane + 7) / 8 > bits.size()) {
+        complete = false;
+        break;
+      }
+      for (std::uint64_t i = 0; i < plane; ++i)
+        data[k * plane + i] = (bits[(first + i) >> 3] >> ((first + i) & 7)) & 1;
+    }
+    if (!complete) {
+      notes.push_back("overlay " + std::to_string(n + 1) +
+                      " (60xx,3000) holds fewer bits than the image: not written");
+      continue;
+    }
+    if (opts.flip) flip_rows(data, shape, 1);
+    NiftiHeader r = h;
+    r.dim = {3, static_cast<std::int64_t>(columns), static_cast<std::int64_t>(rows),
+             static_cast<std::int64_t>(s.slices), 1, 1, 1, 1};
+    r.datatype = 2;  // uint8
+    r.bitpix = 8;
+    r.scl_slope = 1;
+    r.scl_inter = 0;
+    write_nifti(base + "_ROI" + std::to_string(n + 1) + (opts.gzip ? ".nii.gz" : ".nii"), r, {},
+                producer_from_bytes(std::as_bytes(std::span(data))),
+                WriteOptions{opts.gz_level, GzipLayout::members, threads});
+  }
+  return notes;
+}
+
 // dcm2niix's number for a series (-n, and the order in which it converts series): the CRC-32 of
-// its SeriesInstanceUID, plus a tenth of its echo number from the second echo on.
+// its SeriesInstanceUID (without one: its SeriesNumber, 1 when below 1), plus a tenth of its
+// echo number from the second echo on.
 std::uint32_t uid_crc(const DicomSeries& s) {
-  return static_cast<std::uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(s.series_instance_uid.data()),
-            static_cast<uInt>(s.series_instance_uid.size())));
+  if (s.series_instance_uid.empty()) {
+    const std::int64_t n = stated_series_number(s);
+    return static_cast<std::uint32_t>(n < 1 ? 1 : n);
+  }
+  return crc_of(s.series_instance_uid);
 }
 
 double series_crc_number(const DicomSeries& s) {
@@ -686,12 +842,20 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     for (const auto& im : s.images) dicom_files.insert(im.file->path);
   if (opts.verbose)
     for (const auto& [path, why] : scan.skipped) out << "Not a DICOM image: " << path << " (" << why << ")\n";
-  if (scan.series.empty()) {
+  // DICOM images whose pixel data cannot be read (cut short, or a damaged encapsulation): the
+  // scan skips them, but dcm2niix finds them and fails to convert them ("File not large enough
+  // to store image data"): a failed series (exit 1 when nothing else converts), not "no DICOM
+  // image" (exit 2). Files without pixel data, and those whose damage comes before it, are
+  // not images to either program.
+  std::vector<const std::pair<std::string, std::string>*> unreadable;
+  for (const auto& skipped : scan.skipped)
+    if (skipped.second.find("(7FE0,0010)") != std::string::npos) unreadable.push_back(&skipped);
+  if (scan.series.empty() && unreadable.empty()) {
     err << "Error: Unable to find any DICOM images in " << folder_text << " (or subfolders "
         << opts.depth << " deep)\n";
     return kExitNoValidFiles;
   }
-  out << "Found " << dicom_files.size() << " DICOM file(s)\n";
+  out << "Found " << dicom_files.size() + unreadable.size() << " DICOM file(s)\n";
   if (opts.search_only) return 0;
 
   // dcm2niix converts series in the order of their SeriesInstanceUID's CRC, the parts of one
@@ -715,6 +879,10 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     return ka < kb;
   });
   std::size_t failed = 0, converted = 0;
+  for (const auto* skipped : unreadable) {
+    err << "Error: not converted: " << skipped->first << ": " << skipped->second << "\n";
+    ++failed;
+  }
   for (const DicomSeries* sp : order) {
     const DicomSeries& s0 = *sp;
     if (!opts.series_numbers.empty() &&
@@ -782,6 +950,7 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
       h.aux_file.fill('\0');
       std::memcpy(h.aux_file.data(), opts.comment.data(), std::min<std::size_t>(opts.comment.size(), 23));
     }
+    std::vector<std::string> overlay_notes;
     try {
       if (opts.nifti) {
         std::uint64_t voxels = 1;
@@ -795,6 +964,7 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
                     WriteOptions{opts.gz_level, GzipLayout::members, threads});
         // Diffusion series: the gradient table in the written image's voxel frame.
         write_gradient_files(s, s.affine, base);
+        overlay_notes = write_overlays(s, h, base, opts, threads);
       }
       if (opts.bids) write_text_file(base + ".json", series_sidecar(s, plan, warnings, frame));
     } catch (const Error& e) {
@@ -809,13 +979,16 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     ++converted;
     if (opts.written) opts.written->push_back(base);
     out << "Convert " << files.size() << " DICOM as " << base << " (" << shape_text(shape) << ")\n";
-    if (opts.verbose)
+    if (opts.verbose) {
       for (const auto& w : warnings) out << "Warning: " << w << "\n";
+      for (const auto& w : overlay_notes) out << "Note: " << w << "\n";
+    }
   }
   if (failed) {
     // dcm2niix: EXIT_FAILURE when nothing was converted, else some converted, some not.
     if (converted == 0) return 1;
-    err << "Error: Converted " << converted << " of " << scan.series.size() << " series\n";
+    err << "Error: Converted " << converted << " of " << scan.series.size() + unreadable.size()
+        << " series\n";
     return kExitSomeOkSomeBad;
   }
   return 0;

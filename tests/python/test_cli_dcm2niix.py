@@ -90,8 +90,10 @@ OFFLINE = [
 
 def write_series(folder: Path, *, slices: int = 4, series_number: int = 5, description: str = 'T1w',
                  protocol: str = 'T1w_MPR', echo: int | None = None, image_type: str = 'ORIGINAL\\PRIMARY\\M\\ND',
-                 series_uid: str | None = None, extra: dict | None = None, seed: int = 0) -> None:
-    """An axial int16 series of `slices` files, 6 rows x 5 columns, rescaled."""
+                 series_uid: str | None = None, extra: dict | None = None, seed: int = 0,
+                 drop: tuple[str, ...] = (), per_slice=None) -> None:
+    """An axial int16 series of `slices` files, 6 rows x 5 columns, rescaled; the keywords in
+    `drop` left out; per_slice(k, ds) called on each file's dataset before it is saved."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     series_uid = series_uid or generate_uid()
@@ -139,6 +141,10 @@ def write_series(folder: Path, *, slices: int = 4, series_number: int = 5, descr
         for key, value in (extra or {}).items():
             setattr(ds, key, value)
         ds.PixelData = rng.integers(-500, 500, (6, 5), dtype=np.int16).tobytes()
+        for keyword in drop:
+            delattr(ds, keyword)
+        if per_slice is not None:
+            per_slice(k, ds)
         ds.save_as(folder / f'im{k:03d}.dcm', enforce_file_format=True)
 
 
@@ -291,3 +297,113 @@ def test_make_shim_runs_this_voxpipe_and_keeps_a_real_dcm2niix(tmp_path):
     assert r.returncode == 1 and 'not a voxpipe shim' in r.stderr, r.stderr
     assert (real / 'dcm2niix').read_bytes() == b'\x7fELF not ours'
     assert sorted(p.name for p in real.iterdir()) == ['dcm2niix']  # no temporary file left
+
+
+def test_series_without_a_number_named_as_dcm2niix(tmp_path):
+    """dcm2niix names a series whose SeriesNumber is 0, empty or absent by the CRC-32 of its
+    SeriesInstanceUID (0 without a UID); %s and %3s alike."""
+    uid = '1.2.826.0.1.3680043.8.498.4242'
+    crc = zlib.crc32(uid.encode())
+    cases = {
+        'zero': (dict(series_number=0), crc),
+        'empty': (dict(extra={'SeriesNumber': ''}), crc),
+        'absent': (dict(drop=('SeriesNumber',)), crc),
+        'neither': (dict(extra={'SeriesNumber': ''}, drop=('SeriesInstanceUID',)), 0),
+        'stated': (dict(series_number=12), 12),
+    }
+    for case, (kwargs, number) in cases.items():
+        src = tmp_path / 'in' / case
+        write_series(src, series_uid=uid, **kwargs)
+        for fmt, stem in (('%p_%s', f'T1w_MPR_{number}'), ('%3s', f'{number:03d}')):
+            out = tmp_path / case / fmt.replace('%', '')
+            d, v = run_both(['-z', 'n', '-f', fmt, '-o', '{out}', str(src)], out)
+            assert v.returncode == d.returncode == 0, (case, v.stderr)
+            assert names(out / 'dcm2niix') == [f'{stem}.json', f'{stem}.nii'], case
+            assert names(out / 'voxpipe') == names(out / 'dcm2niix'), case
+            assert assert_same_images(out) == 1
+
+
+def test_unreadable_pixel_data_exit_codes_match_dcm2niix(tmp_path):
+    """An image whose file ends inside its pixel data is a series dcm2niix fails to convert
+    (exit 1; 8 beside a series that converts), not a folder without DICOM images (exit 2)."""
+    truncated = tmp_path / 'truncated'
+    write_series(truncated, slices=1, series_number=3)
+    f = next(truncated.glob('*.dcm'))
+    f.write_bytes(f.read_bytes()[:-20])
+    beside = tmp_path / 'beside'
+    write_series(beside, series_number=4)
+    shutil.copy(f, beside / 'cut.dcm')
+    no_pixels = tmp_path / 'no_pixels'
+    write_series(no_pixels, slices=1, drop=('PixelData',))
+    cases = {'truncated': (truncated, 1), 'beside a good series': (beside, 8),
+             'no pixel data': (no_pixels, 2)}
+    if (PYDICOM_FILES / 'MR_truncated.dcm').is_file():
+        cases['MR_truncated.dcm'] = (copy_in([PYDICOM_FILES / 'MR_truncated.dcm'], tmp_path / 'mr'), 1)
+    for case, (src, code) in cases.items():
+        out = tmp_path / ('o_' + case.replace(' ', '_'))
+        d, v = run_both(['-z', 'n', '-f', '%p_%s', '-o', '{out}', str(src)], out)
+        assert (d.returncode, v.returncode) == (code, code), (case, d.stdout, v.stdout, v.stderr)
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix'), case
+
+
+def overlay_bits(k: int, n: int) -> np.ndarray:
+    """A 6 x 5 overlay plane (rows, columns) of 0 and 1, different for each slice and overlay."""
+    return (np.random.default_rng(100 * n + k).random((6, 5)) < 0.4).astype(np.uint8)
+
+
+def add_overlay(ds, n: int, bits: np.ndarray, **fields) -> None:
+    group = 0x6000 + 2 * n
+    ds.add_new((group, 0x0010), 'US', fields.get('rows', bits.shape[0]))
+    ds.add_new((group, 0x0011), 'US', fields.get('columns', bits.shape[1]))
+    ds.add_new((group, 0x0040), 'CS', 'G')
+    ds.add_new((group, 0x0050), 'SS', fields.get('origin', [1, 1]))
+    ds.add_new((group, 0x0100), 'US', 1)
+    ds.add_new((group, 0x0102), 'US', fields.get('bit_position', 0))
+    packed = np.packbits(bits.ravel(), bitorder='little').tobytes()
+    ds.add_new((group, 0x3000), 'OW', packed + b'\0' * (len(packed) % 2))
+
+
+def test_overlays_written_as_dcm2niix_roi_images(tmp_path):
+    """Overlay planes (60xx,3000) become NAME_ROI<n>.nii as dcm2niix writes them: uint8 0/1 on
+    the image's grid, rows flipped as the image's, a slice without the overlay left 0; no ROI
+    for an overlay dcm2niix rejects (bit position 1). Checked against dcm2niix and against
+    pydicom's overlay_array."""
+    study = tmp_path / 'study'
+
+    def two_overlays(k, ds):
+        add_overlay(ds, 0, overlay_bits(k, 0))
+        if k in (1, 3):  # the second overlay on two of the four slices
+            add_overlay(ds, 1, overlay_bits(k, 1))
+
+    write_series(study / 'a', series_number=5, per_slice=two_overlays)
+    write_series(study / 'b', series_number=6,
+                 per_slice=lambda k, ds: add_overlay(ds, 0, overlay_bits(k, 0), bit_position=1))
+    out = tmp_path / 'o'
+    d, v = run_both(['-z', 'n', '-f', '%p_%s', '-o', '{out}', str(study)], out)
+    assert v.returncode == d.returncode == 0, v.stderr
+    assert names(out / 'voxpipe') == names(out / 'dcm2niix') == [
+        'T1w_MPR_5.json', 'T1w_MPR_5.nii', 'T1w_MPR_5_ROI1.nii', 'T1w_MPR_5_ROI2.nii',
+        'T1w_MPR_6.json', 'T1w_MPR_6.nii']
+    assert assert_same_images(out) == 4
+    for n in (0, 1):
+        roi = nib.load(out / 'voxpipe' / f'T1w_MPR_5_ROI{n + 1}.nii')
+        assert roi.get_data_dtype() == np.uint8 and roi.shape == (5, 6, 4)
+        ref = nib.load(out / 'dcm2niix' / f'T1w_MPR_5_ROI{n + 1}.nii')
+        assert np.array_equal(np.asanyarray(roi.dataobj), np.asanyarray(ref.dataobj))
+        for k in range(4):  # slices in increasing position, as written; rows flipped
+            want = overlay_bits(k, n) if n == 0 or k in (1, 3) else np.zeros((6, 5), np.uint8)
+            assert np.array_equal(np.asanyarray(roi.dataobj)[:, :, k], want[::-1].T), (n, k)
+    # pydicom's Siemens image with an overlay.
+    example = PYDICOM_FILES / 'examples_overlay.dcm'
+    if example.is_file():
+        out = tmp_path / 'example'
+        d, v = run_both(['-z', 'n', '-f', '%p_%s', '-o', '{out}', str(copy_in([example], tmp_path / 'ex'))], out)
+        assert v.returncode == d.returncode == 0, v.stderr
+        assert names(out / 'voxpipe') == names(out / 'dcm2niix')
+        roi_name = next(n for n in names(out / 'dcm2niix') if n.endswith('_ROI1.nii'))
+        roi, ref = nib.load(out / 'voxpipe' / roi_name), nib.load(out / 'dcm2niix' / roi_name)
+        assert np.array_equal(np.asanyarray(roi.dataobj), np.asanyarray(ref.dataobj))
+        np.testing.assert_allclose(roi.affine, ref.affine, atol=1e-4)
+        plane = pydicom.dcmread(example).overlay_array(0x6000)
+        assert plane.sum() > 0
+        assert np.array_equal(np.asanyarray(roi.dataobj)[:, :, 0], plane[::-1].T)
