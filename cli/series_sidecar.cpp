@@ -1004,7 +1004,10 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   if (multiband > 1 && mr) j.raw("MultibandAccelerationFactor", std::to_string(multiband));
   j.pos("PercentPhaseFOV", m.num(kPercentPhaseFieldOfView));
   j.pos("PercentSampling", m.num(kPercentSampling));
-  const auto etl = m.num(kEchoTrainLength);
+  // EchoTrainLength, else an enhanced file's GradientEchoTrainLength (0018,9241) of 2 or more
+  // (dcm2niix reads the later in file order).
+  auto etl = m.num(kEchoTrainLength);
+  if (const auto g = m.num(dicom_tag(0x0018, 0x9241)); g && *g >= 2) etl = g;
   if (etl && *etl > 1) j.num("EchoTrainLength", etl);
   {
     auto n = m.num(kPhaseEncodingSteps);
