@@ -47,9 +47,9 @@ struct DicomBuffer {
 struct DicomDiffusion {
   double b_value = 0;  // s/mm^2
   // Unit gradient direction in the patient frame (DICOM LPS); nullopt for b = 0, isotropic
-  // (trace) images and directions the file does not give (GE's (0019,10BB..BD) are in the frame
-  // of the encoding directions, with signs that depend on the phase encoding and the slice
-  // order: they are not converted, so GE images have a b-value only).
+  // (trace) images and directions the file does not give. GE's (0019,10BB..BD), stated in the
+  // frame of the encoding directions, are converted as dcm2niix converts them (its world
+  // directions, polarity included), and need InPlanePhaseEncodingDirection ROW or COL.
   std::optional<std::array<double, 3>> direction;
   // Where the values came from: "standard", "CSA" (Siemens: the CSA image header, or its copies
   // (0019,xx0C) and (0019,xx0E)), "Philips", "GE". A file stating several gives the first of

@@ -53,7 +53,8 @@ constexpr DicomTag kSOPInstanceUID = 0x00080018, kModality = 0x00080060,
                    kDiffusionGradientOrientation = 0x00189089,
                    kDiffusionDirectionality = 0x00189075, kMRDiffusionSequence = 0x00189117,
                    kDiffusionGradientDirectionSequence = 0x00189076,
-                   kComplexImageComponent = 0x00089208, kMRImageFrameType = 0x00189226;
+                   kComplexImageComponent = 0x00089208, kMRImageFrameType = 0x00189226,
+                   kInPlanePhaseEncodingDirection = 0x00181312;
 
 using Vec3 = std::array<double, 3>;
 
@@ -333,6 +334,39 @@ bool siemens_diffusion_candidate(const DicomDataset& ds) {
   return false;
 }
 
+// GE's (0019,xxBB..BD) direction in the patient frame (LPS). GE states it in the frame of the
+// encoding directions, with signs that depend on the slice orientation; this is dcm2niix's
+// transform (geCorrectBvecs, from dicm2nii), whose result, in its image's axes (row direction,
+// minus the column direction, slice normal), is taken back to LPS: for ROW phase encoding swap
+// x and y and negate the new y; negate the components the slice orientation names (sagittal:
+// x and y, coronal: y and z, axial: z, the orientation being the normal's largest component);
+// negate y, then all three (and see the coronal ROW case below). nullopt when the phase
+// encoding direction is not ROW or COL.
+std::optional<Vec3> ge_direction(Vec3 g, const std::array<double, 6>& iop,
+                                 const std::string& phase_encoding) {
+  if (phase_encoding != "ROW" && phase_encoding != "COL") return std::nullopt;
+  const Vec3 row{iop[0], iop[1], iop[2]}, col{iop[3], iop[4], iop[5]};
+  const Vec3 normal = cross(row, col);
+  if (phase_encoding == "ROW") g = {g[1], -g[0], g[2]};
+  // The slice orientation as dcm2niix picks it (verify_slice_dir: ties go to the later axis).
+  const double a0 = std::abs(normal[0]), a1 = std::abs(normal[1]), a2 = std::abs(normal[2]);
+  int axis = 0;
+  if (a1 >= a0 && a1 >= a2) axis = 1;
+  if (a2 >= a0 && a2 >= a1) axis = 2;
+  static constexpr bool kFlip[3][3] = {{true, true, false}, {false, true, true}, {false, false, true}};
+  for (int i = 0; i < 3; ++i)
+    if (kFlip[axis][i]) g[i] = -g[i];
+  g[1] = -g[1];
+  for (double& x : g) x = -x;
+  // Coronal slices with ROW phase encoding: dcm2niix v1.0.20260724 writes the in-plane
+  // components negated from what its published transform gives (observed on files made with
+  // pydicom; dcm2niix warns that its ROW case is untested). Followed for parity.
+  if (axis == 1 && phase_encoding == "ROW") g[0] = -g[0], g[1] = -g[1];
+  Vec3 lps{};
+  for (int r = 0; r < 3; ++r) lps[r] = g[0] * row[r] - g[1] * col[r] + g[2] * normal[r];
+  return unit_direction({lps[0], lps[1], lps[2]});
+}
+
 // The diffusion encoding stated at the top level of a single-frame file; `csa`: its CSA image
 // header when the caller read it.
 std::optional<DicomDiffusion> file_diffusion(const DicomDataset& ds, const dicom::CsaHeader* csa) {
@@ -365,14 +399,33 @@ std::optional<DicomDiffusion> file_diffusion(const DicomDataset& ds, const dicom
     }
   }
   // GE: (0043,xx39) "Slop_int_6..9", the b-value first, plus 10^9 in some software versions
-  // (dcm2niix issue 602). Its directions, (0019,xxBB..BD), are in the frame of the phase and
-  // frequency encoding and the slice, with signs that depend on the phase encoding direction and
-  // the slice order (dcm2niix's geCorrectBvecs): not converted here, so GE images have b-values
-  // and no direction.
+  // (dcm2niix issue 602); the direction in (0019,xxBB..BD), in the frame of the encoding
+  // directions (ge_direction).
   if (const DicomElement* e = private_element(ds, 0x0043, "GEMS_PARM_01", 0x39)) {
     const auto v = private_numbers(ds, e, true);
-    if (!v.empty() && std::isfinite(v.front()))
-      return diffusion(std::fmod(v.front(), 1e9), std::nullopt, "GE");
+    if (!v.empty() && std::isfinite(v.front())) {
+      double b = std::fmod(v.front(), 1e9);
+      std::vector<double> g;
+      for (std::uint8_t el : {0xBB, 0xBC, 0xBD}) {
+        const auto c = private_numbers(ds, private_element(ds, 0x0019, "GEMS_ACQU_01", el), true);
+        if (!c.empty()) g.push_back(c.front());
+      }
+      std::optional<Vec3> direction;
+      if (g.size() == 3 && b > 0) {
+        // A vector shorter than 1 scales the b-value by its squared length (GE's multi-shell
+        // tensor files; dcm2niix issues 163, 245): b rounded to 5, at least 5.
+        const double len = norm(Vec3{g[0], g[1], g[2]});
+        if (len > 0.03 && len < 0.97) {
+          const double scaled = b * len * len;
+          b = scaled < 5 ? 5 : std::floor((scaled + 2.5) / 5) * 5;
+        }
+        std::array<double, 6> iop{};
+        if (fill(iop, ds.numbers(kImageOrientation)))
+          direction = ge_direction({g[0], g[1], g[2]}, iop,
+                                   ds.string(kInPlanePhaseEncodingDirection).value_or(""));
+      }
+      return diffusion(b, direction, "GE");
+    }
   }
   return std::nullopt;
 }

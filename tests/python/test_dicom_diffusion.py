@@ -6,7 +6,9 @@ image's determinant is positive (FSL's convention), the vector mapped through th
 the image's affine gives a world (RAS) direction, which must equal dcm2niix's to 1e-4, and the
 b-values must be equal. Inputs: series written here with pydicom (the standard attributes in
 single-frame and enhanced files, Siemens' (0019) elements, Philips' private elements, an axial
-and an oblique orientation) and nibabel's Siemens DWI mosaic 0.dcm (b = 0).
+and an oblique orientation; GE's private elements, whose directions are in the frame of the
+encoding, in axial, coronal, sagittal, rotated and oblique slices with ROW and COL phase
+encoding) and nibabel's Siemens DWI mosaic 0.dcm (b = 0).
 
 The binary is $VOXPIPE_CLI if set, else .venv/bin/voxpipe; skipped when neither exists, or when
 the dcm2niix executable (PyPI `dcm2niix`) is not on PATH or beside this Python.
@@ -230,3 +232,55 @@ def test_nibabels_b0_mosaic_matches_dcm2niix(tmp_path):
         (bval,) = sorted(out.glob('*.bval'))
         assert np.all(np.loadtxt(bval) == 0)
         assert np.all(np.loadtxt(bval.with_suffix('.bvec')) == 0)
+
+
+# GE: (0019,10BB..BD) in the encoding frame; the last vector is shorter than 1: GE scales the
+# b-value by its squared length (rounded to 5).
+GE_VOLUMES = [(0, (0.0, 0.0, 0.0)), (1000, (0.8, 0.6, 0.0)), (1000, (0.0, 0.28, 0.96)),
+              (1000, (0.36, -0.48, 0.8)), (1000, (0.5, 0.0, 0.0))]
+_C, _S = math.cos(0.3), math.sin(0.3)
+GE_ORIENTATIONS = {
+    'axial': [1, 0, 0, 0, 1, 0], 'axial_oblique': [1, 0, 0, 0, _C, _S],
+    'axial_rotated': [0, 1, 0, -1, 0, 0], 'coronal': [1, 0, 0, 0, 0, -1],
+    'coronal_oblique': [1, 0, 0, 0, _S, -_C], 'coronal_rotated': [0, 0, -1, 1, 0, 0],
+    'sagittal': [0, 1, 0, 0, 0, -1], 'sagittal_oblique': [0, _C, _S, 0, -_S, _C],
+}
+
+
+def write_ge(folder: Path, iop: list[float], phase: str, descending: bool) -> None:
+    normal = np.cross(iop[:3], iop[3:])
+    series_uid = generate_uid()
+    folder.mkdir(parents=True)
+    for v, (b, g) in enumerate(GE_VOLUMES):
+        for k in range(3):
+            position = 2 - k if descending else k
+            ds = base_dataset('1.2.840.10008.5.1.4.1.1.4', 'GE MEDICAL SYSTEMS', series_uid)
+            ds.ImageType = ['ORIGINAL', 'PRIMARY', 'OTHER']
+            ds.ScanningSequence = 'EP'
+            ds.SequenceVariant = 'NONE'
+            ds.InPlanePhaseEncodingDirection = phase
+            ds.ImageOrientationPatient = [float(x) for x in iop]
+            ds.ImagePositionPatient = [float(x) for x in np.array([-8.0, -8.0, 10.0]) + 3 * position * normal]
+            ds.PixelSpacing = [2, 2]
+            ds.SliceThickness = 3
+            ds.SpacingBetweenSlices = 3
+            ds.InstanceNumber = v * 3 + k + 1
+            ds.AcquisitionNumber = 1
+            ds.TemporalPositionIdentifier = v + 1
+            block = ds.private_block(0x0019, 'GEMS_ACQU_01', create=True)
+            for el, x in zip((0xBB, 0xBC, 0xBD), g):
+                block.add_new(el, 'DS', str(x))
+            block = ds.private_block(0x0043, 'GEMS_PARM_01', create=True)
+            block.add_new(0x39, 'IS', [str(1000000000 + b), '8', '0', '0'])  # GE's 10^9 bias
+            ds.PixelData = (np.arange(64, dtype=np.uint16) + 100 * (v * 3 + k)).tobytes()
+            ds.save_as(folder / f'{v}_{k}.dcm', enforce_file_format=True)
+
+
+@pytest.mark.parametrize('phase', ['COL', 'ROW'])
+@pytest.mark.parametrize('orientation_name', sorted(GE_ORIENTATIONS))
+def test_ge_gradient_table_matches_dcm2niix_in_world_space(tmp_path, orientation_name, phase):
+    src = tmp_path / 'dicom'
+    write_ge(src, GE_ORIENTATIONS[orientation_name], phase, descending=orientation_name == 'coronal')
+    d_nii, v_nii = convert_both(src, tmp_path / 'out')
+    assert nib.load(v_nii).shape == (8, 8, 3, 5)
+    assert_same_table(d_nii, v_nii, [0, 1000, 1000, 1000, 250])

@@ -179,7 +179,28 @@ TEST(DicomDiffusion, VendorPrivateElements) {
     });
     ASSERT_TRUE(s.images[2].diffusion);
     EXPECT_EQ(s.images[2].diffusion->source, "GE");
+    EXPECT_FALSE(s.images[2].diffusion->direction);  // no (0019,xxBB..BD)
     EXPECT_EQ(dicom_gradient_table(s, s.affine)->bvals, (std::vector<double>{0, 1500}));
+  }
+  {
+    // GE's direction, in the encoding frame, for axial slices and COL phase encoding: LPS
+    // (-x, -y, z) of (0019,xxBB..BD), as dcm2niix's world directions (test_dicom_diffusion.py
+    // checks every orientation against dcm2niix); a vector of length 0.5 scales b by 0.25.
+    vptest::TempDir dir;
+    const DicomSeries s = two_by_two(dir, [](vptest::DicomWriter& w, int, int v) {
+      w.text(0x00181312, "CS", "COL ");
+      w.text(0x00190010, "LO", "GEMS_ACQU_01");
+      w.text(0x001910BB, "DS", v == 0 ? "0.4 " : "0.8 ");
+      w.text(0x001910BC, "DS", v == 0 ? "0 " : "0.6 ");
+      w.text(0x001910BD, "DS", "0 ");
+      w.text(0x00430010, "LO", "GEMS_PARM_01");
+      w.text(0x00431039, "IS", "1000\\8\\0\\0 ");
+    });
+    ASSERT_TRUE(s.images[0].diffusion && s.images[2].diffusion);
+    EXPECT_EQ(s.images[0].diffusion->b_value, 160);  // 1000 * 0.4^2
+    expect_vec(*s.images[0].diffusion->direction, {-1, 0, 0});
+    EXPECT_EQ(s.images[2].diffusion->b_value, 1000);
+    expect_vec(*s.images[2].diffusion->direction, {-0.8, -0.6, 0});
   }
 }
 
