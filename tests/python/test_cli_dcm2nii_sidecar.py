@@ -296,3 +296,141 @@ def test_siemens_mpr_sidecar_equals_dcm2niix(tmp_path):
     different = {k: (v, ours.get(k)) for k, v in ref.items()
                  if k not in EXCEPTIONS and not (k in ours and _close(v, ours[k]))}
     assert not different, different
+
+
+# voxpipe's own keys (docs/dicom.md "JSON sidecar"), and the BIDS keys it writes where dcm2niix
+# writes none: Manufacturer of a vendor dcm2niix does not name, Modality other than CR, CT, MR,
+# PT, US and SEG.
+OWN_KEYS = {'SeriesInstanceUID', 'PixelSpacing', 'Dimensions', 'SeriesSplit', 'RescaleSlope',
+            'RescaleIntercept', 'GantryTiltDegrees', 'Warnings'}
+
+
+def _single_file_sidecars(folder, tmp_path):
+    ref_dir, our_dir = tmp_path / 'ref', tmp_path / 'ours'
+    ref_dir.mkdir()
+    our_dir.mkdir()
+    opts = ['-b', 'y', '-z', 'n', '-f', 'x']
+    subprocess.run([DCM2NIIX, *opts, '-o', str(ref_dir), str(folder)], check=True, capture_output=True, timeout=60)
+    subprocess.run([VOXPIPE, 'dcm2niix', *opts, '-o', str(our_dir), str(folder)], check=True,
+                   capture_output=True, timeout=60)
+    return (json.loads((ref_dir / 'x.json').read_text()), json.loads((our_dir / 'x.json').read_text()))
+
+
+def _assert_whole_sidecar(ref, ours, extra=(), skip=()):
+    """Every key of dcm2niix's sidecar in ours with its value, and no other but voxpipe's own
+    and `extra`; `skip`: keys left out of the comparison (each documented)."""
+    mine = {k: v for k, v in ours.items() if k not in OWN_KEYS and k not in extra and k not in skip}
+    theirs = {k: v for k, v in ref.items() if k not in skip}
+    for k in EXCEPTIONS:
+        theirs.pop(k)
+        mine.pop(k)
+    assert list(mine) == list(theirs)  # the same keys in the same order
+    different = {k: (v, mine[k]) for k, v in theirs.items() if not _close(v, mine[k])}
+    assert not different, different
+    for k in extra:
+        assert k in ours, k
+
+
+@pytest.mark.parametrize('name,expected', [
+    # GE CT: the X-ray keys, no SliceThickness or EchoTime for an X-ray series.
+    ('CT_small.dcm', {'Modality': 'CT', 'ConvolutionKernel': 'STANDARD', 'ExposureTime': 1.601,
+                      'XRayTubeCurrent': 170, 'XRayExposure': 170, 'BidsGuess': ['ct', '_ct']}),
+    # CT without ProtocolName: the SeriesDescription; ImageType "DERIVED " is derived.
+    ('693_J2KI.dcm', {'ProtocolName': '5/5mm Plain', 'RawImage': False, 'ExposureTime': 2,
+                      'XRayExposure': 85}),
+    # A segmentation (Modality SEG): derived, ProtocolName from the SeriesDescription.
+    ('liver_1frame.dcm', {'Modality': 'SEG', 'ProtocolName': 'Liver Segmentation',
+                          'RawImage': False, 'SliceThickness': 1}),
+])
+def test_pydicom_file_sidecar_equals_dcm2niix(name, expected, tmp_path):
+    pydicom = pytest.importorskip('pydicom')
+    from pydicom.data import get_testdata_file
+    folder = tmp_path / 'in'
+    folder.mkdir()
+    shutil.copy(get_testdata_file(name), folder / 'a.dcm')
+    ref, ours = _single_file_sidecars(folder, tmp_path)
+    for k, v in expected.items():
+        assert _close(ref[k], v), (k, ref[k])
+    assert 'SliceThickness' not in ref or name == 'liver_1frame.dcm'
+    extra = ('Manufacturer',) if name == 'liver_1frame.dcm' else ()  # "QIICR": dcm2niix writes none
+    _assert_whole_sidecar(ref, ours, extra=extra)
+
+
+def _grey_copy(name, folder, **changes):
+    """pydicom's test file `name` with its metadata on an 8x8 16-bit grey image at the origin
+    (one frame; ImageOrientationPatient and PixelSpacing added where missing), for series that
+    are not converted for their pixels (colour, multi-frame without per-frame positions)."""
+    pydicom = pytest.importorskip('pydicom')
+    import numpy as np
+    from pydicom.data import get_testdata_file
+    from pydicom.uid import ExplicitVRLittleEndian
+    ds = pydicom.dcmread(get_testdata_file(name))
+    for k in ('NumberOfFrames', 'FrameIncrementPointer', 'GridFrameOffsetVector', 'PlanarConfiguration',
+              'LossyImageCompression'):
+        if k in ds:
+            del ds[k]
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = 'MONOCHROME2'
+    ds.Rows = ds.Columns = 8
+    ds.BitsAllocated = ds.BitsStored = 16
+    ds.HighBit = 15
+    ds.PixelRepresentation = 0
+    added = set()
+    if 'ImagePositionPatient' not in ds:
+        ds.ImagePositionPatient = [0, 0, 0]
+    if 'ImageOrientationPatient' not in ds:
+        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        added.add('ImageOrientationPatientDICOM')
+    if 'PixelSpacing' not in ds:
+        ds.PixelSpacing = [1, 1]
+    if ds.file_meta.TransferSyntaxUID.is_compressed:
+        ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    little = ds.file_meta.TransferSyntaxUID.is_little_endian
+    ds.PixelData = np.arange(64, dtype='<u2' if little else '>u2').tobytes()
+    for k, v in changes.items():
+        setattr(ds, k, v)
+    folder.mkdir(parents=True)
+    ds.save_as(folder / 'a.dcm')
+    return added
+
+
+@pytest.mark.parametrize('name,expected', [
+    # Secondary capture: DERIVED\SECONDARY\OTHER, no Modality dcm2niix knows ("OT").
+    ('SC_rgb_small_odd.dcm', {'ImageType': ['DERIVED', 'SECONDARY', 'OTHER'], 'RawImage': False,
+                              'SeriesNumber': 1}),
+    # RT dose: no Modality written for RTDOSE, the orientation as stored.
+    ('rtdose.dcm', {'ImageOrientationPatientDICOM': [1, 0, 0, 0, 1, 0], 'StationName': 'Computer001',
+                    'ManufacturersModelName': 'Treatment Planning System name here'}),
+    # Colour ultrasound (GE, a vendor name dcm2niix does not match): ImageType, DeviceSerialNumber.
+    ('examples_rgb_color.dcm', {'Modality': 'US', 'InstitutionalDepartmentName': 'None'}),
+])
+def test_non_mr_metadata_sidecar_equals_dcm2niix(name, expected, tmp_path):
+    added = _grey_copy(name, tmp_path / 'in')
+    ref, ours = _single_file_sidecars(tmp_path / 'in', tmp_path)
+    for k, v in expected.items():
+        assert _close(ref[k], v), (k, ref[k])
+    extra = tuple(k for k in ('Manufacturer', 'Modality') if k in ours and k not in ref)
+    skip = set(added)
+    if name == 'SC_rgb_small_odd.dcm':
+        # dcm2niix cuts ImageComments at its 255-character buffer; voxpipe writes it whole.
+        assert len(ref['ImageComments']) == 255 and ours['ImageComments'].startswith(ref['ImageComments'])
+        assert len(ours['ImageComments']) > 255
+        skip.add('ImageComments')
+    _assert_whole_sidecar(ref, ours, extra=extra, skip=skip)
+
+
+def test_series_without_a_number_gets_the_uid_crc(tmp_path):
+    # dcm2niix's SeriesNumber for a file with none, 0 or an empty one: the CRC-32 of the UID.
+    import zlib
+    for case, value in (('absent', None), ('zero', '0'), ('empty', '')):
+        folder = tmp_path / case / 'in'
+        _grey_copy('CT_small.dcm', folder)
+        pydicom = pytest.importorskip('pydicom')
+        ds = pydicom.dcmread(folder / 'a.dcm')
+        if value is None:
+            del ds.SeriesNumber
+        else:
+            ds.SeriesNumber = value
+        ds.save_as(folder / 'a.dcm')
+        ref, ours = _single_file_sidecars(folder, tmp_path / case)
+        assert ref['SeriesNumber'] == ours['SeriesNumber'] == zlib.crc32(ds.SeriesInstanceUID.encode()), case
