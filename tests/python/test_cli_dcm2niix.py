@@ -407,3 +407,12 @@ def test_overlays_written_as_dcm2niix_roi_images(tmp_path):
         plane = pydicom.dcmread(example).overlay_array(0x6000)
         assert plane.sum() > 0
         assert np.array_equal(np.asanyarray(roi.dataobj)[:, :, 0], plane[::-1].T)
+    # Compressed, twice into one folder (the second series' name gets its letter, and its ROI
+    # the same name), and -b o (no images, so no ROI).
+    out = tmp_path / 'again'
+    for args in (['-z', 'y'], ['-z', 'y'], ['-b', 'o', '-f', 'only']):
+        d, v = run_both(args + ['-o', '{out}', str(study / 'a')], out)
+        assert v.returncode == d.returncode == 0, (args, v.stderr)
+    assert names(out / 'voxpipe') == names(out / 'dcm2niix')
+    assert sum(n.endswith('a_ROI1.nii.gz') for n in names(out / 'voxpipe')) == 1
+    assert assert_same_images(out) == 6  # two images and their two ROIs each
