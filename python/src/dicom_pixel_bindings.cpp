@@ -118,7 +118,19 @@ void bind_dicom_pixels(nb::module_& m) {
         for (const DicomSlice& im : s.images) v.push_back(im.position);
         return v;
       })
-      .def_prop_ro("first_file", [](const DicomSeries& s) { return s.first_file; });
+      .def_prop_ro("first_file", [](const DicomSeries& s) { return s.first_file; })
+      .def_ro("echo_number", &DicomSeries::echo_number)
+      .def_ro("image_component", &DicomSeries::image_component)
+      .def(
+          "gradient_table",
+          [](const DicomSeries& s, const std::array<double, 16>& affine) -> nb::object {
+            const auto table = dicom_gradient_table(s, affine);
+            if (!table) return nb::none();
+            return nb::cast(std::make_pair(table->bvals, table->bvecs));
+          },
+          nb::arg("affine"),
+          "(bvals, bvecs) of a diffusion series for an image with `affine` (row-major 4x4): "
+          "FSL's convention, as .bval/.bvec; None without a diffusion encoding.");
 
   m.def(
       "dicom_scan",

@@ -366,6 +366,13 @@ class DicomSeries:
     # A std::shared_ptr in the core, which a series without images would leave empty.
     @property
     def first_file(self) -> DicomFile | None: ...
+    @property
+    def echo_number(self) -> int: ...
+    @property
+    def image_component(self) -> str: ...
+    def gradient_table(
+        self, affine: Sequence[float]
+    ) -> tuple[list[float], list[tuple[float, float, float]]] | None: ...
 
 
 def dicom_scan(paths: Sequence[str], threads: int = 0, recursive: bool = True,

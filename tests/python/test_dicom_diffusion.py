@@ -284,3 +284,39 @@ def test_ge_gradient_table_matches_dcm2niix_in_world_space(tmp_path, orientation
     d_nii, v_nii = convert_both(src, tmp_path / 'out')
     assert nib.load(v_nii).shape == (8, 8, 3, 5)
     assert_same_table(d_nii, v_nii, [0, 1000, 1000, 1000, 250])
+
+
+@pytest.mark.parametrize('kind', ['enhanced', 'siemens'])
+def test_series_gradient_table_from_python(tmp_path, kind):
+    """vp.dicom.Series.gradient_table gives the table the commands write: equal to dcm2nii's
+    .bval/.bvec for the series' own affine (what vp.load_dicom gives), and, for another affine
+    (dcm2niix's, rows flipped), the same world directions as dcm2niix's files."""
+    import voxpipe as vp
+    src = tmp_path / 'dicom'
+    if kind == 'enhanced':
+        write_enhanced(src, oblique=True)
+    else:
+        write_single_frames(src, kind, oblique=True)
+    d_nii, v_nii = convert_both(src, tmp_path / 'out')
+    (series,) = vp.dicom.scan(src)
+    bvals, bvecs = series.gradient_table()
+    stem = str(v_nii)[: -len('.nii')]
+    np.testing.assert_array_equal(bvals, np.loadtxt(stem + '.bval'))
+    np.testing.assert_allclose(bvecs, np.loadtxt(stem + '.bvec'), atol=5e-6)  # %g: 6 digits
+    np.testing.assert_array_equal(bvals, [b for b, _ in VOLUMES])
+    theirs = nib.load(d_nii).affine
+    bvals2, bvecs2 = series.gradient_table(theirs)
+    stem2 = str(d_nii)[: -len('.nii')]
+    np.testing.assert_allclose(bvecs2, np.loadtxt(stem2 + '.bvec'), atol=1e-5)
+    assert vp.load_dicom(src).dicom.gradient_table()[0].tolist() == bvals.tolist()
+
+
+def test_series_without_diffusion_has_no_gradient_table(tmp_path):
+    import voxpipe as vp
+    from test_cli_dcm2nii import write_series
+    write_series(tmp_path / 'dicom', slices=3)
+    (series,) = vp.dicom.scan(tmp_path / 'dicom')
+    assert series.gradient_table() is None
+    assert (series.echo_number, series.image_component) == (0, '')
+    with pytest.raises(vp.errors.InvalidArgumentError):
+        series.gradient_table(np.eye(3))

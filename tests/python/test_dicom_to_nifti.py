@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -128,3 +129,18 @@ def test_from_an_object_store_prefix(dwi, tmp_path, monkeypatch):
             vp.dicom.to_nifti('s3://voxpipe-bids/nothing-here/', remote)
     finally:
         server.stop()
+
+
+def test_overlays_are_listed_with_their_series(tmp_path):
+    """A Siemens image with a DICOM overlay: its plane written as NAME_ROI1 (dcm2niix's name)
+    and listed in Converted.overlays."""
+    from pydicom.data import DATA_ROOT
+    src = tmp_path / 'dicom'
+    src.mkdir()
+    shutil.copy(Path(DATA_ROOT) / 'test_files' / 'examples_overlay.dcm', src)
+    out = tmp_path / 'out'
+    out.mkdir()
+    (c,) = vp.dicom.to_nifti(src, out, filename='%p_%s', compress=False)
+    assert c.overlays == (str(out / 't1_vibe_fs_tra_bh_dyn_18_ROI1.nii'),)
+    roi = np.asanyarray(nib.load(c.overlays[0]).dataobj)
+    assert roi.dtype == np.uint8 and set(np.unique(roi)) == {0, 1}

@@ -19,14 +19,16 @@ from ..._foundation.types import StrPath
 
 
 class Converted(NamedTuple):
-    """One series as ``to_nifti`` wrote it: the paths of its files (None for those not written)
-    and its sidecar's metadata as a dict (None without a sidecar)."""
+    """One series as ``to_nifti`` wrote it: the paths of its files (None for those not written),
+    its sidecar's metadata as a dict (None without a sidecar), and the images of its DICOM
+    overlays (``NAME_ROI1.nii``..., as dcm2niix writes them; empty when it has none)."""
 
     nifti: str | None
     sidecar: str | None
     metadata: dict[str, Any] | None
     bval: str | None
     bvec: str | None
+    overlays: tuple[str, ...] = ()
 
 
 def _flag(value: bool) -> str:
@@ -136,4 +138,10 @@ def _converted(base: str, nifti: bool, sidecar: bool) -> Converted:
             metadata = json.load(f)
     bval = base + ".bval" if os.path.exists(base + ".bval") else None
     bvec = base + ".bvec" if os.path.exists(base + ".bvec") else None
-    return Converted(image, side, metadata, bval, bvec)
+    overlays = []
+    for n in range(1, 17):  # overlay groups 6000-601E: dcm2niix's _ROI1 ... _ROI16
+        roi = next((base + f"_ROI{n}{s}" for s in (".nii.gz", ".nii")
+                    if os.path.exists(base + f"_ROI{n}{s}")), None)
+        if roi is not None:
+            overlays.append(roi)
+    return Converted(image, side, metadata, bval, bvec, tuple(overlays))

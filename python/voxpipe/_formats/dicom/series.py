@@ -212,6 +212,40 @@ class Series:
         return np.array(self._s.positions, dtype=np.float64)
 
     @property
+    def echo_number(self) -> int:
+        """The EchoNumbers of its images (0: not stated); the echoes of one series UID are
+        separate series."""
+        return self._s.echo_number
+
+    @property
+    def image_component(self) -> str:
+        """"PHASE", "REAL" or "IMAGINARY" when its images hold that component (the parts of one
+        series UID are separate series, as dcm2niix's _ph, _real, _imaginary files); "" for
+        magnitude or unstated."""
+        return self._s.image_component
+
+    def gradient_table(self, affine: npt.ArrayLike | None = None
+                       ) -> tuple[Float64Array, Float64Array] | None:
+        """The diffusion gradient table: ``(bvals, bvecs)``, bvals of shape (volumes,) in s/mm²
+        and bvecs of shape (3, volumes) as FSL reads ``.bvec`` and dcm2niix writes it: each
+        direction in the voxel axes of an image with ``affine`` (default: the series' own, which
+        ``load()`` gives), x negated when the affine's determinant is positive, (0, 0, 0) for
+        b = 0. None when the files state no diffusion encoding (docs/dicom.md, "Diffusion").
+
+        From the standard attributes (top level or an enhanced file's MR Diffusion Sequence),
+        Siemens' CSA header, GE's and Philips' private elements. FormatError when the slices of
+        one volume disagree."""
+        a = self.affine if affine is None else np.asarray(affine, dtype=np.float64)
+        if a.shape != (4, 4):
+            raise InvalidArgumentError(f"affine: expected a 4x4 matrix, got shape {a.shape}")
+        table = self._s.gradient_table([float(x) for x in a.ravel()])
+        if table is None:
+            return None
+        bvals, bvecs = table
+        return (np.asarray(bvals, dtype=np.float64),
+                np.asarray(bvecs, dtype=np.float64).reshape(-1, 3).T.copy())
+
+    @property
     def dataset(self) -> FileDataset:
         """The first image's dataset (a vp.dicom FileDataset), for metadata."""
         ds: FileDataset | None = self.__dict__.get("_dataset")
