@@ -7,7 +7,7 @@ Each case runs both converters with the options heudiconv passes (tests/python/d
 says which and how the outputs are compared); tests/python/test_dcm2niix_parity.py asserts the
 same comparisons. Not a timing: bench_dicom.py measures speed.
 
-Usage: .venv/bin/python bench/dicom_parity.py [--output docs/dicom.md]
+Usage: .venv/bin/python bench/dicom_parity.py [--output docs/bids.md]
 """
 import os
 import subprocess
@@ -32,7 +32,7 @@ def dcm2niix_version():
 def main():
     parser = Parser(__doc__)
     args = parser.parse_args()
-    output = args.output or os.path.join(REPO, "docs", "dicom.md")
+    output = args.output or os.path.join(REPO, "docs", "bids.md")
     cases = parity.offline_cases()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
