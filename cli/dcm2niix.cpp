@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -450,6 +451,24 @@ DicomSeries rows_flipped(const DicomSeries& s) {
     f.affine[4 * r + 1] = -s.affine[4 * r + 1];
   }
   return f;
+}
+
+// Whether dcm2niix keeps the rows of `s` as stored: a 3D volume of a 3D acquisition that is not
+// EPI (MRAcquisitionType 3D; ScanningSequence without EP, EchoPlanarPulseSequence not YES) is
+// reoriented to its nearest orthogonal axes instead of flipped (nii_setOrtho), which for an
+// image in no patient frame (DicomSeries::no_geometry) leaves the rows as stored. A placed
+// image needs no such rule: the affine says where its rows go either way.
+bool rows_kept_by_dcm2niix(const DicomSeries& s) {
+  if (!s.no_geometry || s.slices < 2 || s.volumes > 1 || !s.first_file) return false;
+  const DicomDataset& ds = s.first_file->dataset;
+  const std::string acquisition = ds.string(dicom_tag(0x0018, 0x0023)).value_or("");
+  if (acquisition.size() < 2 || acquisition[0] != '3' ||
+      std::toupper(static_cast<unsigned char>(acquisition[1])) != 'D')
+    return false;
+  for (const std::string& v : ds.strings(dicom_tag(0x0018, 0x0020)))
+    if (v.find("EP") != std::string::npos) return false;
+  const std::string epi = ds.string(dicom_tag(0x0018, 0x9018)).value_or("");
+  return epi.empty() || std::toupper(static_cast<unsigned char>(epi[0])) != 'Y';
 }
 
 void flip_rows(std::span<std::uint8_t> data, const std::vector<std::uint64_t>& shape,
@@ -904,8 +923,9 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
       ++failed;
       continue;
     }
-    const DicomSeries flipped = opts.flip ? rows_flipped(s0) : DicomSeries{};
-    const DicomSeries& s = opts.flip ? flipped : s0;
+    const bool flip = opts.flip && !rows_kept_by_dcm2niix(s0);
+    const DicomSeries flipped = flip ? rows_flipped(s0) : DicomSeries{};
+    const DicomSeries& s = flip ? flipped : s0;
     NameRules rules;
     rules.folder = folder_name;
     rules.post_fixes = opts.post_fixes;
@@ -944,7 +964,7 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     const SeriesPlan plan = series_plan(s, std::nullopt, opts.philips_precise);
     std::vector<std::string> warnings = s.warnings;
     SeriesFrame frame;
-    frame.rows_flipped = opts.flip;
+    frame.rows_flipped = flip;
     NiftiHeader h = series_header(s, plan, warnings, frame);
     if (opts.comment_set) {
       h.aux_file.fill('\0');
@@ -958,13 +978,19 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
         std::vector<std::uint8_t> data(voxels * dtype_size(plan.dtype));
         for (std::string& w : read_series_values(s, plan, data, threads))
           warnings.push_back(std::move(w));
-        if (opts.flip) flip_rows(data, s.shape(), dtype_size(plan.dtype));
+        if (flip) flip_rows(data, s.shape(), dtype_size(plan.dtype));
         write_nifti(base + (opts.gzip ? ".nii.gz" : ".nii"), h, {},
                     producer_from_bytes(std::as_bytes(std::span(data))),
                     WriteOptions{opts.gz_level, GzipLayout::members, threads});
         // Diffusion series: the gradient table in the written image's voxel frame.
         write_gradient_files(s, s.affine, base);
-        overlay_notes = write_overlays(s, h, base, opts, threads);
+        if (flip == opts.flip) {
+          overlay_notes = write_overlays(s, h, base, opts, threads);
+        } else {
+          Options kept = opts;
+          kept.flip = flip;
+          overlay_notes = write_overlays(s, h, base, kept, threads);
+        }
       }
       if (opts.bids) write_text_file(base + ".json", series_sidecar(s, plan, warnings, frame));
     } catch (const Error& e) {

@@ -235,6 +235,12 @@ std::vector<double> SeriesMeta::nums(DicomTag t) const {
 
 SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type, bool philips_precise) {
   SeriesPlan plan;
+  // Colour images are written as RGB24 (as dcm2niix): no rescale, and float output asked for
+  // grey images leaves them so.
+  if (s.stored_dtype == DType::rgb24) {
+    plan.dtype = DType::rgb24;
+    return plan;
+  }
   double slope = s.slope, inter = s.intercept;
   // Philips' scale slope, when the images share their rescale (dcm2niix leaves a series whose
   // scaling varies per frame at display values too).
@@ -293,9 +299,15 @@ NiftiHeader series_header(const DicomSeries& s, const SeriesPlan& plan, std::vec
   h.sform_code = 1;  // scanner
   // A qform (code 1, as dcm2niix) unless the slices step off their normal (gantry tilt, which
   // scan_dicom_series reports above 0.01 degrees) or the axes are further from orthogonal than
-  // the rounding of ImageOrientationPatient makes them.
+  // the rounding of ImageOrientationPatient makes them. Images in no patient frame (no
+  // position or orientation, DicomSeries::no_geometry) get neither, as dcm2niix writes them:
+  // readers take the pixdim affine, which is the series' own with its rows flipped (dcm2niix's
+  // row order).
   double shear = 0;
-  if (s.gantry_tilt) {
+  if (s.no_geometry) {
+    h.sform_code = 0;
+    h.qform_code = 0;
+  } else if (s.gantry_tilt) {
     warnings.push_back("qform_code 0: the affine has shear (gantry tilt " +
                        shortest(std::round(s.tilt_degrees * 1000) / 1000) +
                        " degrees), which only the sform holds");

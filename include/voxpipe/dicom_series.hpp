@@ -110,7 +110,8 @@ struct DicomSeries {
   double slice_spacing = 0;                // mean distance between positions along the normal
   bool gantry_tilt = false;                // positions step off the normal (kept as shear)
   double tilt_degrees = 0;
-  // The stored values' dtype (pixel_array's) and the rescale shared by every image, when it is
+  // The stored values' dtype (pixel_array's; rgb24 for colour images of 8-bit samples, decoded
+  // to RGB as pydicom does) and the rescale shared by every image, when it is
   // (uniform_rescale); else the data need float to be exact.
   DType stored_dtype = DType::u16;
   bool uniform_rescale = true;
@@ -120,6 +121,14 @@ struct DicomSeries {
   // numbers of images (a missing or duplicated slice in 4D), several images at one position of
   // a 3D series.
   std::string problem;
+  // True when no image states ImagePositionPatient and ImageOrientationPatient (secondary
+  // capture, CR/DX, ultrasound, a multi-frame file without positions): the images are stacked in
+  // time order (a file's frames in frame order), rows along +x (LPS), columns along +y, slices
+  // along +z, PixelSpacing (1 where absent or zero) and SpacingBetweenSlices (else
+  // SliceThickness, else 1) apart, centred on the origin (the affine nibabel gives dcm2niix's
+  // image of it), with a warning. Such an image is in no patient frame: NIfTI writers give it
+  // qform and sform code 0, as dcm2niix does.
+  bool no_geometry = false;
   std::vector<std::string> warnings;  // e.g. duplicate files dropped, gantry tilt
   // The first image's full dataset, for metadata (the JSON sidecar); shared. Its values longer
   // than DicomReadOptions' default max_value_size are located, not read: they are in the first
@@ -159,7 +168,11 @@ struct DicomScanResult {
 // imaginary: DicomSeries::image_component). Images at the same position form a 4D series when
 // every position has the same number of them, ordered by temporal index, acquisition number,
 // acquisition time, trigger time and instance number; files with the same SOPInstanceUID are
-// read once. Memory: a trimmed dataset per file.
+// read once. A multi-frame file without functional groups (cine, ultrasound, RT dose) is a
+// stack of its frames in frame order, from its ImagePositionPatient along the normal
+// SpacingBetweenSlices (else SliceThickness, else 1 mm) apart, as dcm2niix stacks them;
+// without a position or orientation, the series has no geometry (DicomSeries::no_geometry).
+// Memory: a trimmed dataset per file.
 DicomScanResult scan_dicom_series(const std::vector<std::string>& paths,
                                   const DicomScanOptions& options = {});
 
@@ -174,7 +187,7 @@ DicomScanResult scan_dicom_buffers(const std::vector<DicomBuffer>& buffers,
 // Reads a series into `out` (from its files, or the buffers it was scanned from), Fortran order
 // with series.shape(): `out_type` stored_dtype (the values of pixel_array, every image must share
 // one rescale to be meaningful), or f32/f64 (each image's Rescale Slope and Intercept applied in
-// float64, then rounded to f32). Images are
+// float64, then rounded to f32); a colour series (rgb24) reads as rgb24 only. Images are
 // decoded in parallel on `threads` (0: the default, resolve_threads in voxpipe/threads.hpp);
 // memory beyond `out` is a frame per thread.
 // Error(format) when series.problem is set; Error(invalid_argument) for an `out` of the wrong

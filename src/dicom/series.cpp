@@ -105,6 +105,9 @@ struct Image {
   bool has_position = false, has_orientation = false;
   std::string file_problem;  // set for images that cannot be placed (no per-frame positions)
   std::string file_warning;  // a CSA image header that could not be read: why
+  // The number of frames of its multi-frame file when that file has no functional groups (its
+  // frames are stacked in frame order); 0 otherwise.
+  std::uint64_t frame_stack = 0;
 };
 
 // The file reduced to what decoding needs: meta, transfer syntax, pixel data location and the
@@ -454,6 +457,11 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
   base.columns = pixel->columns;
   base.samples = pixel->samples_per_pixel;
   base.dtype = pixel->dtype;
+  // Colour images of 8-bit samples decoded to RGB (RGB, YBR_FULL and YBR_FULL_422 as pydicom
+  // converts them, JPEG 2000's YBR_ICT/RCT) are read as rgb24, as dcm2niix writes them; other
+  // colour images are refused (assemble).
+  if (pixel->samples_per_pixel == 3 && pixel->dtype == DType::u8 && pixel->photometric_out == "RGB")
+    base.dtype = DType::rgb24;
   base.has_orientation = fill(base.orientation, ds.numbers(kImageOrientation));
   fill(base.spacing, ds.numbers(kPixelSpacing));
   base.thickness = ds.number(kSliceThickness).value_or(0);
@@ -538,13 +546,49 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
     out.push_back(std::move(base));
     return out;
   }
+  if (per_frame.empty()) {
+    // A multi-frame file without functional groups (cine, US, NM, RT dose, a converted
+    // enhanced file): its frames are the slices of one stack, in frame order, as dcm2niix stacks
+    // them. With the file's ImagePositionPatient and ImageOrientationPatient, frame k lies k
+    // steps (SpacingBetweenSlices, else SliceThickness, else 1 mm: dcm2niix's) along the normal
+    // from that position; without them the stack has no geometry (assemble). One image per
+    // frame (some hundred bytes each), so the frames must be backed by bytes: each needs at
+    // least 8 bytes of pixel data (an encapsulated frame's item header; smaller native frames
+    // are test patterns). 1-byte RLE frames would otherwise let a 500-byte file claim 256 Mi
+    // images (found by fuzz_dicom_series).
+    const std::uint64_t n = pixel->number_of_frames;
+    const std::uint64_t backed = parsed.pixel_data ? parsed.pixel_data->length / 8 : 0;
+    if (n > std::max<std::uint64_t>(backed, 1)) {
+      base.file_problem = "a multi-frame file without per-frame positions (" + std::to_string(n) +
+                          " frames) whose pixel data (" +
+                          std::to_string(parsed.pixel_data ? parsed.pixel_data->length : 0) +
+                          " bytes) cannot hold that many";
+      base.slice.file = trimmed(std::move(parsed));
+      out.push_back(std::move(base));
+      return out;
+    }
+    const bool placed = base.has_position && base.has_orientation;
+    Vec3 normal = cross(Vec3{base.orientation[0], base.orientation[1], base.orientation[2]},
+                        Vec3{base.orientation[3], base.orientation[4], base.orientation[5]});
+    if (const double len = norm(normal); len > 0) for (double& x : normal) x /= len;
+    const double step = base.between > 0 ? base.between : base.thickness > 0 ? base.thickness : 1.0;
+    auto file = trimmed(std::move(parsed));
+    out.reserve(static_cast<std::size_t>(n));
+    for (std::uint64_t i = 0; i < n; ++i) {
+      Image im = base;
+      im.slice.file = file;
+      im.slice.frame = i;
+      im.frame_stack = n;
+      if (placed)
+        for (int r = 0; r < 3; ++r) im.slice.position[r] += double(i) * step * normal[r];
+      out.push_back(std::move(im));
+    }
+    return out;
+  }
   if (per_frame.size() < pixel->number_of_frames) {
-    // A multi-frame file without functional groups (cine, NM, US): its frames have no positions
-    // of their own, so it cannot be placed in space; it stands as one image with that problem.
-    // Not one image per frame: 1-byte RLE frames pass the pixel layer's limit up to 256 Mi
-    // frames, which a 500-byte file can claim (found by fuzz_dicom_series).
-    base.file_problem = "a multi-frame file without per-frame positions (" +
-                        std::to_string(pixel->number_of_frames) + " frames)";
+    base.file_problem = "a multi-frame file with per-frame functional groups for " +
+                        std::to_string(per_frame.size()) + " of its " +
+                        std::to_string(pixel->number_of_frames) + " frames";
     base.slice.file = trimmed(std::move(parsed));
     out.push_back(std::move(base));
     return out;
@@ -693,14 +737,60 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
     if (!im.file_problem.empty() && s.problem.empty()) s.problem = im.slice.file->path + ": " + im.file_problem;
     if (im.dtype != s.stored_dtype && s.problem.empty())
       s.problem = "the images' stored types differ (BitsAllocated or PixelRepresentation)";
-    if (im.samples != 1 && s.problem.empty())
-      s.problem = "colour images (SamplesPerPixel " + std::to_string(im.samples) +
-                  ") are not assembled into volumes";
+    if (im.samples != 1 && im.dtype != DType::rgb24 && s.problem.empty())
+      s.problem = "colour images (SamplesPerPixel " + std::to_string(im.samples) + ", " +
+                  im.slice.pixel->photometric + ", " +
+                  std::to_string(im.slice.pixel->bits_allocated) +
+                  " bits) are read only as 8-bit RGB (RGB, YBR_FULL, YBR_FULL_422), as NIfTI's "
+                  "RGB24 holds them (dcm2niix refuses 16-bit colour, and writes 32-bit colour "
+                  "as one int32 per pixel that is not its colour)";
   }
-  bool placed = true;
-  for (const Image& im : images) placed &= im.has_position && im.has_orientation;
-  if (!placed && s.problem.empty())
+  std::size_t placed = 0;
+  for (const Image& im : images) placed += im.has_position && im.has_orientation;
+  if (placed == 0 && s.problem.empty()) {
+    // No image states where it is (secondary capture, CR/DX, ultrasound, a multi-frame file
+    // without positions): the images are stacked in time order (a multi-frame file's in frame
+    // order), as dcm2niix stacks them, on axes of its choosing: rows along +x (LPS), columns
+    // along +y, slices along +z, PixelSpacing (1 where absent or zero) apart in plane, slices
+    // SpacingBetweenSlices (else SliceThickness, else 1) apart, centred on the origin. That is
+    // the affine nibabel makes of dcm2niix's image (sform and qform code 0, rows flipped).
+    s.no_geometry = true;
+    std::stable_sort(images.begin(), images.end(), [](const Image& a, const Image& b) {
+      const DicomSlice &x = a.slice, &y = b.slice;
+      return std::tie(x.temporal_index, x.acquisition_number, x.acquisition_time, x.trigger_time,
+                      x.instance_number, x.file->path, x.frame) <
+             std::tie(y.temporal_index, y.acquisition_number, y.acquisition_time, y.trigger_time,
+                      y.instance_number, y.file->path, y.frame);
+    });
+    s.orientation = {1, 0, 0, 0, 1, 0};
+    for (double& d : s.pixel_spacing)
+      if (!(d > 0) || !std::isfinite(d)) d = 1;
+    // A step the position tolerance would merge (or not a number) is taken as 1 mm.
+    if (!(single_step > 10 * options.position_tolerance) || !std::isfinite(single_step))
+      single_step = 1;
+    const double k0 = -single_step * (double(images.size()) - 1) / 2;
+    for (std::size_t k = 0; k < images.size(); ++k) {
+      Image& im = images[k];
+      im.orientation = s.orientation;
+      im.spacing = s.pixel_spacing;
+      im.slice.position = {-s.pixel_spacing[1] * (double(s.columns) - 1) / 2,
+                           -s.pixel_spacing[0] * (double(s.rows) - 1) / 2,
+                           k0 + double(k) * single_step};
+      im.has_position = im.has_orientation = true;
+    }
+    s.warnings.push_back(
+        "no ImagePositionPatient or ImageOrientationPatient: the image is not placed in the "
+        "patient frame (qform and sform code 0); its affine is PixelSpacing and the slice step "
+        "about the image centre, as dcm2niix writes it");
+  } else if (placed < images.size() && s.problem.empty()) {
     s.problem = "some images have no ImagePositionPatient or ImageOrientationPatient";
+  }
+  if (!s.no_geometry && images.front().frame_stack > 1 && s.problem.empty())
+    s.warnings.push_back(
+        "a multi-frame file without per-frame positions: its " +
+        std::to_string(images.front().frame_stack) +
+        " frames are stacked from ImagePositionPatient along the normal, " + fmt(single_step) +
+        " mm apart (SpacingBetweenSlices, else SliceThickness, else 1 mm, as dcm2niix)");
 
   // Non-finite geometry (DS accepts "nan" and "inf", FD any bits; 1e308 overflows the distance
   // along the normal) compares false with everything: such an image would join its neighbour's
@@ -983,6 +1073,10 @@ std::string check_series_read(const DicomSeries& series, DType out_type) {
   if (!series.problem.empty())
     throw Error(ErrorCode::format, name, "series " + series.series_instance_uid,
                 "cannot be assembled: " + series.problem);
+  if (series.stored_dtype == DType::rgb24 && out_type != DType::rgb24)
+    throw Error(ErrorCode::invalid_argument, name, "dtype",
+                "a colour series reads as rgb24 (its stored type) only, not as " +
+                    std::string(dtype_name(out_type)));
   if (out_type != series.stored_dtype && out_type != DType::f32 && out_type != DType::f64)
     throw Error(ErrorCode::invalid_argument, name, "dtype",
                 std::string("a series reads as its stored type (") +
@@ -1049,7 +1143,8 @@ std::vector<std::string> decode_series_planes(
     const DicomSlice& first = series.images[jobs[j].front()];
     const DicomPixelInfo& info = *first.pixel;
     const std::span<const std::uint8_t> bytes = bytes_of(first.buffer);
-    if (first.tile_grid == 0 && out_type == info.dtype) {
+    // rgb24: the decoded frame's interleaved 8-bit samples as they are.
+    if (first.tile_grid == 0 && (out_type == info.dtype || out_type == DType::rgb24)) {
       // Straight into its place.
       std::uint8_t* dst = target(jobs[j].front());
       job_warnings[j] = decode_dicom_frames(*first.file, info, first.frame, 1,

@@ -3,8 +3,10 @@
 // fuzz_dicom_series, checked where the sanitizer builds run them.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -100,9 +102,10 @@ TEST(DicomSeries, NonFiniteGeometryIsAProblem) {
   }
 }
 
-// A multi-frame file without per-frame functional groups cannot be placed in space; it stays one
-// image with that problem, whatever NumberOfFrames claims. One image per frame let this 500-byte
-// RLE file (1-byte frames, which the pixel layer accepts up to 256 Mi of) take gigabytes.
+// A multi-frame file without per-frame functional groups is one image per frame only when its
+// pixel data can hold that many frames (8 bytes each at least); else it stays one image with
+// that problem. One image per frame let this 500-byte RLE file (1-byte frames, which the pixel
+// layer accepts up to 256 Mi of) take gigabytes.
 TEST(DicomSeries, MultiFrameWithoutPositionsIsOneImageWhateverItsFrameCount) {
   vptest::TempDir dir;
   vptest::DBytes file = vptest::part10_head("1.2.840.10008.1.2.5");  // RLE Lossless
@@ -336,4 +339,199 @@ TEST(DicomSeries, MosaicWithADamagedCsaHeaderFallsBackWithAWarning) {
             std::string::npos) << s.warnings.front();
   EXPECT_NE(s.warnings.front().find("element 0 (NumberOfImagesInMosaic) item count 255"),
             std::string::npos) << s.warnings.front();
+}
+
+namespace {
+
+// A plain image file (Explicit VR Little Endian) of `rows` x `columns`, 8-bit (or `bits`)
+// samples, `samples` per pixel, `frames` frames without functional groups (0: no
+// NumberOfFrames); ImagePositionPatient, ImageOrientationPatient, PixelSpacing and
+// SpacingBetweenSlices only where given. Pixel values are `pixels` as stored.
+struct PlainSpec {
+  std::string sop = "1.2.3.1", series = "1.2.3.100";
+  int instance = 1, rows = 2, columns = 3, samples = 1, planar = 0, bits = 8, frames = 0;
+  std::string photometric = "MONOCHROME2";
+  std::optional<std::array<double, 3>> position;
+  std::optional<std::array<double, 6>> orientation;
+  std::optional<std::array<double, 2>> spacing;
+  double between = 0;
+  vptest::DBytes pixels;
+};
+
+std::string write_plain(const vptest::TempDir& dir, const std::string& name, const PlainSpec& spec) {
+  vptest::DBytes out = vptest::part10_head(vptest::kExplicitLE);
+  vptest::DicomWriter w(false, false, out.size());
+  const auto text = [&](std::uint32_t tag, const char* vr, const std::string& v) {
+    w.text(tag, vr, vptest::even(v, std::string(vr) == "UI" ? '\0' : ' '));
+  };
+  text(0x00080016, "UI", "1.2.840.10008.5.1.4.1.1.7");
+  text(0x00080018, "UI", spec.sop);
+  text(0x00080060, "CS", "OT");
+  if (spec.between) text(0x00180088, "DS", vptest::decimals(&spec.between, 1));
+  text(0x0020000E, "UI", spec.series);
+  text(0x00200011, "IS", "1");
+  text(0x00200013, "IS", std::to_string(spec.instance));
+  if (spec.position) text(0x00200032, "DS", vptest::decimals(spec.position->data(), 3));
+  if (spec.orientation) text(0x00200037, "DS", vptest::decimals(spec.orientation->data(), 6));
+  w.us(0x00280002, static_cast<std::uint32_t>(spec.samples));
+  text(0x00280004, "CS", spec.photometric);
+  if (spec.samples > 1) w.us(0x00280006, static_cast<std::uint32_t>(spec.planar));
+  if (spec.frames) text(0x00280008, "IS", std::to_string(spec.frames));
+  w.us(0x00280010, static_cast<std::uint32_t>(spec.rows));
+  w.us(0x00280011, static_cast<std::uint32_t>(spec.columns));
+  if (spec.spacing) text(0x00280030, "DS", vptest::decimals(spec.spacing->data(), 2));
+  w.us(0x00280100, static_cast<std::uint32_t>(spec.bits));
+  w.us(0x00280101, static_cast<std::uint32_t>(spec.bits));
+  w.us(0x00280102, static_cast<std::uint32_t>(spec.bits - 1));
+  w.us(0x00280103, 0);
+  vptest::DBytes px = spec.pixels;
+  if (px.size() % 2) px.push_back(0);
+  w.element(0x7FE00010, spec.bits == 8 ? "OB" : "OW", px);
+  out.insert(out.end(), w.bytes().begin(), w.bytes().end());
+  const std::string path = dir.file(name);
+  vptest::write_file(path, out);
+  return path;
+}
+
+vptest::DBytes ramp(std::size_t n, int start = 0) {
+  vptest::DBytes v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>((start + 7 * i) % 256);
+  return v;
+}
+
+}  // namespace
+
+// Colour images of 8-bit samples are a series of rgb24: each pixel's R, G, B as stored
+// (PlanarConfiguration 0), or gathered from the three planes (1). Other output types are
+// refused with why.
+TEST(DicomSeries, ColourImagesReadAsRgb24) {
+  for (const int planar : {0, 1}) {
+    vptest::TempDir dir;
+    PlainSpec spec;
+    spec.samples = 3;
+    spec.planar = planar;
+    spec.photometric = "RGB";
+    spec.position = std::array<double, 3>{0, 0, 0};
+    spec.orientation = std::array<double, 6>{1, 0, 0, 0, 1, 0};
+    spec.spacing = std::array<double, 2>{0.5, 0.5};
+    spec.pixels = ramp(2 * 3 * 3);
+    const DicomScanResult r = scan_dicom_series({write_plain(dir, "c.dcm", spec)}, one_thread());
+    ASSERT_EQ(r.series.size(), 1u);
+    const DicomSeries& s = r.series.front();
+    EXPECT_EQ(s.problem, "");
+    EXPECT_EQ(s.stored_dtype, DType::rgb24);
+    EXPECT_FALSE(s.no_geometry);
+    std::vector<std::uint8_t> out(2 * 3 * 3);
+    read_dicom_series(s, out, DType::rgb24, 1);
+    for (std::size_t p = 0; p < 6; ++p)
+      for (std::size_t c = 0; c < 3; ++c)
+        EXPECT_EQ(out[p * 3 + c], spec.pixels[planar ? c * 6 + p : p * 3 + c]) << p << " " << c;
+    std::vector<std::uint8_t> f(2 * 3 * 4);
+    EXPECT_VP_ERROR(read_dicom_series(s, f, DType::f32, 1), ErrorCode::invalid_argument);
+  }
+}
+
+TEST(DicomSeries, ColourImagesOfSixteenBitSamplesAreAProblem) {
+  vptest::TempDir dir;
+  PlainSpec spec;
+  spec.samples = 3;
+  spec.bits = 16;
+  spec.photometric = "RGB";
+  spec.pixels = ramp(2 * 3 * 3 * 2);
+  const DicomScanResult r = scan_dicom_series({write_plain(dir, "c.dcm", spec)}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  EXPECT_NE(r.series.front().problem.find("(SamplesPerPixel 3, RGB, 16 bits) are read only as 8-bit RGB"),
+            std::string::npos)
+      << r.series.front().problem;
+}
+
+// Images that state no position or orientation are stacked in InstanceNumber order, centred on
+// the origin, PixelSpacing (1 where absent) and SpacingBetweenSlices apart: the affine nibabel
+// gives dcm2niix's image of them (rows flipped, sform and qform code 0).
+TEST(DicomSeries, ImagesWithoutGeometryAreStackedAboutTheOrigin) {
+  vptest::TempDir dir;
+  std::vector<std::string> paths;
+  for (int k = 0; k < 3; ++k) {
+    PlainSpec spec;
+    spec.sop = "1.2.3." + std::to_string(k + 1);
+    spec.instance = 3 - k;  // file order is the reverse of InstanceNumber order
+    spec.between = 2.5;
+    if (k == 0) spec.spacing = std::array<double, 2>{0, 0};  // CR files write 0\0
+    spec.pixels = ramp(6, k);
+    paths.push_back(write_plain(dir, "s" + std::to_string(k) + ".dcm", spec));
+  }
+  const DicomScanResult r = scan_dicom_series(paths, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  const DicomSeries& s = r.series.front();
+  EXPECT_EQ(s.problem, "");
+  EXPECT_TRUE(s.no_geometry);
+  EXPECT_EQ(s.shape(), (std::vector<std::uint64_t>{3, 2, 3}));
+  ASSERT_EQ(s.images.size(), 3u);
+  EXPECT_EQ(s.images[0].instance_number, 1);
+  EXPECT_EQ(s.images[2].instance_number, 3);
+  EXPECT_DOUBLE_EQ(s.slice_spacing, 2.5);
+  const std::array<double, 16> expected{-1, 0, 0, 1, 0, -1, 0, 0.5, 0, 0, 2.5, -2.5, 0, 0, 0, 1};
+  for (int i = 0; i < 16; ++i) EXPECT_NEAR(s.affine[i], expected[i], 1e-12) << i;
+  ASSERT_FALSE(s.warnings.empty());
+  EXPECT_NE(s.warnings.back().find("no ImagePositionPatient or ImageOrientationPatient"),
+            std::string::npos);
+  std::vector<std::uint8_t> out(18);
+  read_dicom_series(s, out, DType::u8, 1);
+  EXPECT_EQ(out[0], ramp(6, 2)[0]);   // instance 1 is the third file
+  EXPECT_EQ(out[12], ramp(6, 0)[0]);  // instance 3 the first
+}
+
+// Some images placed, others not: which frame would the others be in? A problem, as before.
+TEST(DicomSeries, ImagesWithAndWithoutGeometryAreAProblem) {
+  vptest::TempDir dir;
+  PlainSpec a, b;
+  a.sop = "1.2.3.1";
+  b.sop = "1.2.3.2";
+  b.instance = 2;
+  a.pixels = b.pixels = ramp(6);
+  a.position = std::array<double, 3>{0, 0, 0};
+  a.orientation = b.orientation = std::array<double, 6>{1, 0, 0, 0, 1, 0};
+  const DicomScanResult r =
+      scan_dicom_series({write_plain(dir, "a.dcm", a), write_plain(dir, "b.dcm", b)}, one_thread());
+  ASSERT_EQ(r.series.size(), 1u);
+  EXPECT_EQ(r.series.front().problem,
+            "some images have no ImagePositionPatient or ImageOrientationPatient");
+  EXPECT_FALSE(r.series.front().no_geometry);
+}
+
+// A multi-frame file without functional groups: its frames are slices in frame order, stepped
+// along the normal from the file's position (SpacingBetweenSlices, else 1 mm, as dcm2niix), or
+// stacked without geometry when it states none.
+TEST(DicomSeries, MultiFrameWithoutFunctionalGroupsStacksItsFrames) {
+  for (const bool placed : {true, false}) {
+    vptest::TempDir dir;
+    PlainSpec spec;
+    spec.frames = 4;
+    spec.columns = 4;  // 8 bytes a frame: the least a frame may have (a fragment's item header)
+    spec.pixels = ramp(4 * 8);
+    if (placed) {
+      spec.position = std::array<double, 3>{10, 20, 30};
+      spec.orientation = std::array<double, 6>{1, 0, 0, 0, 1, 0};
+      spec.spacing = std::array<double, 2>{2, 3};
+    }
+    const DicomScanResult r = scan_dicom_series({write_plain(dir, "m.dcm", spec)}, one_thread());
+    ASSERT_EQ(r.series.size(), 1u);
+    const DicomSeries& s = r.series.front();
+    EXPECT_EQ(s.problem, "");
+    EXPECT_EQ(s.no_geometry, !placed);
+    EXPECT_EQ(s.shape(), (std::vector<std::uint64_t>{4, 2, 4}));
+    for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(s.images[k].frame, k);
+    EXPECT_DOUBLE_EQ(s.slice_spacing, 1);
+    if (placed) {
+      EXPECT_DOUBLE_EQ(s.images[3].position[2], 33);
+      EXPECT_DOUBLE_EQ(s.affine[0 * 4 + 3], -10);  // LPS to RAS
+      EXPECT_DOUBLE_EQ(s.affine[1 * 4 + 1], -2);   // column cosine * PixelSpacing[0]
+      EXPECT_DOUBLE_EQ(s.affine[2 * 4 + 3], 30);
+    } else {
+      EXPECT_DOUBLE_EQ(s.affine[2 * 4 + 3], -1.5);
+    }
+    std::vector<std::uint8_t> out(32);
+    read_dicom_series(s, out, DType::u8, 1);
+    EXPECT_EQ(out, spec.pixels);
+  }
 }
