@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 import warnings
 
 import numpy as np
@@ -455,3 +456,111 @@ def test_a_single_file_rewritten_after_it_was_read_is_an_error(tmp_path):
         deferred.PixelData
     # Read again, the new file's values.
     assert np.array_equal(vp.dicom.read(path).pixel_array, arr[::-1])
+
+
+# ---- Colour, and images without geometry (as dcm2niix converts them) --------------------------
+
+RGB24 = np.dtype([('R', 'u1'), ('G', 'u1'), ('B', 'u1')])
+
+
+@pytest.mark.parametrize('name', [
+    'SC_rgb.dcm',              # RGB, PlanarConfiguration 0, no position (secondary capture)
+    'ExplVR_BigEnd.dcm',       # RGB, PlanarConfiguration 1, big endian
+    'SC_rgb_rle_2frame.dcm',   # RLE, two frames without functional groups
+    'examples_ybr_color.dcm',  # YBR_FULL_422 JPEG, 30 frames: RGB as pydicom converts it
+])
+def test_colour_images_load_as_rgb24_equal_to_pydicom(name):
+    from pydicom.data import get_testdata_file
+    path = get_testdata_file(name)
+    series = vp.dicom.scan(path)[0]
+    assert series.stored_dtype == RGB24
+    img = vp.load_dicom(path, dtype=None)
+    a = np.asanyarray(img.dataobj)
+    assert a.dtype == RGB24
+    ref = pydicom.dcmread(path).pixel_array
+    if ref.ndim == 3:
+        ref = ref[None]
+    got = np.stack([a[c].transpose(2, 1, 0) for c in 'RGB'], -1)  # (frame, row, column, sample)
+    np.testing.assert_array_equal(got, ref)
+    # Float output has no meaning for colour: refused, saying why.
+    with pytest.raises(vp.errors.InvalidArgumentError, match='colour series reads as rgb24'):
+        vp.load_dicom(path)
+
+
+def test_images_without_geometry_are_stacked_about_the_origin(tmp_path):
+    """Secondary capture, CR and ultrasound state no position: a stack centred on the origin,
+    PixelSpacing (1 where absent) apart, with a warning; the affine is the one nibabel gives
+    dcm2niix's image of it (sform and qform code 0, rows flipped)."""
+    from pydicom.data import get_testdata_file
+    path = get_testdata_file('JPEG2000.dcm')  # NM, PixelSpacing 2.26, no position
+    ds = pydicom.dcmread(path)
+    assert 'ImagePositionPatient' not in ds
+    series = vp.dicom.scan(path)[0]
+    assert not series.problem
+    assert any('no ImagePositionPatient or ImageOrientationPatient' in w for w in series.warnings)
+    img = vp.load_dicom(path, dtype=None)
+    cols, rows = int(ds.Columns), int(ds.Rows)
+    sx, sy = float(ds.PixelSpacing[1]), float(ds.PixelSpacing[0])  # column, row spacing
+    expected = np.array([[-sx, 0, 0, sx * (cols - 1) / 2],
+                         [0, -sy, 0, sy * (rows - 1) / 2],
+                         [0, 0, 1, 0],
+                         [0, 0, 0, 1]])
+    np.testing.assert_allclose(img.affine, expected, atol=1e-9)
+    np.testing.assert_array_equal(np.asanyarray(img.dataobj)[:, :, 0].T, ds.pixel_array)
+
+
+def test_multiframe_without_positions_is_a_stack_of_its_frames(tmp_path):
+    """RT dose: frames without functional groups, the file's position: frame k lies k steps
+    along the normal (1 mm without SpacingBetweenSlices or SliceThickness, as dcm2niix), with a
+    warning saying so."""
+    from pydicom.data import get_testdata_file
+    path = get_testdata_file('rtdose.dcm')
+    ds = pydicom.dcmread(path)
+    series = vp.dicom.scan(path)[0]
+    assert not series.problem
+    assert series.shape == (int(ds.Columns), int(ds.Rows), int(ds.NumberOfFrames))
+    assert any('stacked from ImagePositionPatient' in w for w in series.warnings)
+    img = vp.load_dicom(path, dtype=None)
+    ipp = [float(v) for v in ds.ImagePositionPatient]
+    np.testing.assert_allclose(img.affine[:3, 3], [-ipp[0], -ipp[1], ipp[2]])
+    np.testing.assert_allclose(img.affine[:3, 2], [0, 0, 1])
+    np.testing.assert_array_equal(np.asanyarray(img.dataobj).transpose(2, 1, 0), ds.pixel_array)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.environ.get('VOXPIPE_CLI') or os.path.join(REPO, '.venv', 'bin', 'voxpipe')
+DCM2NIIX = shutil.which('dcm2niix') or shutil.which('dcm2niix', path=os.path.dirname(sys.executable))
+
+
+@pytest.mark.skipif(DCM2NIIX is None or not os.path.isfile(CLI), reason='dcm2niix or the CLI missing')
+@pytest.mark.parametrize('name', ['SC_rgb_rle_2frame.dcm', 'ExplVR_BigEnd.dcm', 'JPEG2000.dcm',
+                                  'examples_palette.dcm', 'rtdose.dcm'])
+def test_voxpipe_dcm2niix_writes_what_dcm2niix_writes(tmp_path, name):
+    """`voxpipe dcm2niix` on colour and unplaced images: RGB24 or grey data equal to dcm2niix's,
+    the affine nibabel reads equal, and sform/qform code 0 where dcm2niix writes 0."""
+    import subprocess
+    import nibabel as nib
+    from pydicom.data import get_testdata_file
+    src = tmp_path / 'in'
+    src.mkdir()
+    shutil.copy(get_testdata_file(name), src / name)
+    opts = ['-b', 'n', '-z', 'n', '-f', 'out']
+    outs = {}
+    for tool, cmd in (('dcm2niix', [DCM2NIIX]), ('voxpipe', [CLI, 'dcm2niix'])):
+        out = tmp_path / tool
+        out.mkdir()
+        subprocess.run(cmd + opts + ['-o', str(out), str(src)], check=True, capture_output=True,
+                       timeout=120)
+        outs[tool] = nib.load(out / 'out.nii')
+    theirs, ours = outs['dcm2niix'], outs['voxpipe']
+    if theirs.get_data_dtype().names:
+        assert ours.get_data_dtype() == theirs.get_data_dtype() == RGB24
+    assert ours.shape == theirs.shape
+    for code in ('sform_code', 'qform_code'):
+        assert int(ours.header[code]) == int(theirs.header[code])
+    np.testing.assert_allclose(ours.affine, theirs.affine, atol=1e-4)
+    a, b = np.asanyarray(theirs.dataobj), np.asanyarray(ours.dataobj)
+    if a.dtype.names:
+        assert a.tobytes() == b.tobytes()
+    else:
+        np.testing.assert_array_equal(a.astype(np.float64), b.astype(np.float64))

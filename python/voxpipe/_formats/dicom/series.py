@@ -178,6 +178,8 @@ class Series:
 
     @property
     def stored_dtype(self) -> np.dtype[Any]:
+        if self._s.stored_dtype == "rgb24":  # colour: R, G, B uint8, as nibabel reads RGB24
+            return np.dtype([("R", "u1"), ("G", "u1"), ("B", "u1")])
         return np.dtype(self._s.stored_dtype)
 
     @property
@@ -311,8 +313,11 @@ class Series:
         elif out.shape != self.shape or out.dtype != dt or not out.flags.f_contiguous:
             raise InvalidArgumentError(
                 f"out must be a Fortran-ordered {dt} array of shape {self.shape}")
+        # Colour (rgb24): the structured array's bytes, as a uint8 array the binding takes.
+        target, name = ((out.reshape(-1, order="F").view(np.uint8), "rgb24") if dt.names
+                        else (out, dt.name))
         _dicom_pixels.warn_all(_core.dicom_read_series(
-            self._s, out, dt.name, threads=self._threads if threads is None else threads,
+            self._s, target, name, threads=self._threads if threads is None else threads,
             on_corrupt=on_corrupt))
         return out
 
