@@ -121,6 +121,7 @@ void bind_dicom_pixels(nb::module_& m) {
       .def_prop_ro("first_file", [](const DicomSeries& s) { return s.first_file; })
       .def_ro("echo_number", &DicomSeries::echo_number)
       .def_ro("image_component", &DicomSeries::image_component)
+      .def_ro("no_geometry", &DicomSeries::no_geometry)
       .def(
           "gradient_table",
           [](const DicomSeries& s, const std::array<double, 16>& affine) -> nb::object {

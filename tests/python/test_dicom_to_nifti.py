@@ -144,3 +144,23 @@ def test_overlays_are_listed_with_their_series(tmp_path):
     assert c.overlays == (str(out / 't1_vibe_fs_tra_bh_dyn_18_ROI1.nii'),)
     roi = np.asanyarray(nib.load(c.overlays[0]).dataobj)
     assert roi.dtype == np.uint8 and set(np.unique(roi)) == {0, 1}
+
+
+def test_images_without_geometry_load_with_codes_zero(tmp_path):
+    """A secondary capture (no position, no orientation): Series.no_geometry, and the image has
+    sform and qform code 0 in memory, as the commands write it (and as dcm2niix does)."""
+    from pydicom.data import DATA_ROOT
+    path = Path(DATA_ROOT) / 'test_files' / 'SC_rgb_rle.dcm'
+    (series,) = vp.dicom.scan(path)
+    assert series.no_geometry
+    img = vp.load_dicom(path, dtype=None)
+    assert int(img.header['sform_code']) == 0 and int(img.header['qform_code']) == 0
+    out = tmp_path / 'out'
+    out.mkdir()
+    (c,) = vp.dicom.to_nifti(path, out, single_file=True, compress=False)
+    written = nib.load(c.nifti)
+    assert int(written.header['sform_code']) == 0 and int(written.header['qform_code']) == 0
+    assert any('not placed in the patient frame' in w for w in c.metadata['Warnings'])
+    # The same pixels: dcm2niix's row order is the stored rows reversed.
+    np.testing.assert_array_equal(np.asanyarray(img.dataobj).tobytes(),
+                                  np.asanyarray(written.dataobj)[:, ::-1].tobytes())

@@ -226,6 +226,14 @@ class Series:
         magnitude or unstated."""
         return self._s.image_component
 
+    @property
+    def no_geometry(self) -> bool:
+        """True when no image states ImagePositionPatient and ImageOrientationPatient (secondary
+        captures, CR/DX, ultrasound): the images are stacked without a place in the patient
+        frame, the affine PixelSpacing and the slice step about the image centre (as dcm2niix
+        writes such images; a NIfTI written of it has qform and sform code 0)."""
+        return self._s.no_geometry
+
     def gradient_table(self, affine: npt.ArrayLike | None = None
                        ) -> tuple[Float64Array, Float64Array] | None:
         """The diffusion gradient table: ``(bvals, bvecs)``, bvals of shape (volumes,) in s/mm²
@@ -336,6 +344,10 @@ class Series:
         else:
             img.header["xyzt_units"] = 2  # mm
         img.header.set_zooms(zooms)
+        if self.no_geometry:
+            # In no patient frame: codes 0 (unknown), as the commands and dcm2niix write it.
+            img.set_sform(self.affine, code=0)
+            img.set_qform(self.affine, code=0)
         img.dicom = self  # type: ignore[attr-defined]
         return img
 
