@@ -32,6 +32,7 @@ from pydicom.sequence import Sequence  # noqa: E402
 from pydicom.uid import ExplicitVRLittleEndian, generate_uid  # noqa: E402
 
 import voxpipe as vp  # noqa: E402
+from test_device import fake_driver  # noqa: E402,F401  (the stand-in libcuda, a fixture)
 
 with warnings.catch_warnings():
     warnings.simplefilter('ignore')
@@ -564,3 +565,23 @@ def test_voxpipe_dcm2niix_writes_what_dcm2niix_writes(tmp_path, name):
         assert a.tobytes() == b.tobytes()
     else:
         np.testing.assert_array_equal(a.astype(np.float64), b.astype(np.float64))
+
+
+def test_colour_series_to_a_device_is_refused(fake_driver):
+    """A colour series reads into host memory only: asking for a device says so (on the
+    stand-in driver, or a real GPU where there is one), before anything is allocated there."""
+    import subprocess
+    from pydicom.data import DATA_ROOT
+    code = ("import sys, voxpipe as vp\n"
+            "s = vp.dicom.scan(sys.argv[1])[0]\n"
+            "try:\n"
+            "    s.get_data(None, device='cuda')\n"
+            "except vp.errors.InvalidArgumentError as e:\n"
+            "    print('refused:', e)\n")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = fake_driver + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    r = subprocess.run([sys.executable, "-c", code,
+                        os.path.join(DATA_ROOT, "test_files", "SC_rgb_rle.dcm")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("refused: a colour (rgb24) series reads into a host array"), r.stdout

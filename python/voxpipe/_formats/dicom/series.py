@@ -313,6 +313,9 @@ class Series:
                 raise InvalidArgumentError(f"dtype must be float32, float64 or None (stored "
                                            f"{self.stored_dtype}), not {dt}")
         if ordinal is not None:
+            if dt.names:
+                raise InvalidArgumentError("a colour (rgb24) series reads into a host array "
+                                           "only: leave device unset")
             arr = _device.empty(ordinal, self.shape, dt)
             arr.decode_dicom_series(self._s, self._threads if threads is None else threads)
             return arr
