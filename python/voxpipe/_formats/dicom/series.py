@@ -349,8 +349,10 @@ class Series:
         img.header.set_zooms(zooms)
         if self.no_geometry:
             # In no patient frame: codes 0 (unknown), as the commands and dcm2niix write it.
-            img.set_sform(self.affine, code=0)
-            img.set_qform(self.affine, code=0)
+            # (update_affine=False: with both codes 0 nibabel's best affine would be its
+            # pixdim fallback, not this one.)
+            img.set_sform(self.affine, code=0, update_affine=False)
+            img.set_qform(self.affine, code=0, update_affine=False)
         img.dicom = self  # type: ignore[attr-defined]
         return img
 
