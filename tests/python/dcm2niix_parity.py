@@ -14,7 +14,9 @@ folders; then every output of dcm2niix is matched by name with ours and compared
     file's affine (FSL convention: x negated when the affine's determinant is positive) equal to
     1e-4;
   - sidecar: every key dcm2niix writes present in ours with an equal value (numbers to 1e-5
-    relative, strings exactly), but for the keys in KEY_EXCEPTIONS (each with its reason).
+    relative, strings exactly), but for the keys in KEY_EXCEPTIONS (each with its reason) and
+    values dcm2niix cuts at its buffer sizes or leaves padded (dcm2niix_limitation; counted
+    apart).
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ class FileResult:
     keys_equal: int = 0
     missing: list[str] = dataclasses.field(default_factory=list)
     different: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    # Keys whose values differ by one of dcm2niix's documented limits, with the limit.
+    documented: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -177,6 +181,21 @@ def values_equal(a: Any, b: Any, rel: float = REL) -> bool:
     return bool(a == b)
 
 
+def dcm2niix_limitation(theirs: Any, ours: Any) -> str | None:
+    """Why dcm2niix's value differs from voxpipe's when the difference is one of dcm2niix's
+    documented limits (docs/dicom.md, "JSON sidecar"), else None."""
+    if isinstance(theirs, str) and isinstance(ours, str):
+        if len(theirs) in (64, 65, 255) and len(ours) > len(theirs) and ours.startswith(theirs):
+            return 'dcm2niix cuts long strings at its buffer size'
+        if theirs != ours and theirs.rstrip(' ') == ours.rstrip(' '):
+            return 'dcm2niix keeps padding spaces'
+    if (isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours)
+            and all(isinstance(a, str) and isinstance(b, str) for a, b in zip(theirs, ours))
+            and theirs != ours and [a.rstrip(' ') for a in theirs] == [b.rstrip(' ') for b in ours]):
+        return 'dcm2niix keeps padding spaces'
+    return None
+
+
 def compare_sidecars(theirs: dict, ours: dict, result: FileResult) -> None:
     for key, value in theirs.items():
         if key in KEY_EXCEPTIONS:
@@ -186,6 +205,8 @@ def compare_sidecars(theirs: dict, ours: dict, result: FileResult) -> None:
             result.missing.append(key)
         elif values_equal(value, ours[key]):
             result.keys_equal += 1
+        elif (why := dcm2niix_limitation(value, ours[key])) is not None:
+            result.documented[key] = why
         else:
             result.different[key] = (value, ours[key])
 
@@ -294,6 +315,29 @@ def compare_case(case: Case, work: Path, options: Iterable[str] = OPTIONS) -> Ca
     return CaseResult(case.name, rt.returncode, ro.returncode, names_t, names_o, files)
 
 
+def difference_kinds(r: CaseResult) -> set[str]:
+    """How a case's outputs differ from dcm2niix's: 'exit' (exit code), 'names' (the files
+    written; their contents are then not compared), 'data', 'affine', 'bval', 'bvec', and
+    'key:NAME' for each sidecar key missing or different (dcm2niix_limitation's aside)."""
+    kinds = set()
+    if r.rc_ours != r.rc_theirs:
+        kinds.add('exit')
+    if not r.names_equal:
+        kinds.add('names')
+        return kinds
+    for f in r.files:
+        if f.data_equal is False:
+            kinds.add('data')
+        if f.affine_mm is not None and f.affine_mm >= 1e-3:
+            kinds.add('affine')
+        if f.bval_equal is False:
+            kinds.add('bval')
+        if f.bvec_world_err is not None and not f.bvec_world_err < VEC_TOL:
+            kinds.add('bvec')
+        kinds.update(f'key:{k}' for k in (*f.missing, *f.different))
+    return kinds
+
+
 def markdown_table(results: list[CaseResult]) -> str:
     """One row per dcm2niix output file (a case with no output: one row saying so)."""
     lines = ['| case | output | names | data | affine (mm) | bval/bvec | sidecar keys equal | missing or different |',
@@ -312,6 +356,9 @@ def markdown_table(results: list[CaseResult]) -> str:
                        + (f'{f.bvec_world_err:.1e}' if f.bvec_world_err is not None else '-'))
             off = sorted(f.missing) + sorted(f.different)
             more = ', '.join(off[:8]) + (f' (+{len(off) - 8})' if len(off) > 8 else '')
+            keys = f'{f.keys_equal}/{f.keys_theirs}'
+            if f.documented:
+                keys += f' (+{len(f.documented)} cut or padded by dcm2niix)'
             lines.append(f'| {r.case} | {f.stem} | {"same" if r.names_equal else "differ"} | {data} '
-                         f'| {aff} | {dwi} | {f.keys_equal}/{f.keys_theirs} | {more} |')
+                         f'| {aff} | {dwi} | {keys} | {more} |')
     return '\n'.join(lines) + '\n'
