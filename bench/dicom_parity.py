@@ -19,6 +19,7 @@ from benchlib import REPO, Parser, publish
 
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import dcm2niix_parity as parity  # noqa: E402
+from test_dcm2niix_parity import DIFFERENCES  # noqa: E402  (each difference and why)
 
 BEGIN = "<!-- dcm2niix parity: begin (bench/dicom_parity.py) -->"
 END = "<!-- dcm2niix parity: end -->"
@@ -63,6 +64,12 @@ def main():
         summary,
         "",
         parity.markdown_table(results),
+        "Why the cases that differ do (the list tests/python/test_dcm2niix_parity.py checks):",
+        "",
+        *[f"- {r.case}: {', '.join(sorted(parity.difference_kinds(r)))}. "
+          f"{DIFFERENCES.get(r.case, (set(), 'NOT EXPLAINED'))[1]}."
+          for r in results if parity.difference_kinds(r)],
+        "",
         END,
     ])
     publish(output, text, BEGIN, END)

@@ -46,9 +46,9 @@ DIFFERENCES: dict[str, tuple[set[str], str]] = {
         "follows pydicom's values (and hence its origin); dcm2niix the codestream's"),
     'pydicom JPEG-lossy.dcm': (
         {'exit'},
-        'a 12-bit lossy JPEG without position: dcm2niix cannot decode it (no valid file, exit '
-        '2); voxpipe decodes it but refuses a series only some of whose images are placed '
-        '(exit 1)'),
+        'a 12-bit JPEG whose scan header breaks the standard (Se 0 in a sequential scan): '
+        'dcm2niix finds no file it can read (exit 2); voxpipe reports the frame, naming the '
+        'fault and its offset (exit 1)'),
     'pydicom JPGExtended.dcm': ({'exit', 'names'}, WE_CONVERT.format('12-bit JPEG', 2)),
     'pydicom image_dfl.dcm': ({'exit', 'names'}, WE_CONVERT.format('Deflated Explicit VR', 2)),
     'pydicom SC_ybr_full_422_uncompressed.dcm': (
