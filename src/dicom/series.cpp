@@ -123,7 +123,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
                            "used); the first: " + first_bad->file_warning);
   }
   for (const Image& im : images) {
-    if (!im.file_problem.empty() && s.problem.empty()) s.problem = im.slice.file->path + ": " + im.file_problem;
+    if (!im.file_problem.empty() && s.problem.empty())
+      s.problem = im.slice.file->path + ": " + im.file_problem;
     if (im.dtype != s.stored_dtype && s.problem.empty())
       s.problem = "the images' stored types differ (BitsAllocated or PixelRepresentation)";
     if (im.samples != 1 && im.dtype != DType::rgb24 && s.problem.empty())
@@ -255,7 +256,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
     double lo = 1e300, hi = -1e300;
     std::size_t at_lo = 0, at_hi = 0;
     for (std::size_t k = 1; k < positions.size(); ++k) {
-      const double d = positions[k].front()->slice.distance - positions[k - 1].front()->slice.distance;
+      const double d =
+          positions[k].front()->slice.distance - positions[k - 1].front()->slice.distance;
       if (d < lo) lo = d, at_lo = k;
       if (d > hi) hi = d, at_hi = k;
     }
@@ -264,7 +266,8 @@ DicomSeries assemble(std::vector<Image> images, const DicomScanOptions& options)
     if (hi - lo > options.spacing_tolerance && s.problem.empty())
       s.problem = "the slice spacing varies from " + fmt(lo) + " mm (before slice " +
                   std::to_string(at_lo) + ") to " + fmt(hi) + " mm (before slice " +
-                  std::to_string(at_hi) + "): a slice is missing, or the series is not evenly spaced";
+                  std::to_string(at_hi) +
+                  "): a slice is missing, or the series is not evenly spaced";
   }
   // Volume-major order.
   s.images.reserve(images.size());
@@ -401,7 +404,8 @@ DicomScanResult scan_inputs(const std::vector<ScanInput>& inputs, const DicomSca
         labels.push_back(std::to_string(std::get<6>(k)) + " samples");
       if (differs([](const Key& x) { return std::get<7>(x); })) {
         std::string c = std::get<7>(k).empty() ? "magnitude" : std::get<7>(k);
-        std::transform(c.begin(), c.end(), c.begin(), [](unsigned char x) { return std::tolower(x); });
+        std::transform(c.begin(), c.end(), c.begin(),
+                       [](unsigned char x) { return std::tolower(x); });
         labels.push_back(c);
       }
       for (const auto& l : labels) s.split += (s.split.empty() ? "" : ", ") + l;

@@ -96,7 +96,8 @@ std::optional<Vec3> ge_direction(Vec3 g, const std::array<double, 6>& iop,
   int axis = 0;
   if (a1 >= a0 && a1 >= a2) axis = 1;
   if (a2 >= a0 && a2 >= a1) axis = 2;
-  static constexpr bool kFlip[3][3] = {{true, true, false}, {false, true, true}, {false, false, true}};
+  static constexpr bool kFlip[3][3] = {
+      {true, true, false}, {false, true, true}, {false, false, true}};
   for (int i = 0; i < 3; ++i)
     if (kFlip[axis][i]) g[i] = -g[i];
   g[1] = -g[1];

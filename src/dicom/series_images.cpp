@@ -120,7 +120,8 @@ std::optional<std::pair<std::int64_t, std::optional<Vec3>>> mosaic_of(
   if (*images_in_mosaic > max_images)
     throw Error(ErrorCode::limit, path, "NumberOfImagesInMosaic",
                 "is " + std::to_string(*images_in_mosaic) + "; at most " +
-                    std::to_string(max_images) + " tiles are read (DicomScanOptions::max_mosaic_images)",
+                    std::to_string(max_images) +
+                    " tiles are read (DicomScanOptions::max_mosaic_images)",
                 offset);
   return std::pair{*images_in_mosaic, slice_normal};
 }
@@ -263,7 +264,8 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
         const Vec3 col{base.orientation[3], base.orientation[4], base.orientation[5]};
         Vec3 normal = mosaic->second.value_or(cross(row, col));
         if (const double len = norm(normal); len > 0) for (double& x : normal) x /= len;
-        const double step = base.between > 0 ? base.between : base.thickness > 0 ? base.thickness : 1.0;
+        const double step =
+            base.between > 0 ? base.between : base.thickness > 0 ? base.thickness : 1.0;
         const std::uint32_t tile_rows = pixel->rows / grid, tile_columns = pixel->columns / grid;
         Vec3 origin = base.slice.position;
         for (int r = 0; r < 3; ++r)
@@ -277,7 +279,8 @@ std::vector<Image> images_of(DicomFile&& parsed, const DicomScanOptions& options
           im.slice.file = file;
           im.slice.tile = static_cast<std::uint32_t>(k);
           im.slice.tile_grid = grid;
-          for (int r = 0; r < 3; ++r) im.slice.position[r] = origin[r] + double(k) * step * normal[r];
+          for (int r = 0; r < 3; ++r)
+            im.slice.position[r] = origin[r] + double(k) * step * normal[r];
           out.push_back(std::move(im));
         }
         return out;

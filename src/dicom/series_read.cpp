@@ -126,7 +126,8 @@ std::vector<std::string> decode_series_planes(
       std::uint8_t* dst = target(n);
       for (std::size_t r = 0; r < series.rows; ++r) {
         const std::size_t src_row = tile_row * series.rows + r;
-        const std::uint8_t* src = frame.data() + (src_row * info.columns + tile_col * series.columns) * in_size;
+        const std::uint8_t* src =
+            frame.data() + (src_row * info.columns + tile_col * series.columns) * in_size;
         emit(im, src, series.columns, dst + r * series.columns * out_size);
       }
       finished(n, dst);
@@ -155,7 +156,8 @@ std::vector<std::string> read_dicom_series(const DicomSeries& series, std::span<
                                            DType out_type, unsigned threads,
                                            DicomOnCorrupt on_corrupt) {
   const std::string name = dicom::check_series_read(series, out_type);
-  const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
+  const std::uint64_t plane_bytes =
+      std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
   if (out.size() != plane_bytes * series.images.size())
     throw Error(ErrorCode::invalid_argument, name, "out",
                 "holds " + std::to_string(out.size()) + " bytes, the series needs " +
@@ -171,11 +173,14 @@ namespace dicom {
 void decode_dicom_series(const DicomSeries& series, DType out_type, unsigned threads,
                          const core::ByteSink& deliver) {
   check_series_read(series, out_type);
-  const std::uint64_t plane_bytes = std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
+  const std::uint64_t plane_bytes =
+      std::uint64_t(series.rows) * series.columns * dtype_size(out_type);
   decode_series_planes(
       series, out_type, threads, DicomOnCorrupt::raise,
       [](std::size_t) -> std::uint8_t* { return nullptr; },
-      [&](std::size_t n, std::span<const std::uint8_t> bytes) { deliver(n * plane_bytes, std::as_bytes(bytes)); });
+      [&](std::size_t n, std::span<const std::uint8_t> bytes) {
+        deliver(n * plane_bytes, std::as_bytes(bytes));
+      });
 }
 
 }  // namespace dicom
