@@ -116,7 +116,8 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   j.pos("ParallelReductionFactorOutOfPlane", accel_oop);
   double ees = 0;
   if (recon_pe > 0 && bwppe > 0) ees = 1.0 / (bwppe * recon_pe);
-  const auto wfs = philips ? m.num(kWaterFatShiftPhilips) : std::nullopt;
+  std::optional<double> wfs;
+  if (philips) wfs = m.num(kWaterFatShiftPhilips);
   j.pos("WaterFatShift", wfs);
   const double freq = m.num(kImagingFrequency).value_or(0);
   if (ees == 0 && freq > 0 && wfs && *wfs != 0 && etl && *etl > 0 && recon_pe > 1) {

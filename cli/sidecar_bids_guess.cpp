@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,14 @@ std::optional<std::string> pulse_sequence_type(const std::string& scanning,
 }
 
 namespace {
+
+// "p2", "m3", "t100": a letter and a whole number (formatted whole: GCC 12's -Wrestrict misfires
+// on "p" + std::to_string(n) once inlined).
+std::string letter_number(char letter, long n) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%c%ld", letter, n);
+  return text;
+}
 
 // The alphanumeric characters of `v`.
 std::string alnum(std::string_view v) {
@@ -122,8 +131,8 @@ std::optional<std::pair<std::string, std::string>> bids_guess(const BidsFacts& f
       if (std::isalnum(static_cast<unsigned char>(c))) acq += c;
       if (std::isdigit(static_cast<unsigned char>(c))) break;
     }
-    if (f.accel_pe > 1) acq += "p" + std::to_string(static_cast<int>(std::lround(f.accel_pe)));
-    if (f.multiband > 1) acq += "m" + std::to_string(f.multiband);
+    if (f.accel_pe > 1) acq += letter_number('p', std::lround(f.accel_pe));
+    if (f.multiband > 1) acq += letter_number('m', f.multiband);
     suffix = acq;
     if (!rec.empty()) suffix += "_rec-" + rec;
     if (dir_label) {
@@ -169,9 +178,9 @@ std::optional<std::pair<std::string, std::string>> bids_guess(const BidsFacts& f
       }
     }
     acq += alnum(seq) + alnum(ss) + alnum(f.pulse_sequence_name);
-    if (f.trigger_delay_ms > 1) acq += "t" + std::to_string(static_cast<int>(std::lround(f.trigger_delay_ms)));
-    if (f.accel_pe > 1) acq += "p" + std::to_string(static_cast<int>(std::lround(10 * f.accel_pe)));
-    if (f.multiband > 1) acq += "m" + std::to_string(f.multiband);
+    if (f.trigger_delay_ms > 1) acq += letter_number('t', std::lround(f.trigger_delay_ms));
+    if (f.accel_pe > 1) acq += letter_number('p', std::lround(10 * f.accel_pe));
+    if (f.multiband > 1) acq += letter_number('m', f.multiband);
     suffix = acq;
     if (add_run) suffix += "_run-" + std::to_string(f.series_number);
     if (report_echo && (f.echo > 1 || (f.multi_echo && f.echo > 0))) suffix += "_echo-" + std::to_string(f.echo);
