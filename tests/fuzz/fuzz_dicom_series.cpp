@@ -4,8 +4,9 @@
 // its invariants (images = slices x volumes for a readable one, a finite affine, a problem or
 // nothing); every readable series is read with read_dicom_series as its stored type and as
 // float32 into a buffer of the size its shape gives (series over kMaxOutput are skipped, to keep
-// each input fast), and a buffer of the wrong size must be refused. Only voxpipe::Error may be
-// thrown.
+// each input fast), and a buffer of the wrong size must be refused; its gradient table, when its
+// images carry diffusion encodings, is checked too. Only voxpipe::Error may be thrown.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -58,6 +59,24 @@ void check_series(const DicomSeries& s, bool read_two_threads) {
     return;
   }
   if (s.images.size() != s.slices * s.volumes || s.images.empty()) std::abort();
+  // The gradient table of the images' diffusion encodings (the private GE, Philips and Siemens
+  // values the scan decoded): none, or per volume a finite b >= 0 and a unit or zero vector;
+  // slices of one volume that disagree are Error(format).
+  try {
+    if (const auto t = dicom_gradient_table(s, s.affine)) {
+      if (t->bvals.size() != std::max<std::uint64_t>(s.volumes, 1) ||
+          t->bvecs.size() != t->bvals.size())
+        std::abort();
+      for (std::size_t v = 0; v < t->bvals.size(); ++v) {
+        if (!std::isfinite(t->bvals[v]) || t->bvals[v] < 0) std::abort();
+        const auto& g = t->bvecs[v];
+        const double n = g[0] * g[0] + g[1] * g[1] + g[2] * g[2];
+        if (!(n == 0 || std::abs(n - 1) < 1e-6)) std::abort();
+      }
+    }
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::format && e.code() != ErrorCode::invalid_argument) std::abort();
+  }
   if (s.rows == 0 || s.columns == 0) std::abort();
   std::uint64_t voxels = 1;
   for (std::uint64_t n : s.shape()) voxels *= n;  // rows, columns <= 65535, images in memory
