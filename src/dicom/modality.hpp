@@ -1,5 +1,5 @@
 // The modality transform (pydicom's apply_modality_lut) from stored pixel values to float32 or
-// float64, shared by the pixel layer (pixels.cpp) and series assembly (series.cpp). Internal.
+// float64, shared by the pixel layer (pixels.cpp) and series reads (series_read.cpp). Internal.
 #pragma once
 
 #include <algorithm>
