@@ -151,6 +151,7 @@ stage_fuzz() {
     [ "$t" = fuzz_range_input ] && dict=
     [ "$t" = fuzz_zarr_chunk ] && dict=tests/fuzz/zarr_chunk.dict
     [ "$t" = fuzz_dicom_series ] && dict=tests/fuzz/dicom_series.dict
+    [ "$t" = fuzz_dicom_csa ] && dict=tests/fuzz/dicom_csa.dict
     mkdir -p "build/fuzz/work/$t"
     "build/fuzz/tests/$t" -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 \
       ${dict:+-dict="$dict"} -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
