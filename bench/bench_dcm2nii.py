@@ -47,6 +47,11 @@ REAL = ("heudiconv b0dwiForFmap", "heudiconv 01-fmap_acq-3mm", "heudiconv 01-ana
         "nibabel DWI b0/b1000", "nibabel philips_mprage.dcm.gz", "pydicom MR_small.dcm")
 
 
+def dcm2niix_version():
+    r = subprocess.run([parity.DCM2NIIX, "--version"], capture_output=True, text=True)
+    return (r.stdout + r.stderr).strip().splitlines()[-1]
+
+
 def make_inputs(copies):
     import pydicom
     from pydicom.uid import generate_uid
@@ -111,6 +116,8 @@ def main():
     parser.add_argument("--copies", type=int, default=4,
                         help="copies of the 176-slice series (default %(default)s)")
     parser.add_argument("--old-package", help="an unpacked wheel of an earlier voxpipe")
+    parser.add_argument("--old-label", default="an earlier build",
+                        help="what the earlier voxpipe is, for the text (a commit, a release)")
     args = parser.parse()
     make_inputs(args.copies)
     files = [p for p in MANY.rglob("*") if p.is_file()]
@@ -142,6 +149,8 @@ def main():
              "bval/bvec); `-z n`: .nii uncompressed (the writes dominate), `-z y`: .nii.gz (what "
              "heudiconv and dcm2bids ask for; dcm2niix's own gzip, no pigz on PATH, voxpipe's "
              "parallel level-1 members).", "",
+             f"dcm2niix {dcm2niix_version()}"
+             + (f"; the earlier voxpipe: {args.old_label}." if args.old_package else "."), "",
              "| command | time | dcm2niix / command | files written |", "|---|---|---|---|"]
     for r in rows:
         ref = med[f"dcm2niix -z {r[-1]}"]
