@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 
+#include "core/file.hpp"
 #include "nifti/internal.hpp"
 
 namespace voxpipe::cli {
@@ -187,6 +189,12 @@ int OptionParser::usage_error(std::string_view message) const {
 int OptionParser::error(std::string_view message) const {
   err_ << command_ << ": " << message << "\n";
   return kUsage;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  core::AtomicOutputFile file(path);
+  file.write(std::as_bytes(std::span(text.data(), text.size())));
+  file.commit();
 }
 
 }  // namespace voxpipe::cli

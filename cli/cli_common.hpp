@@ -69,6 +69,11 @@ void check_overwrite(const std::string& path, bool overwrite);
 // check_overwrite for each file that write_nifti(path) writes: both files of a .hdr/.img pair.
 void check_nifti_overwrite(const std::string& path, bool overwrite);
 
+// Writes `text` to `path` whole or not at all: under a unique temporary name beside it (created
+// exclusively, removed on failure or when the command is interrupted), then renamed into place
+// (core::AtomicOutputFile, as write_nifti writes images). Throws Error(io).
+void write_text_file(const std::string& path, const std::string& text);
+
 // The exit code of an error of kind `c`.
 int exit_code(ErrorCode c);
 

@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <string>
@@ -105,24 +104,6 @@ std::optional<std::string> expand_name(const std::string& format, const DicomSer
   NameRules rules;
   rules.dcm2niix_characters = false;
   return dcm2niix_name(format, s, rules, bad);
-}
-
-// Writes `text` to `path` through a temporary name, so that a failure leaves no partial file.
-void write_text(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".voxpipe-tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot create: ") + std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot write: ") + std::strerror(errno));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(ErrorCode::io, path, "", "cannot rename the temporary file into place");
-  }
 }
 
 // The series as run() names the ones it skips: its name and its UID.
@@ -276,7 +257,7 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     // A write failure (a full disk, a folder made read-only) ends the run with its error.
     write_nifti(nii_path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))),
                 WriteOptions{1, GzipLayout::members, threads});
-    write_text(json_path, series_sidecar(s, plan, warnings));
+    write_text_file(json_path, series_sidecar(s, plan, warnings));
     // Diffusion series: the gradient table beside the image, as dcm2niix writes it.
     write_gradient_files(s, s.affine, (fs::path(*out_dir) / base).string());
     ++written;

@@ -6,11 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <span>
@@ -62,24 +60,6 @@ bool image_exists(const std::string& base) {
 void remove_outputs(const std::string& base) {
   std::error_code ec;
   for (const char* ext : {".nii", ".nii.gz", ".json", ".bval", ".bvec"}) fs::remove(base + ext, ec);
-}
-
-// Writes `text` to `path` through a temporary name.
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".voxpipe-tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot create: ") + std::strerror(errno));
-    f << text;
-    f.flush();
-    if (!f) throw Error(ErrorCode::io, tmp, "", std::string("cannot write: ") + std::strerror(errno));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(ErrorCode::io, path, "", "cannot rename the temporary file into place");
-  }
 }
 
 int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& paths,

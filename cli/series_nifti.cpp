@@ -6,11 +6,9 @@
 #include <array>
 #include <cctype>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <span>
 
 #include "cli_common.hpp"
@@ -382,26 +380,6 @@ std::string g_format(double x) {
   return buf;
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".voxpipe-tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(ErrorCode::io, path, "", std::string("cannot write: ") + std::strerror(errno));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw Error(ErrorCode::io, path, "", "cannot rename the temporary file into place: " + ec.message());
-  }
-}
-
 }  // namespace
 
 bool write_gradient_files(const DicomSeries& s, const std::array<double, 16>& affine,
@@ -414,8 +392,8 @@ bool write_gradient_files(const DicomSeries& s, const std::array<double, 16>& af
     bval += sep + g_format(table->bvals[v]);
     for (int c = 0; c < 3; ++c) bvec[c] += sep + g_format(table->bvecs[v][c]);
   }
-  write_text_atomically(base + ".bval", bval + "\n");
-  write_text_atomically(base + ".bvec", bvec[0] + "\n" + bvec[1] + "\n" + bvec[2] + "\n");
+  write_text_file(base + ".bval", bval + "\n");
+  write_text_file(base + ".bvec", bvec[0] + "\n" + bvec[1] + "\n" + bvec[2] + "\n");
   return true;
 }
 
