@@ -12,9 +12,11 @@
 // dcm2niix_*.cpp (dcm2niix_internal.hpp).
 #include "dcm2niix.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -139,18 +141,24 @@ int make_shim(const std::string& dir, std::ostream& out, std::ostream& err) {
                            ": runs voxpipe's dcm2niix-compatible command in place of dcm2niix.\n"
                            "# Made by `voxpipe dcm2niix --make-shim`; remove it to run dcm2niix "
                            "again.\nexec " + quoted + " dcm2niix \"$@\"\n";
+  // Written under a new name (created exclusively, never through a link someone left there),
+  // executable before it is renamed into place.
   const fs::path tmp = fs::path(dir) / (".dcm2niix.voxpipe-" + std::to_string(::getpid()));
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f.flush()) {
-      err << "voxpipe dcm2niix --make-shim: cannot write " << tmp.string() << "\n";
-      fs::remove(tmp, ec);
-      return 1;
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0755);
+  bool written = fd >= 0;
+  for (std::size_t at = 0; written && at < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    written = n > 0;
+    at += written ? static_cast<std::size_t>(n) : 0;
   }
-  fs::permissions(tmp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                           fs::perms::others_read | fs::perms::others_exec, ec);
+  written = (fd >= 0 && ::close(fd) == 0) && written;
+  if (!written) {
+    err << "voxpipe dcm2niix --make-shim: cannot write " << tmp.string() << ": "
+        << std::strerror(errno) << "\n";
+    if (fd >= 0) fs::remove(tmp, ec);
+    return 1;
+  }
   fs::rename(tmp, target, ec);
   if (ec) {
     err << "voxpipe dcm2niix --make-shim: cannot create " << target.string() << ": "
