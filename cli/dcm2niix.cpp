@@ -326,6 +326,7 @@ int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::o
           if (v[0] >= '0' && v[0] <= '2') opts.conflict = v[0] - '0';
           break;
         case 'x':
+          opts.rotate_3d = v[0] != 'i' && v[0] != 'I';
           if (!no(v) && v[0] != 'i' && v[0] != 'I')
             opts.warnings.push_back("-x " + v + ": cropping is not implemented: images are written uncropped");
           break;

@@ -1,8 +1,9 @@
 // The conversion of one input of `voxpipe dcm2niix` as dcm2niix's nii_loadDir does it: the files
 // of a folder (or the objects under a URL prefix) scanned, the series converted in dcm2niix's
 // order, each named by -f with name conflicts as -w says, its rows flipped as dcm2niix flips
-// them, its image, gradient files, overlays and sidecar written, and its "Convert N DICOM as
-// PATH (AxBxCxD)" line printed; the exit code dcm2niix gives.
+// them (a 3D acquisition turned to its nearest orthogonal axes), its image, gradient files,
+// overlays and sidecar written, and its "Convert N DICOM as PATH (AxBxCxD)" line printed; the
+// exit code dcm2niix gives.
 #include <unistd.h>
 
 #include <algorithm>
@@ -218,9 +219,19 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
       ++failed;
       continue;
     }
-    const bool flip = opts.flip && !rows_kept_by_dcm2niix(s0);
+    // A 3D acquisition is turned to the orthogonal axes nearest RAS (unless -x i), as dcm2niix
+    // turns it after its rows are read (in either order: the turned image is the same); colour
+    // images and images in no patient frame are neither turned nor flipped.
+    const bool reorient = opts.rotate_3d && reoriented_by_dcm2niix(s0);
+    const bool kept = reorient && rows_kept_by_dcm2niix(s0);
+    const bool flip = opts.flip && !kept;
     const DicomSeries flipped = flip ? rows_flipped(s0) : DicomSeries{};
     const DicomSeries& s = flip ? flipped : s0;
+    const Reorientation turn = reorient && !kept ? nearest_orthogonal(s) : Reorientation{};
+    // The written grid: the header's dims, pixdim and affine, and the gradient table's frame.
+    // The sidecar and dim_info stay those of the acquired grid, as dcm2niix leaves them.
+    const DicomSeries turned = turn.identity ? DicomSeries{} : reoriented(s, turn);
+    const DicomSeries& grid = turn.identity ? s : turned;
     NameRules rules;
     rules.folder = folder_name;
     rules.post_fixes = opts.post_fixes;
@@ -260,7 +271,7 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     std::vector<std::string> warnings = s.warnings;
     SeriesFrame frame;
     frame.rows_flipped = flip;
-    NiftiHeader h = series_header(s, plan, warnings, frame);
+    NiftiHeader h = series_header(grid, plan, warnings, frame);
     if (opts.comment_set) {
       h.aux_file.fill('\0');
       std::memcpy(h.aux_file.data(), opts.comment.data(), std::min<std::size_t>(opts.comment.size(), 23));
@@ -274,17 +285,18 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
         for (std::string& w : read_series_values(s, plan, data, threads))
           warnings.push_back(std::move(w));
         if (flip) flip_rows(data, s.shape(), dtype_size(plan.dtype));
+        if (!turn.identity) data = reoriented_data(data, s.shape(), dtype_size(plan.dtype), turn);
         write_nifti(base + (opts.gzip ? ".nii.gz" : ".nii"), h, {},
                     producer_from_bytes(std::as_bytes(std::span(data))),
                     WriteOptions{opts.gz_level, GzipLayout::members, threads});
         // Diffusion series: the gradient table in the written image's voxel frame.
-        write_gradient_files(s, s.affine, base);
+        write_gradient_files(s, grid.affine, base);
         if (flip == opts.flip) {
-          overlay_notes = write_overlays(s, h, base, opts, threads);
+          overlay_notes = write_overlays(s, h, base, opts, threads, turn);
         } else {
-          Options kept = opts;
-          kept.flip = flip;
-          overlay_notes = write_overlays(s, h, base, kept, threads);
+          Options rows_kept = opts;
+          rows_kept.flip = flip;
+          overlay_notes = write_overlays(s, h, base, rows_kept, threads, turn);
         }
       }
       if (opts.bids) write_text_file(base + ".json", series_sidecar(s, plan, warnings, frame));

@@ -4,8 +4,10 @@
 // options, and the series' values as dcm2niix reads them. Internal to the command.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <ostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@ struct Options {
   int gz_level = 1;
   bool bids = true, nifti = true, anonymize = true, ignore_derived = false, single_file = false;
   bool flip = true, gzip = false, post_fixes = true, philips_precise = true;
+  bool rotate_3d = true;  // 3D acquisitions reoriented (not -x i)
   int depth = 5, verbose = 0, conflict = 2;
   std::string comment, format = kDcm2niixDefaultFormat, out_dir;
   bool comment_set = false;
@@ -86,12 +89,37 @@ struct Components {
 
 Components components(const DicomSeries& s);
 
-// Whether dcm2niix keeps the rows of `s` as stored: a 3D volume of a 3D acquisition that is not
-// EPI (MRAcquisitionType 3D; ScanningSequence without EP, EchoPlanarPulseSequence not YES) is
-// reoriented to its nearest orthogonal axes instead of flipped (nii_setOrtho), which for an
-// image in no patient frame (DicomSeries::no_geometry) leaves the rows as stored. A placed
-// image needs no such rule: the affine says where its rows go either way.
+// Whether dcm2niix reorients `s` (nii_setOrtho, unless -x i) instead of flipping its rows: a 3D
+// volume (one volume of more than one slice) of a 3D acquisition that is not EPI
+// (MRAcquisitionType 3D; ScanningSequence without EP, EchoPlanarPulseSequence not YES).
+bool reoriented_by_dcm2niix(const DicomSeries& s);
+
+// Whether dcm2niix keeps the rows of `s` as stored when it reorients 3D acquisitions: such a
+// series in no patient frame (DicomSeries::no_geometry) or of colour images (rgb24), which
+// nii_setOrtho leaves as they are, neither turned nor flipped. A placed image needs no such rule
+// for its world: the affine says where its rows go either way.
 bool rows_kept_by_dcm2niix(const DicomSeries& s);
+
+// dcm2niix's reorientation of a 3D acquisition (nii_setOrtho): output axis w (x, y, z of RAS)
+// is the voxel axis source[w] of the series, reversed when it points the other way, so that
+// each axis runs toward +x, +y, +z (nibabel's as_closest_canonical).
+struct Reorientation {
+  std::array<int, 3> source{0, 1, 2};
+  std::array<bool, 3> reversed{false, false, false};
+  bool identity = true;
+};
+
+// The reorientation that takes `s` (its affine) to the orthogonal axes nearest RAS.
+Reorientation nearest_orthogonal(const DicomSeries& s);
+
+// `s` with its grid reoriented: columns, rows and slices, pixel and slice spacing and affine
+// those of the reoriented image; every other field (images, files, values) as in `s`.
+DicomSeries reoriented(const DicomSeries& s, const Reorientation& r);
+
+// The 3D image `data` (Fortran order, `shape`, elements of `element_size` bytes) reoriented.
+std::vector<std::uint8_t> reoriented_data(std::span<const std::uint8_t> data,
+                                          const std::vector<std::uint64_t>& shape,
+                                          std::size_t element_size, const Reorientation& r);
 
 // dcm2niix's number for a series (-n, and the order in which it converts series): the CRC-32 of
 // its SeriesInstanceUID (without one: its SeriesNumber, 1 when below 1), plus a tenth of its
@@ -108,11 +136,12 @@ std::string ignored_by_i(const DicomSeries& s);
 // as stored) as dcm2niix writes it: an 8-bit image of 0 and 1 on the image's grid, with the
 // image's header `h` (its type uint8, unscaled), a plane per slice from the overlay of that
 // slice's file (or frame: a multi-frame file's overlay covers its frames in turn), rows flipped
-// as the image's. Series of one volume only: dcm2niix fills the ROI of a 4D series of several
-// files with zeros. Returns what was left out, and why, for the warnings.
+// as the image's, then turned as the image is (`turn`; `h` the turned grid's). Series of one
+// volume only: dcm2niix fills the ROI of a 4D series of several files with zeros. Returns what
+// was left out, and why, for the warnings.
 std::vector<std::string> write_overlays(const DicomSeries& s, const NiftiHeader& h,
                                         const std::string& base, const Options& opts,
-                                        unsigned threads);
+                                        unsigned threads, const Reorientation& turn);
 
 // ---- Conversion (dcm2niix_convert.cpp).
 

@@ -79,7 +79,8 @@ DicomFile reparse(const DicomSlice& image, std::uint64_t max_value) {
 
 std::vector<std::string> write_overlays(const DicomSeries& s, const NiftiHeader& h,
                                         const std::string& base, const Options& opts,
-                                        unsigned threads) {
+                                        unsigned threads,
+                                        const Reorientation& turn) {
   std::vector<std::string> notes;
   if (s.images.empty() || !s.first_file || !has_overlay(s.first_file->dataset)) return notes;
   if (s.volumes > 1 || s.images.size() != s.slices) {
@@ -129,6 +130,10 @@ std::vector<std::string> write_overlays(const DicomSeries& s, const NiftiHeader&
     NiftiHeader r = h;
     r.dim = {3, static_cast<std::int64_t>(columns), static_cast<std::int64_t>(rows),
              static_cast<std::int64_t>(s.slices), 1, 1, 1, 1};
+    if (!turn.identity) {  // turned as the image (h is the turned grid's)
+      data = reoriented_data(data, shape, 1, turn);
+      for (int a = 0; a < 3; ++a) r.dim[1 + a] = static_cast<std::int64_t>(shape[turn.source[a]]);
+    }
     r.datatype = 2;  // uint8
     r.bitpix = 8;
     r.scl_slope = 1;

@@ -1,8 +1,12 @@
 // What `voxpipe dcm2niix` reads of a series as dcm2niix reads it: the values of its first file,
 // its vendor, its numbers (the %s of its name, the -n number and the order of conversion), what
-// -i y leaves out, and its row order (rows flipped as dcm2niix flips them, or kept).
+// -i y leaves out, and its voxel order (rows flipped as dcm2niix flips them, or kept; a 3D
+// acquisition turned to its nearest orthogonal axes).
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -140,8 +144,8 @@ Components components(const DicomSeries& s) {
   return c;
 }
 
-bool rows_kept_by_dcm2niix(const DicomSeries& s) {
-  if (!s.no_geometry || s.slices < 2 || s.volumes > 1 || !s.first_file) return false;
+bool reoriented_by_dcm2niix(const DicomSeries& s) {
+  if (s.slices < 2 || s.volumes > 1 || !s.first_file) return false;
   const DicomDataset& ds = s.first_file->dataset;
   const std::string acquisition = ds.string(dicom_tag(0x0018, 0x0023)).value_or("");
   if (acquisition.size() < 2 || acquisition[0] != '3' ||
@@ -151,6 +155,90 @@ bool rows_kept_by_dcm2niix(const DicomSeries& s) {
     if (v.find("EP") != std::string::npos) return false;
   const std::string epi = ds.string(dicom_tag(0x0018, 0x9018)).value_or("");
   return epi.empty() || std::toupper(static_cast<unsigned char>(epi[0])) != 'Y';
+}
+
+bool rows_kept_by_dcm2niix(const DicomSeries& s) {
+  return reoriented_by_dcm2niix(s) && (s.no_geometry || s.stored_dtype == DType::rgb24);
+}
+
+Reorientation nearest_orthogonal(const DicomSeries& s) {
+  Reorientation r;
+  // Unit columns of the affine (voxel axis a -> RAS).
+  double dir[3][3];
+  for (int a = 0; a < 3; ++a) {
+    double n = 0;
+    for (int w = 0; w < 3; ++w) n += s.affine[4 * w + a] * s.affine[4 * w + a];
+    n = std::sqrt(n);
+    for (int w = 0; w < 3; ++w) dir[a][w] = n > 0 ? s.affine[4 * w + a] / n : 0;
+  }
+  // The assignment of voxel axes to world axes with the largest sum of |cosines| (the first
+  // such in the order of std::next_permutation).
+  std::array<int, 3> perm{0, 1, 2}, best = perm;
+  double best_sum = -1;
+  do {
+    double sum = 0;
+    for (int w = 0; w < 3; ++w) sum += std::fabs(dir[perm[w]][w]);
+    if (sum > best_sum + 1e-12) {
+      best_sum = sum;
+      best = perm;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  r.source = best;
+  for (int w = 0; w < 3; ++w) r.reversed[w] = dir[best[w]][w] < 0;
+  r.identity = best == std::array<int, 3>{0, 1, 2} && !r.reversed[0] && !r.reversed[1] && !r.reversed[2];
+  return r;
+}
+
+DicomSeries reoriented(const DicomSeries& s, const Reorientation& r) {
+  DicomSeries o = s;
+  const std::array<std::uint64_t, 3> dims{s.columns, s.rows, s.slices};
+  const std::array<double, 3> spacing{s.pixel_spacing[1], s.pixel_spacing[0], s.slice_spacing};
+  std::array<std::uint64_t, 3> out_dims{};
+  std::array<double, 3> out_spacing{};
+  for (int w = 0; w < 3; ++w) {
+    const int a = r.source[w];
+    out_dims[w] = dims[a];
+    out_spacing[w] = spacing[a];
+    for (int row = 0; row < 3; ++row) {
+      const double c = s.affine[4 * row + a];
+      o.affine[4 * row + w] = r.reversed[w] ? -c : c;
+      if (r.reversed[w] && dims[a] > 0) o.affine[4 * row + 3] += static_cast<double>(dims[a] - 1) * c;
+    }
+  }
+  o.columns = static_cast<std::uint32_t>(out_dims[0]);
+  o.rows = static_cast<std::uint32_t>(out_dims[1]);
+  o.slices = out_dims[2];
+  o.pixel_spacing = {out_spacing[1], out_spacing[0]};
+  o.slice_spacing = out_spacing[2];
+  return o;
+}
+
+std::vector<std::uint8_t> reoriented_data(std::span<const std::uint8_t> data,
+                                          const std::vector<std::uint64_t>& shape,
+                                          std::size_t element_size, const Reorientation& r) {
+  std::vector<std::uint8_t> out(data.size());
+  const std::array<std::uint64_t, 3> dims{shape.size() > 0 ? shape[0] : 1, shape.size() > 1 ? shape[1] : 1,
+                                          shape.size() > 2 ? shape[2] : 1};
+  const std::array<std::uint64_t, 3> stride{1, dims[0], dims[0] * dims[1]};
+  if (dims[0] * dims[1] * dims[2] * element_size != data.size()) return {data.begin(), data.end()};
+  // For output axis w: the source offset of its first voxel and the step between voxels.
+  std::array<std::int64_t, 3> step{};
+  std::int64_t start = 0;
+  std::array<std::uint64_t, 3> out_dims{};
+  for (int w = 0; w < 3; ++w) {
+    const int a = r.source[w];
+    out_dims[w] = dims[a];
+    step[w] = static_cast<std::int64_t>(stride[a]) * (r.reversed[w] ? -1 : 1);
+    if (r.reversed[w]) start += static_cast<std::int64_t>((dims[a] - 1) * stride[a]);
+  }
+  std::uint8_t* dst = out.data();
+  for (std::uint64_t z = 0; z < out_dims[2]; ++z)
+    for (std::uint64_t y = 0; y < out_dims[1]; ++y) {
+      std::int64_t src = start + static_cast<std::int64_t>(z) * step[2] + static_cast<std::int64_t>(y) * step[1];
+      for (std::uint64_t x = 0; x < out_dims[0]; ++x, src += step[0], dst += element_size)
+        std::memcpy(dst, data.data() + static_cast<std::size_t>(src) * element_size, element_size);
+    }
+  return out;
 }
 
 std::uint32_t uid_crc(const DicomSeries& s) {

@@ -11,6 +11,7 @@ the dcm2niix executable (PyPI `dcm2niix`) is not on PATH or beside this Python.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -416,3 +417,143 @@ def test_overlays_written_as_dcm2niix_roi_images(tmp_path):
     assert names(out / 'voxpipe') == names(out / 'dcm2niix')
     assert sum(n.endswith('a_ROI1.nii.gz') for n in names(out / 'voxpipe')) == 1
     assert assert_same_images(out) == 6  # two images and their two ROIs each
+
+
+def unit(v) -> np.ndarray:
+    v = np.asarray(v, float)
+    return v / np.linalg.norm(v)
+
+
+def write_oriented(folder: Path, rows_cols, *, reversed_slices: bool = False, slices: int = 5,
+                   acquisition: str = '3D', extra: dict | None = None) -> None:
+    """A write_series series with ImageOrientationPatient `rows_cols` (normalised), its slices
+    stepping 3 mm along the normal (against it when `reversed_slices`)."""
+    r, c = unit(rows_cols[:3]), unit(rows_cols[3:])
+    n = np.cross(r, c) * (-1 if reversed_slices else 1)
+
+    def place(k, ds):
+        ds.ImageOrientationPatient = [float(x) for x in np.r_[r, c]]
+        ds.ImagePositionPatient = [float(x) for x in np.array([-10.0, 20.0, 3.0]) + 3.0 * k * n]
+
+    write_series(folder, slices=slices, extra={'MRAcquisitionType': acquisition, **(extra or {})},
+                 per_slice=place)
+
+
+def assert_same_as_dcm2niix(out: Path, name: str) -> nib.Nifti1Image:
+    """voxpipe's image `name` is dcm2niix's: shape, raw array, affine, dim_info, slice_code, and
+    the sidecars' phase encoding keys. Returns voxpipe's image."""
+    a, b = nib.load(out / 'dcm2niix' / name), nib.load(out / 'voxpipe' / name)
+    assert b.shape == a.shape, name
+    assert np.array_equal(np.asanyarray(b.dataobj.get_unscaled()), np.asanyarray(a.dataobj.get_unscaled())), name
+    np.testing.assert_allclose(b.affine, a.affine, atol=1e-4, err_msg=name)
+    np.testing.assert_allclose(b.get_qform(), a.get_qform(), atol=1e-4, err_msg=name)
+    assert int(b.header['dim_info']) == int(a.header['dim_info'])
+    assert int(b.header['slice_code']) == int(a.header['slice_code'])
+    np.testing.assert_allclose(b.header['pixdim'][1:4], a.header['pixdim'][1:4], atol=1e-5)
+    stem = name.split('.nii')[0]
+    ja = json.loads((out / 'dcm2niix' / f'{stem}.json').read_text())
+    jb = json.loads((out / 'voxpipe' / f'{stem}.json').read_text())
+    for key in ('PhaseEncodingAxis', 'PhaseEncodingDirection'):
+        assert jb.get(key) == ja.get(key), key
+    return b
+
+
+def test_philips_3d_mprage_turned_to_nearest_orthogonal_as_dcm2niix(tmp_path):
+    src = NICOM / 'philips_mprage.dcm.gz'
+    if not src.is_file():
+        pytest.skip(f'{src} missing')
+    folder = copy_in([src], tmp_path / 'in')
+    out = tmp_path / 'out'
+    d, v = run_both(['-z', 'n', '-f', 'o', '-o', '{out}', str(folder)], out)
+    assert v.returncode == d.returncode == 0, v.stderr
+    img = assert_same_as_dcm2niix(out, 'o.nii')
+    assert img.shape == (176, 256, 256) and nib.aff2axcodes(img.affine) == ('R', 'A', 'S')
+    assert int(img.header['dim_info']) == 54  # the acquired grid's, as dcm2niix leaves it
+    assert json.loads((out / 'voxpipe' / 'o.json').read_text())['PhaseEncodingAxis'] == 'i'
+    # -x i: neither program turns it (the acquired order, rows flipped).
+    out = tmp_path / 'out_i'
+    d, v = run_both(['-x', 'i', '-z', 'n', '-f', 'o', '-o', '{out}', str(folder)], out)
+    assert v.returncode == d.returncode == 0, v.stderr
+    img = assert_same_as_dcm2niix(out, 'o.nii')
+    assert img.shape == (256, 256, 176) and nib.aff2axcodes(img.affine) == ('P', 'S', 'R')
+
+
+C20, S20 = np.cos(np.radians(20)), np.sin(np.radians(20))
+ORIENTED = {
+    'axial': [1, 0, 0, 0, 1, 0],
+    'sagittal': [0, 1, 0, 0, 0, -1],
+    'coronal': [1, 0, 0, 0, 0, -1],
+    'oblique_sagittal': [0, C20, S20, 0, S20, -C20],
+    'oblique_axial': [C20, S20, 0, -S20, C20, 0.2],
+    'left_posterior': [-1, 0, 0, 0, -1, 0],
+}
+
+
+@pytest.mark.parametrize('reversed_slices', [False, True], ids=['slices_up', 'slices_down'])
+@pytest.mark.parametrize('orientation', list(ORIENTED))
+def test_3d_acquisitions_turned_as_dcm2niix(tmp_path, orientation, reversed_slices):
+    folder = tmp_path / 'in'
+    write_oriented(folder, ORIENTED[orientation], reversed_slices=reversed_slices,
+                   extra={'InPlanePhaseEncodingDirection': 'ROW'})
+    ref = None
+    for x in ('n', 'i'):
+        out = tmp_path / f'out_{x}'
+        d, v = run_both(['-x', x, '-z', 'n', '-f', 'o', '-o', '{out}', str(folder)], out)
+        assert v.returncode == d.returncode == 0, v.stderr
+        img = assert_same_as_dcm2niix(out, 'o.nii')
+        if x == 'n':
+            ref = img
+            assert nib.aff2axcodes(img.affine) == ('R', 'A', 'S')
+        else:  # the same voxels in world space, in the acquired order
+            canon = nib.as_closest_canonical(img)
+            assert np.array_equal(np.asanyarray(canon.dataobj), np.asanyarray(ref.dataobj))
+            np.testing.assert_allclose(canon.affine, ref.affine, atol=1e-4)
+            assert img.shape[:2] == (5, 6)
+
+
+@pytest.mark.parametrize('case', ['2D', 'one_slice', 'epi', 'rgb'])
+def test_series_dcm2niix_does_not_turn(tmp_path, case):
+    folder = tmp_path / 'in'
+    sagittal = ORIENTED['sagittal']
+    if case == '2D':
+        write_oriented(folder, sagittal, acquisition='2D')
+    elif case == 'one_slice':
+        write_oriented(folder, sagittal, slices=1)
+    elif case == 'epi':
+        write_oriented(folder, sagittal, extra={'ScanningSequence': 'EP'})
+    else:
+        def rgb(k, ds):
+            ds.ImageOrientationPatient = sagittal
+            ds.ImagePositionPatient = [3.0 * k, 20.0, 3.0]
+            ds.SamplesPerPixel, ds.PhotometricInterpretation, ds.PlanarConfiguration = 3, 'RGB', 0
+            ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 8, 8, 7, 0
+            del ds.RescaleSlope, ds.RescaleIntercept
+            ds.PixelData = np.random.default_rng(k).integers(0, 255, (6, 5, 3), dtype=np.uint8).tobytes()
+        write_series(folder, slices=5, extra={'MRAcquisitionType': '3D'}, per_slice=rgb)
+    out = tmp_path / 'out'
+    d, v = run_both(['-z', 'n', '-f', 'o', '-o', '{out}', str(folder)], out)
+    assert v.returncode == d.returncode == 0, v.stderr
+    a, b = nib.load(out / 'dcm2niix' / 'o.nii'), nib.load(out / 'voxpipe' / 'o.nii')
+    assert b.shape == a.shape and b.shape[:2] == (5, 6)
+    assert np.array_equal(np.asanyarray(b.dataobj), np.asanyarray(a.dataobj))
+    np.testing.assert_allclose(b.affine, a.affine, atol=1e-4)
+    # Rows flipped (P S R), except a 3D acquisition's colour images: kept as stored (P I R).
+    assert nib.aff2axcodes(b.affine) == (('P', 'I', 'R') if case == 'rgb' else ('P', 'S', 'R'))
+
+
+def test_3d_acquisition_overlay_turned_with_its_image(tmp_path):
+    def place(k, ds):
+        ds.ImageOrientationPatient = ORIENTED['sagittal']
+        ds.ImagePositionPatient = [3.0 * k, 20.0, 3.0]
+        add_overlay(ds, 0, overlay_bits(k, 0))
+    write_series(tmp_path / 'in', slices=5, extra={'MRAcquisitionType': '3D'}, per_slice=place)
+    out = tmp_path / 'out'
+    d, v = run_both(['-z', 'n', '-f', 'o', '-o', '{out}', str(tmp_path / 'in')], out)
+    assert v.returncode == d.returncode == 0, v.stderr
+    assert names(out / 'voxpipe') == names(out / 'dcm2niix')
+    img = assert_same_as_dcm2niix(out, 'o.nii')
+    a, b = nib.load(out / 'dcm2niix' / 'o_ROI1.nii'), nib.load(out / 'voxpipe' / 'o_ROI1.nii')
+    assert b.shape == a.shape == img.shape == (5, 5, 6)
+    assert np.asanyarray(b.dataobj).sum() > 0
+    assert np.array_equal(np.asanyarray(b.dataobj), np.asanyarray(a.dataobj))
+    np.testing.assert_allclose(b.affine, a.affine, atol=1e-4)
