@@ -271,6 +271,7 @@ int convert_scan(const DicomScanResult& scan, const std::vector<std::string>& pa
     std::vector<std::string> warnings = s.warnings;
     SeriesFrame frame;
     frame.rows_flipped = flip;
+    if (!turn.identity) frame.written_shape = grid.shape();  // the sidecar's Dimensions
     NiftiHeader h = series_header(grid, plan, warnings, frame);
     if (opts.comment_set) {
       h.aux_file.fill('\0');

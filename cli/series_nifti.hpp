@@ -76,6 +76,9 @@ SeriesPlan series_plan(const DicomSeries& s, std::optional<DType> float_type,
 // dcm2niix writes j the other way (rows bottom to top): rows_flipped.
 struct SeriesFrame {
   bool rows_flipped = false;
+  // The written image's shape when it is not s.shape() (dcm2niix's turned 3D acquisitions, whose
+  // sidecar keys otherwise stay the acquired grid's): the sidecar's Dimensions. Empty: s.shape().
+  std::vector<std::uint64_t> written_shape;
 };
 
 // Largest shear (radians, the largest difference between the affine's unit axes and the nearest

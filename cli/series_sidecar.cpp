@@ -233,7 +233,8 @@ std::string series_sidecar(const DicomSeries& s, const SeriesPlan& plan,
   j.str("SeriesInstanceUID", m.str(kSeriesInstanceUID));
   j.nums("PixelSpacing", m.nums(kPixelSpacing));
   std::vector<double> dims;
-  for (auto d : s.shape()) dims.push_back(static_cast<double>(d));
+  for (auto d : frame.written_shape.empty() ? s.shape() : frame.written_shape)
+    dims.push_back(static_cast<double>(d));
   j.nums("Dimensions", dims);
   if (!s.split.empty()) j.str("SeriesSplit", s.split);
   if (plan.scaled) {

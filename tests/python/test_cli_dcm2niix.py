@@ -557,3 +557,22 @@ def test_3d_acquisition_overlay_turned_with_its_image(tmp_path):
     assert np.asanyarray(b.dataobj).sum() > 0
     assert np.array_equal(np.asanyarray(b.dataobj), np.asanyarray(a.dataobj))
     np.testing.assert_allclose(b.affine, a.affine, atol=1e-4)
+
+
+def test_turned_3d_acquisition_sidecar_dimensions_are_the_written_shape(tmp_path):
+    """voxpipe's own Dimensions key follows the image as written (turned as dcm2niix turns 3D
+    acquisitions), while dcm2niix's keys stay those of the acquired grid."""
+    import json
+    src = tmp_path / 'in'
+    src.mkdir()
+    nicom = Path(nib.__file__).parent / 'nicom' / 'tests' / 'data'
+    (src / 'mprage.dcm').write_bytes(gzip.decompress((nicom / 'philips_mprage.dcm.gz').read_bytes()))
+    out = tmp_path / 'out'
+    out.mkdir()
+    r = subprocess.run([str(CLI), 'dcm2niix', '-z', 'n', '-f', 'x', '-o', str(out), str(src)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    side = json.loads((out / 'x.json').read_text())
+    assert nib.load(out / 'x.nii').shape == (176, 256, 256)
+    assert side['Dimensions'] == [176, 256, 256]
+    assert side['PhaseEncodingAxis'] == 'i'
