@@ -73,6 +73,7 @@ class RemoteObject(NamedTuple):
     etag: str | None
     version: str | None
     storage_options: Mapping[str, Any] | None = None
+    last_modified: Any = None  # the answer's Last-Modified (a datetime), where it has one
 
     def __repr__(self) -> str:  # the URL without its credentials, the size rather than the bytes
         return (f"RemoteObject(url={redact(self.url)!r}, size={self.size}, etag={self.etag!r}, "
@@ -229,7 +230,8 @@ def get_whole(url: str, store: Any, name: str, *, etag: str | None = None,
                              path=url, field="Content-Length")
     data = _read_body(result, url, 0, claimed, etag, since)
     return RemoteObject(url, data, claimed, meta.get("e_tag") or etag, meta.get("version"),
-                        dict(storage_options) if storage_options else None)
+                        dict(storage_options) if storage_options else None,
+                        meta.get("last_modified"))
 
 
 # Bodies are read in chunks of this size (the last may be shorter): as fast as obstore's
