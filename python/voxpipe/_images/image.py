@@ -95,7 +95,8 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
          gzip_layout: Literal["members", "bgzf", "single"] = "members", threads: int = 0,
          chunks: int | tuple[int, ...] | None = None, shards: int | tuple[int, ...] | None = None,
          levels: int = 1, codec: Literal["zstd", "blosc", "gzip", "none"] = "zstd",
-         zarr_format: Literal[2, 3] = 3) -> None:
+         zarr_format: Literal[2, 3] = 3, overwrite: bool = True,
+         storage_options: Mapping[str, Any] | None = None) -> None:
     """Write an image (or an array with `affine`) to .nii, .nii.gz, a .hdr/.img pair or a
     NIfTI-Zarr store (.nii.zarr).
 
@@ -116,7 +117,16 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     ``levels``: pyramid levels (1: none), each halving x, y and z (2x2x2 means; labels:
     nearest), computed one volume at a time.
 
-    The output is written under a temporary name and renamed when complete. An image read by
+    The output is written under a temporary name and renamed when complete; with
+    ``overwrite=False`` an existing output is FileExistsError instead of being replaced.
+
+    ``filename`` may be a URL (``s3://``, ``gs://``, ``az://``; ``storage_options`` or the
+    environment configure the store, as for ``vp.load``): the object appears only once complete
+    (large ones go up as parallel multipart uploads; a failed upload is aborted), a store's root
+    metadata is written last, and ``overwrite=False`` holds against a second writer too
+    (docs/remote.md, "Writing to object storage").
+
+    An image read by
     ``vp.load`` and not modified keeps its stored values and scale factors (no re-quantisation);
     other data are written in the header's dtype with scale factors computed as nibabel does.
 
@@ -129,4 +139,5 @@ def save(img: Any, filename: StrPath, affine: npt.ArrayLike | None = None, *,
     registry.for_writing(filename).save(  # type: ignore[misc]
         img, filename, affine, header=header, level=level, version=version,
         gzip_layout=gzip_layout, threads=threads, chunks=chunks, shards=shards, levels=levels,
-        codec=codec, zarr_format=zarr_format)
+        codec=codec, zarr_format=zarr_format, overwrite=overwrite,
+        storage_options=storage_options)

@@ -15,6 +15,8 @@ from nibabel.nifti1 import Nifti1Header, Nifti1Pair
 from ..._foundation.native import core as _core
 from ..._foundation.header import convert_header
 from ..._foundation.types import Array
+from ..._sources import remote as _remote
+from ..._sources import upload as _upload
 from .open import NIBABEL_CLASSES
 from .memory import as_bytes_view
 from .proxy import ArrayProxy
@@ -63,10 +65,31 @@ def prepare(img: Any, affine: Any, header: Any, version: int | None,
 
 def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
          level: int | None = None, version: int | None = None, gzip_layout: str = "members",
-         threads: int = 0, **_: Any) -> None:
+         threads: int = 0, overwrite: bool = True, storage_options: Any = None,
+         **_: Any) -> None:
     """The NIfTI format's writer (vp.save's for .nii, .nii.gz and .hdr/.img names; options of
-    other formats are ignored, as vp.save has always ignored them)."""
+    other formats are ignored, as vp.save has always ignored them). A URL is written into a
+    local temporary file, then uploaded (_sources/upload.py: multipart, visible once complete;
+    a pair's .img object before its .hdr)."""
     path = os.fspath(filename)
+    if _remote.is_url(path):
+        # Refused before anything is encoded; the upload's own condition holds against a
+        # writer that creates the object meanwhile.
+        if not overwrite and _upload.exists(path, storage_options):
+            raise _upload.ObjectExistsError(f"{path}: already exists (overwrite replaces it)",
+                                            path=path)
+        with _upload.LocalOutput(path) as out:
+            save(img, out.path(), affine, header=header, level=level, version=version,
+                 gzip_layout=gzip_layout, threads=threads)
+            folder = path.rsplit("/", 1)[0]
+            # A pair's .img first: its .hdr, last, says the pair is there.
+            names = sorted(os.listdir(out.folder), key=lambda n: n == os.path.basename(out.path()))
+            for name in names:
+                _upload.upload_file(os.path.join(out.folder, name), f"{folder}/{name}",
+                                    storage_options, overwrite=overwrite)
+        return
+    if not overwrite and any(os.path.lexists(p) for p in _pair_paths(path)):
+        raise FileExistsError(f"{path}: already exists (overwrite replaces it)")
     hdr, values, _keeps_stored = prepare(img, affine, header, version,
                                          bool(_core.is_pair_path(path)))
     # The proxy where its stored values are kept (keeps_stored), else the array.
@@ -77,6 +100,15 @@ def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
         data = np.asfortranarray(data)
     _core.write(path, hdr.binaryblock, [(e.get_code(), e.content) for e in hdr.extensions],
                 as_bytes_view(data), 1 if level is None else level, gzip_layout, threads)
+
+
+def _pair_paths(path: str) -> list[str]:
+    """The files writing ``path`` makes: it, and a pair's .img beside its .hdr."""
+    if not _core.is_pair_path(path):
+        return [path]
+    stem, gz = (path[:-3], ".gz") if path.lower().endswith(".gz") else (path, "")
+    img = stem[:-4] + (".IMG" if stem.endswith(".HDR") else ".img") + gz
+    return [path, img]
 
 
 def _data_for_writing(data: Array, out_dtype: np.dtype[Any]) -> tuple[Array, float, float]:

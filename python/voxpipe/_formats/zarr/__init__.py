@@ -27,11 +27,13 @@ def _load(location: Any, *, mmap: Any = True, keep_file_open: bool | None = None
 def _save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
           level: int | None = None, version: int | None = None, threads: int = 0,
           chunks: Any = None, shards: Any = None, levels: int = 1, codec: Codec = "zstd",
-          zarr_format: ZarrFormat = 3, **_: Any) -> None:
+          zarr_format: ZarrFormat = 3, overwrite: bool = True, storage_options: Any = None,
+          **_: Any) -> None:
     hdr, values, _keeps_stored = prepare(img, affine, header, version, False)
     # Stored values read block by block from the proxy (bounded memory), or the array.
     write_store(os.fspath(filename), hdr, values, chunks=chunks, shards=shards, levels=levels,
-                codec=codec, level=level, zarr_format=zarr_format, threads=threads)
+                codec=codec, level=level, zarr_format=zarr_format, threads=threads,
+                overwrite=overwrite, storage_options=storage_options)
 
 
 FORMAT = registry.register(registry.Format("nifti-zarr", suffixes=(".zarr",), load=_load,

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -23,6 +23,7 @@ from nibabel.nifti1 import Nifti1Header
 
 from ..._foundation.native import core as _core
 from ..._sources import remote as _remote
+from ..._sources import upload as _upload
 from ..._foundation.optional import require
 from .metadata import NIFTI_AXIS, ZARR_AXES, ZarrArray, zarr_module
 from ..._foundation.errors import InvalidArgumentError, UnsupportedError
@@ -190,15 +191,27 @@ def _downsample(volume: Array, nearest: bool) -> Array:
 def write(path: str, hdr: Nifti1Header, values: ArrayProxy | Array, *,
           chunks: Sequence[int] | int | None = None, shards: Sequence[int] | int | None = None,
           levels: int = 1, codec: Codec = "zstd", level: int | None = None,
-          zarr_format: ZarrFormat = 3, threads: int = 0) -> None:
+          zarr_format: ZarrFormat = 3, threads: int = 0, overwrite: bool = True,
+          storage_options: Mapping[str, Any] | None = None) -> None:
     """Write the NIfTI-Zarr store ``path``: ``hdr`` (slope/inter already those of the stored
     values) and ``values``, the stored values (an ArrayProxy read unscaled block by block, or an
     array in the header's dtype), with ``levels`` pyramid levels. Written into a temporary
-    folder beside ``path`` that replaces it when complete."""
+    folder beside ``path`` that replaces it when complete; without ``overwrite`` an existing
+    store is FileExistsError.
+
+    A URL ``path`` (a prefix on a bucket, configured by ``storage_options``) is written into a
+    local temporary folder, then uploaded object by object with its root metadata last
+    (_sources/upload.py upload_store: a reader finds no store there until it is complete)."""
     zarr = zarr_module()
     if _remote.is_url(path):
-        raise UnsupportedError(f"{path}: writing NIfTI-Zarr to object storage is not supported; "
-                               f"write a local store and upload it", path=path)
+        if not overwrite and _upload.exists(path, storage_options):
+            raise _upload.ObjectExistsError(f"{path}: a Zarr store exists there (overwrite "
+                                            f"replaces it)", path=path)
+        with _upload.LocalOutput(path) as out:
+            write(out.path(), hdr, values, chunks=chunks, shards=shards, levels=levels,
+                  codec=codec, level=level, zarr_format=zarr_format, threads=threads)
+            _upload.upload_store(out.path(), path, storage_options, overwrite=overwrite)
+        return
     if zarr_format not in (2, 3):
         raise InvalidArgumentError(f"expected zarr_format 2 or 3, but received {zarr_format}",
                                    path=path, field="zarr_format")
@@ -230,6 +243,8 @@ def write(path: str, hdr: Nifti1Header, values: ArrayProxy | Array, *,
     parent = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.exists(path) and not _is_zarr_folder(path):
         raise FileExistsError(f"{path}: exists and is not a Zarr store; not replacing it")
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path}: a Zarr store exists there (overwrite replaces it)")
     base = os.path.basename(path.rstrip('/'))
     remove_stale_temporaries(parent, base)
     # os.mkdir, not tempfile.mkdtemp: the folder is renamed into the store, which should get

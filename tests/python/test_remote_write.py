@@ -1,0 +1,261 @@
+"""Writes to object storage (vp.save to a URL, _sources/upload.py), on moto's S3 server started
+here: each object read back (boto3) equals the local save byte for byte; large objects go up in
+multipart (its part count is the ETag's suffix); a failed or killed upload leaves no object and,
+after the abort or clean(), no upload; overwrite=False refuses an existing object, also when
+another writer creates it after the check; a store's root metadata is written last."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+import voxpipe as vp
+from s3_server import S3Server
+from voxpipe._sources import upload
+
+BUCKET = "voxpipe-write"
+PART = 5 << 20  # S3's smallest part: multipart objects stay small
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server(BUCKET)
+    yield server
+    server.stop()
+
+
+def keys(s3, prefix=""):
+    return sorted(o["Key"] for o in
+                  s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []))
+
+
+def uploads(s3):
+    return s3.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+
+
+def body(s3, key):
+    return s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def image(shape=(24, 20, 12, 5), seed=0):
+    data = np.random.default_rng(seed).integers(-900, 900, shape).astype(np.int16)
+    return nib.Nifti1Image(data, np.diag([2.0, 2.0, 2.5, 1.0]))
+
+
+@pytest.mark.parametrize("suffix", [".nii", ".nii.gz"])
+def test_save_to_a_url_writes_the_bytes_of_the_local_save(s3, tmp_path, suffix):
+    img = image()
+    vp.save(img, tmp_path / f"x{suffix}", threads=1)
+    vp.save(img, f"s3://{BUCKET}/rt/x{suffix}", storage_options=s3.storage_options(), threads=1)
+    assert body(s3, f"rt/x{suffix}") == (tmp_path / f"x{suffix}").read_bytes()
+    back = nib.Nifti1Image.from_bytes(__import__("gzip").decompress(body(s3, f"rt/x{suffix}"))
+                                      if suffix == ".nii.gz" else body(s3, f"rt/x{suffix}"))
+    assert np.array_equal(np.asarray(back.dataobj), np.asarray(img.dataobj))
+    assert uploads(s3) == []
+
+
+def test_save_of_a_pair_writes_both_objects(s3, tmp_path):
+    img = image(seed=1)
+    vp.save(img, tmp_path / "p.hdr")
+    vp.save(img, f"s3://{BUCKET}/pair/p.hdr", storage_options=s3.storage_options())
+    assert keys(s3, "pair/") == ["pair/p.hdr", "pair/p.img"]
+    for name in ("p.hdr", "p.img"):
+        assert body(s3, f"pair/{name}") == (tmp_path / name).read_bytes()
+
+
+def test_a_large_object_goes_up_in_parts(s3, tmp_path, monkeypatch):
+    monkeypatch.setattr(upload, "PART_SIZE", PART)
+    img = image(shape=(128, 128, 40, 9), seed=2)  # 11.25 MiB of int16 + header: 3 parts
+    vp.save(img, tmp_path / "big.nii")
+    url = f"s3://{BUCKET}/mp/big.nii"
+    vp.save(img, url, storage_options=s3.storage_options())
+    head = s3.client.head_object(Bucket=BUCKET, Key="mp/big.nii")
+    assert head["ETag"].strip('"').endswith("-3")  # a multipart upload of 3 parts
+    assert body(s3, "mp/big.nii") == (tmp_path / "big.nii").read_bytes()
+    assert np.array_equal(vp.load(url, storage_options=s3.storage_options()).dataobj[..., 8],
+                          np.asarray(img.dataobj)[..., 8])
+
+
+def test_part_size_fits_the_object_in_ten_thousand_parts():
+    assert upload.part_size_for(10, PART) == PART
+    assert upload.part_size_for(10000 * PART, PART) == PART
+    big = upload.part_size_for(10000 * PART + 1, PART)
+    assert big > PART and big % (1 << 20) == 0 and -(-(10000 * PART + 1) // big) <= 10000
+    with pytest.raises(ValueError, match="at least"):
+        upload.part_size_for(10, 1 << 20)
+
+
+def test_an_input_that_raises_aborts_the_upload(s3):
+    def parts():
+        for _ in range(3):
+            yield b"\x01" * PART
+        raise RuntimeError("the encoder failed")
+
+    with pytest.raises(RuntimeError, match="the encoder failed"):
+        upload.upload_stream(parts(), f"s3://{BUCKET}/abort/x.nii", s3.storage_options(),
+                             size=10 * PART, part_size=PART, max_concurrency=2)
+    assert keys(s3, "abort/") == []
+    assert uploads(s3) == []
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import sys, time
+    from voxpipe._sources import upload
+    def parts():
+        yield b"\\x02" * (5 << 20)
+        yield b"\\x02" * (5 << 20)
+        print("sent", flush=True)
+        time.sleep(60)
+        yield b"\\x02"
+    upload.upload_stream(parts(), sys.argv[1], size=20 << 20, part_size=5 << 20,
+                         max_concurrency=2)
+""")
+
+
+def test_a_killed_writer_leaves_no_object_and_clean_aborts_its_upload(s3):
+    env = dict(os.environ, AWS_ENDPOINT_URL=s3.endpoint, AWS_ALLOW_HTTP="true",
+               AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               AWS_DEFAULT_REGION="us-east-1")
+    url = f"s3://{BUCKET}/killed/x.nii"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "sent"
+        deadline = time.monotonic() + 20
+        while not any(u["Key"] == "killed/x.nii" for u in uploads(s3)):
+            assert time.monotonic() < deadline, "the writer started no multipart upload"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert keys(s3, "killed/") == []
+    assert [u["Key"] for u in uploads(s3)] == ["killed/x.nii"]
+    so = s3.storage_options()
+    # (moto lists every upload as initiated in 2010: older_than is checked on objects only)
+    found = upload.clean(f"s3://{BUCKET}/killed/", so, older_than=0, dry_run=True)
+    assert len(found) == 1 and found[0].startswith("would remove s3://voxpipe-write/killed/x.nii")
+    assert len(uploads(s3)) == 1
+    done = upload.clean(f"s3://{BUCKET}/killed/", so, older_than=0)
+    assert len(done) == 1 and done[0].startswith("removed s3://voxpipe-write/killed/x.nii")
+    assert uploads(s3) == []
+
+
+def test_overwrite_false_refuses_an_existing_object(s3, tmp_path):
+    so = s3.storage_options()
+    img = image(seed=3)
+    for suffix in (".nii.gz", ".nii.zarr"):
+        url = f"s3://{BUCKET}/ow/x{suffix}"
+        vp.save(img, url, storage_options=so)
+        before = keys(s3, "ow/")
+        with pytest.raises(FileExistsError, match="overwrite"):
+            vp.save(image(seed=4), url, storage_options=so, overwrite=False)
+        assert keys(s3, "ow/") == before
+    assert np.array_equal(np.asarray(vp.load(f"s3://{BUCKET}/ow/x.nii.gz",
+                                             storage_options=so).dataobj),
+                          np.asarray(img.dataobj))
+    # Locally too.
+    vp.save(img, tmp_path / "x.nii")
+    with pytest.raises(FileExistsError):
+        vp.save(img, tmp_path / "x.nii", overwrite=False)
+
+
+@pytest.mark.parametrize("size", [1000, 2 * PART + 1])
+def test_a_create_refused_when_another_writer_created_the_object_first(s3, monkeypatch, size):
+    """The check before the upload passed (the other writer had not finished): the create is
+    conditional (If-None-Match: one PUT; a copy completed with it: multipart), so the object
+    the other writer made stays, and nothing of this upload is left."""
+    so = s3.storage_options()
+    key = f"race/{size}.nii"
+    s3.client.put_object(Bucket=BUCKET, Key=key, Body=b"first writer")
+    monkeypatch.setattr(upload, "exists", lambda url, storage_options=None: False)
+    with pytest.raises(FileExistsError, match="already exists"):
+        upload.upload_stream([b"\x03" * size], f"s3://{BUCKET}/{key}", so, size=size,
+                             overwrite=False, part_size=PART)
+    assert body(s3, key) == b"first writer"
+    assert keys(s3, "race/") == sorted(k for k in keys(s3, "race/") if upload.TEMP_MARK not in k)
+    assert uploads(s3) == []
+
+
+def test_a_create_of_a_large_object_goes_through_a_temporary_object(s3):
+    so = s3.storage_options()
+    data = bytes(range(256)) * ((2 * PART + 7) // 256)
+    upload.upload_stream([data], f"s3://{BUCKET}/create/x.bin", so, size=len(data),
+                         overwrite=False, part_size=PART)
+    assert keys(s3, "create/") == ["create/x.bin"]
+    assert body(s3, "create/x.bin") == data
+
+
+def test_a_store_is_found_only_once_its_root_metadata_is_written(s3, monkeypatch):
+    so = s3.storage_options()
+    url = f"s3://{BUCKET}/store/x.nii.zarr"
+    seen = []
+    real = upload.upload_file
+
+    def watching(path, to, storage_options=None, **kw):
+        if to == url + "/zarr.json":  # the last object: everything else is there
+            assert {"store/x.nii.zarr/nifti/zarr.json", "store/x.nii.zarr/0/zarr.json"} <= \
+                set(keys(s3, "store/"))
+            assert "store/x.nii.zarr.voxpipe-incomplete" in keys(s3, "store/")
+            with pytest.raises(FileNotFoundError):
+                vp.load(url, storage_options=so)
+            seen.append(to)
+        return real(path, to, storage_options, **kw)
+
+    monkeypatch.setattr(upload, "upload_file", watching)
+    img = image(seed=5)
+    vp.save(img, url, storage_options=so)
+    assert seen == [url + "/zarr.json"]
+    assert "store/x.nii.zarr.voxpipe-incomplete" not in keys(s3, "store/")
+    back = vp.load(url, storage_options=so)
+    assert np.array_equal(np.asarray(back.dataobj), np.asarray(img.dataobj))
+    # Replaced: the old store's objects go, the new store reads back whole.
+    img2 = image(shape=(24, 20, 12, 3), seed=6)
+    monkeypatch.setattr(upload, "upload_file", real)
+    vp.save(img2, url, storage_options=so)
+    assert np.array_equal(np.asarray(vp.load(url, storage_options=so).dataobj),
+                          np.asarray(img2.dataobj))
+    assert not any("/0/c/3/" in k or "/0/c/4/" in k for k in keys(s3, "store/"))
+
+
+def test_a_store_write_that_fails_leaves_nothing(s3, monkeypatch):
+    so = s3.storage_options()
+    url = f"s3://{BUCKET}/failed/x.nii.zarr"
+    real = upload.upload_file
+
+    def failing(path, to, storage_options=None, **kw):
+        if to.endswith("/zarr.json") and "/nifti/" in to:
+            raise OSError("the network went away")
+        return real(path, to, storage_options, **kw)
+
+    monkeypatch.setattr(upload, "upload_file", failing)
+    with pytest.raises(OSError, match="network went away"):
+        vp.save(image(seed=7), url, storage_options=so)
+    assert keys(s3, "failed/") == []
+
+
+def test_clean_removes_what_dead_writers_left(s3):
+    so = s3.storage_options()
+    put = lambda key, data=b"x": s3.client.put_object(Bucket=BUCKET, Key=key, Body=data)
+    put("dead/a.nii.gz" + upload.TEMP_MARK + "0123456789abcdef")
+    put("dead/s.nii.zarr.voxpipe-incomplete", b"{}")
+    put("dead/s.nii.zarr/0/zarr.json")
+    put("dead/s.nii.zarr/0/c/0/0/0/0")
+    put("dead/keep.nii.gz")
+    put("dead/done.nii.zarr/zarr.json")
+    url = f"s3://{BUCKET}/dead/"
+    assert upload.clean(url, so) == []  # younger than an hour
+    would = upload.clean(url, so, older_than=0, dry_run=True)
+    assert would == [f"would remove {url}a.nii.gz{upload.TEMP_MARK}0123456789abcdef "
+                     f"(temporary object of an upload)",
+                     f"would remove {url}s.nii.zarr (incomplete store, 2 objects)"]
+    assert len(keys(s3, "dead/")) == 6
+    assert [w.replace("would remove", "removed") for w in would] == \
+        upload.clean(url, so, older_than=0)
+    assert keys(s3, "dead/") == ["dead/done.nii.zarr/zarr.json", "dead/keep.nii.gz"]
