@@ -1,5 +1,7 @@
 #include "cli_common.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -8,6 +10,7 @@
 
 #include "core/file.hpp"
 #include "nifti/internal.hpp"
+#include "voxpipe/remote.hpp"
 
 namespace voxpipe::cli {
 
@@ -25,10 +28,83 @@ int exit_code(ErrorCode c) {
   return kInternal;
 }
 
+namespace {
+constexpr const char* kUrlOutputsNeedPython =
+    "outputs on object storage are written through voxpipe's Python package (pip install "
+    "'voxpipe[s3]'; from the shell: python -m voxpipe ...)";
+}  // namespace
+
 void check_overwrite(const std::string& path, bool overwrite) {
   if (overwrite) return;
+  if (is_object_url(path)) {
+    const UrlHandlers& handlers = url_handlers();
+    if (!handlers.exists) throw Error(ErrorCode::unsupported, path, "", kUrlOutputsNeedPython);
+    if (handlers.exists(path)) throw OutputExists(path);
+    return;
+  }
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) throw OutputExists(path);
+}
+
+std::pair<std::string, std::string> split_object_url(const std::string& url) {
+  const std::size_t slash = url.rfind('/');
+  const std::size_t scheme = url.find("://");
+  if (slash == std::string::npos || scheme == std::string::npos || slash <= scheme + 3 ||
+      slash + 1 == url.size())
+    throw Error(ErrorCode::invalid_argument, url, "",
+                "expected the URL of an object (SCHEME://BUCKET/KEY)");
+  return {url.substr(0, slash + 1), url.substr(slash + 1)};
+}
+
+StagedUpload::StagedUpload(std::string prefix) : prefix_(std::move(prefix)) {
+  if (!prefix_.empty() && prefix_.back() != '/') prefix_ += '/';
+  if (!url_handlers().upload) throw Error(ErrorCode::unsupported, prefix_, "", kUrlOutputsNeedPython);
+  std::error_code ec;
+  std::string pattern = (std::filesystem::temp_directory_path(ec) / "voxpipe-upload-XXXXXX").string();
+  if (ec || ::mkdtemp(pattern.data()) == nullptr)
+    throw Error(ErrorCode::io, pattern, "", "cannot create a temporary folder for the outputs to upload");
+  folder_ = pattern;
+}
+
+StagedUpload::~StagedUpload() {
+  std::error_code ec;
+  std::filesystem::remove_all(folder_, ec);
+}
+
+std::string StagedUpload::local(const std::string& name) const {
+  const std::filesystem::path p = std::filesystem::path(folder_) / name;
+  std::error_code ec;
+  std::filesystem::create_directories(p.parent_path(), ec);
+  return p.string();
+}
+
+void StagedUpload::upload(bool overwrite) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(folder_))
+    if (entry.is_regular_file()) files.push_back(fs::relative(entry.path(), folder_).generic_string());
+  // A pair's header after its image, so that a reader that finds the .hdr finds the .img.
+  const auto is_header = [](const std::string& f) {
+    std::string lower = f;
+    for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return lower.ends_with(".hdr") || lower.ends_with(".hdr.gz");
+  };
+  std::stable_sort(files.begin(), files.end(), [&](const std::string& a, const std::string& b) {
+    return std::make_pair(is_header(a), a) < std::make_pair(is_header(b), b);
+  });
+  for (const std::string& f : files) {
+    const std::string local = (fs::path(folder_) / f).string();
+    if (!url_handlers().upload(local, prefix_ + f, overwrite)) throw OutputExists(prefix_ + f);
+    std::error_code ec;
+    fs::remove(local, ec);
+  }
+}
+
+std::string output_target(const std::string& out, std::optional<StagedUpload>& staged) {
+  if (!is_object_url(out)) return out;
+  const auto [prefix, name] = split_object_url(out);
+  staged.emplace(prefix);
+  return staged->local(name);
 }
 
 void check_nifti_overwrite(const std::string& path, bool overwrite) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "progress.hpp"
@@ -63,11 +64,46 @@ class OutputExists : public std::runtime_error {
 };
 
 // Throws OutputExists when `path` names an existing directory entry (a dangling symlink too:
-// the rename would replace it) and !overwrite.
+// the rename would replace it) and !overwrite. A URL `path` names an object (or, ending in
+// .zarr, a store), asked of the Python package (UrlHandlers::exists).
 void check_overwrite(const std::string& path, bool overwrite);
 
 // check_overwrite for each file that write_nifti(path) writes: both files of a .hdr/.img pair.
 void check_nifti_overwrite(const std::string& path, bool overwrite);
+
+// Outputs named by URLs (s3://, gs://, az://): written first into a local temporary folder, as
+// local outputs are written, then uploaded by the Python package (UrlHandlers::upload: each
+// object visible only once complete, a large one as a parallel multipart upload aborted on
+// failure). `prefix` is the URL of a folder ("s3://b/derived/"); local(name) is the local path
+// that becomes prefix + name; upload() sends every file written there (a .hdr last, after its
+// .img) and removes each once sent. The folder goes when this is destroyed, whatever happened.
+// Disk: the outputs not yet uploaded; memory: the uploads' parts in flight.
+class StagedUpload {
+ public:
+  explicit StagedUpload(std::string prefix);
+  ~StagedUpload();
+  StagedUpload(const StagedUpload&) = delete;
+  StagedUpload& operator=(const StagedUpload&) = delete;
+
+  // The local path of the output prefix + name (name: a file name, or a relative path).
+  std::string local(const std::string& name) const;
+  // Uploads the files written so far. Without `overwrite`, an object another writer created
+  // since check_overwrite is OutputExists (that object untouched). Throws Error(unsupported)
+  // without the Python package's handlers, Error(io) for a failed upload.
+  void upload(bool overwrite);
+
+ private:
+  std::string prefix_;
+  std::string folder_;
+};
+
+// (the URL of the folder of the object `url`, with its "/", the object's name): "s3://b/d/x.nii"
+// -> ("s3://b/d/", "x.nii").
+std::pair<std::string, std::string> split_object_url(const std::string& url);
+
+// Where a command writes its output `out`: `out` itself, or for a URL the local file of
+// `staged` (constructed here) that StagedUpload::upload() then sends to it.
+std::string output_target(const std::string& out, std::optional<StagedUpload>& staged);
 
 // Writes `text` to `path` whole or not at all: under a unique temporary name beside it (created
 // exclusively, removed on failure or when the command is interrupted), then renamed into place

@@ -51,11 +51,16 @@ static const char* const kUsageText =
     "  view INPUT... [-o OUT.png] [--volume T] [--mosaic] [--overwrite]\n"
     "                           PNG of a NIfTI image or DICOM series: three orthogonal slices\n"
     "                           (or an axial mosaic), RAS-labelled; see view --help\n"
+    "  clean URL [--older-than D] [--dry-run]\n"
+    "                           remove what interrupted writes to object storage left under URL\n"
+    "                           (temporary objects, incomplete stores, unfinished multipart\n"
+    "                           uploads); see clean --help\n"
     "\n"
     "--threads 0, every command's default, means $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS\n"
     "(its first number), else the CPUs this process may run on (taskset, cgroup cpusets).\n"
     "A command that writes refuses an existing output (exit 12) unless given --overwrite (or\n"
-    "--force). Long commands (convert, index, bench-load, dcm2nii, resample) report progress on\n"
+    "--force). OUT may be a URL (s3://, gs://, az://): written, then uploaded, visible only once\n"
+    "complete. Long commands (convert, index, bench-load, dcm2nii, resample) report progress on\n"
     "stderr as --progress says: auto (default: a bar on a terminal, else a line every 5 s once\n"
     "the command has run that long), bar, log or none. Exit codes: docs/exit_codes.md;\n"
     "reference: docs/cli.md.\n";
@@ -111,6 +116,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (cmd == "dcm2niix") return cmd_dcm2niix(rest, out, err);
     if (cmd == "resample") return cmd_resample(rest, out, err, err_is_terminal);
     if (cmd == "view") return cmd_view(rest, out, err);
+    if (cmd == "clean") return cmd_clean(rest, out, err);
     err << "voxpipe: unknown command " << cmd << "\n" << kUsageText;
     return kUsage;
   } catch (const OutputExists& e) {

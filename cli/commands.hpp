@@ -52,6 +52,9 @@ int cmd_dcm2niix(const std::vector<std::string>& args, std::ostream& out, std::o
 int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                  bool err_is_terminal);
 
+// voxpipe clean: leftovers of writers to object storage that died (clean.cpp).
+int cmd_clean(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // voxpipe view (view.cpp).
 int cmd_view(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -59,8 +59,10 @@ const char* const kConvertUsage =
     "  --codec C         zstd (default, --level 3), blosc (zstd inside, byte shuffle), gzip, none\n"
     "  --zarr-format V   3 (default; OME-NGFF 0.5) or 2 (OME-NGFF 0.4)\n"
     "\n"
-    "OUT appears only once complete (written beside it, then renamed). Exit status: 0, or the\n"
-    "code of the error (docs/exit_codes.md).\n";
+    "OUT appears only once complete (written beside it, then renamed). OUT may be a URL\n"
+    "(s3://, gs://, az://: written locally, then uploaded, an object visible only once complete,\n"
+    "a store's root metadata last; `voxpipe clean` removes what an interrupted upload leaves;\n"
+    "docs/remote.md). Exit status: 0, or the code of the error (docs/exit_codes.md).\n";
 
 }  // namespace
 
@@ -125,6 +127,7 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     if (dtype) zarr_options.emplace_back("dtype", std::string(dtype_name(*dtype)));
     if (level_given) zarr_options.emplace_back("level", std::to_string(level));
     zarr_options.emplace_back("threads", std::to_string(threads));
+    zarr_options.emplace_back("overwrite", overwrite ? "1" : "0");
     handlers.write_zarr(paths[0], paths[1], zarr_options);
     out << "wrote " << paths[1] << "\n";
     return 0;
@@ -137,6 +140,8 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
       return parser.error(expects("--dtype for a DICOM folder", "float32 or float64 (the rescaled values)",
                                   dtype_name(*dtype)));
     check_nifti_overwrite(paths[1], overwrite);
+    std::optional<StagedUpload> staged;
+    const std::string target = output_target(paths[1], staged);
     const DicomScanResult scan = scan_folder(paths[0]);
     if (scan.series.size() > 1) {
       std::string names;
@@ -150,13 +155,16 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
                       "` lists them)");
     }
     threads = resolve_threads(threads);
-    for (const std::string& w : write_dicom_series(scan.series.front(), paths[1], dtype,
+    for (const std::string& w : write_dicom_series(scan.series.front(), target, dtype,
                                                    WriteOptions{level, layout, threads}, threads))
       err << "voxpipe convert: warning: " << w << "\n";
+    if (staged) staged->upload(overwrite);
     out << "wrote " << paths[1] << "\n";
     return 0;
   }
   check_nifti_overwrite(paths[1], overwrite);
+  std::optional<StagedUpload> staged;
+  const std::string target = output_target(paths[1], staged);
   threads = resolve_threads(threads);  // one count for every read and the write
   NiftiImage img = open_input(paths[0]);
   check_data_size(img);
@@ -216,7 +224,8 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     progress.tick(k);
     return k;
   };
-  write_nifti(paths[1], h, img.extensions, producer, WriteOptions{level, layout, threads});
+  write_nifti(target, h, img.extensions, producer, WriteOptions{level, layout, threads});
+  if (staged) staged->upload(overwrite);
   progress.end();
   out << "wrote " << paths[1] << "\n";
   return 0;

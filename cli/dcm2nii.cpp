@@ -63,7 +63,8 @@ const char* kDcm2niiUsage =
     "as dcm2niix does. OUT_DIR is created when missing. Without -o, the last argument is OUT_DIR\n"
     "only when it does not exist yet; an existing one is refused (is it an input?): use -o.\n"
     "\n"
-    "  -o OUT_DIR        where the files go\n"
+    "  -o OUT_DIR        where the files go; a URL prefix (s3://bucket/nifti/): each series\n"
+    "                    written locally, then uploaded, each object visible once complete\n"
     "  -f FORMAT         file names with dcm2niix's tokens (%s series number, %d series\n"
     "                    description, %p protocol name, %i patient ID, %e echo, %t date and\n"
     "                    time, ...: voxpipe dcm2niix -h; %% a percent sign; default %s_%d);\n"
@@ -173,7 +174,11 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
     std::error_code ec;
     if (!urls && !fs::exists(p, ec)) throw Error(ErrorCode::not_found, p, "", "no such file or folder");
   }
-  {
+  // An OUT_DIR named by a URL: each series written into a local folder, then uploaded.
+  std::optional<StagedUpload> staged;
+  if (is_object_url(*out_dir)) {
+    staged.emplace(*out_dir);
+  } else {
     std::error_code ec;
     fs::create_directories(*out_dir, ec);
     if (ec || !fs::is_directory(*out_dir))
@@ -231,8 +236,12 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
       base = candidate;
     }
     taken.insert(base);
-    const std::string nii_path = (fs::path(*out_dir) / (base + ext)).string();
-    const std::string json_path = (fs::path(*out_dir) / (base + ".json")).string();
+    const std::string dir = *out_dir + (out_dir->ends_with('/') ? "" : "/");
+    const std::string nii_path = staged ? dir + base + ext : (fs::path(*out_dir) / (base + ext)).string();
+    const std::string json_path = staged ? dir + base + ".json" : (fs::path(*out_dir) / (base + ".json")).string();
+    // Where they are written: themselves, or the staged files that go up to them.
+    const std::string nii_file = staged ? staged->local(base + ext) : nii_path;
+    const std::string json_file = staged ? staged->local(base + ".json") : json_path;
     try {
       check_nifti_overwrite(nii_path, overwrite);
       check_overwrite(json_path, overwrite);
@@ -255,15 +264,16 @@ int cmd_dcm2nii(const std::vector<std::string>& args, std::ostream& out, std::os
       continue;
     }
     // A write failure (a full disk, a folder made read-only) ends the run with its error.
-    write_nifti(nii_path, h, {}, producer_from_bytes(std::as_bytes(std::span(data))),
+    write_nifti(nii_file, h, {}, producer_from_bytes(std::as_bytes(std::span(data))),
                 WriteOptions{1, GzipLayout::members, threads});
-    write_text_file(json_path, series_sidecar(s, plan, warnings));
+    write_text_file(json_file, series_sidecar(s, plan, warnings));
     // Diffusion series: the gradient table beside the image, as dcm2niix writes it.
-    write_gradient_files(s, s.affine, (fs::path(*out_dir) / base).string());
-    ++written;
+    write_gradient_files(s, s.affine, staged ? staged->local(base) : (fs::path(*out_dir) / base).string());
     std::error_code ec;
-    const auto nii_size = fs::file_size(nii_path, ec);
+    const auto nii_size = fs::file_size(nii_file, ec);
     if (!ec) bytes_written += nii_size;
+    if (staged) staged->upload(overwrite);
+    ++written;
     for (const auto& im : s.images) {
       if (files_read.insert(im.file->path).second) {
         const auto size = fs::file_size(im.file->path, ec);

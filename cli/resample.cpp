@@ -53,7 +53,8 @@ const char* const kResampleUsage =
     "  --threads N         threads; 0 (default): $VOXPIPE_NUM_THREADS, else $OMP_NUM_THREADS,\n"
     "                      else the CPUs this process may run on\n"
     "  --memory-limit SIZE bytes for volumes in flight (e.g. 512M, 2G; default: one per thread)\n"
-    "  -o OUT              output file (.nii, .nii.gz, or a .hdr/.img pair)\n"
+    "  -o OUT              output file (.nii, .nii.gz, or a .hdr/.img pair); a URL (s3://...):\n"
+    "                      written locally, then uploaded, visible only once complete\n"
     "  --overwrite, --force  replace an existing OUT (otherwise refused, exit 12)\n"
     "  --progress M        auto (default), bar, log or none: the progress report on stderr\n"
     "                      (volumes done, rate, ETA; docs/cli.md \"Progress\")\n"
@@ -190,6 +191,8 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
     return parser.usage_error("expected MOVING, --reference REF and -o OUT");
 
   check_nifti_overwrite(*out_path, overwrite);
+  std::optional<StagedUpload> staged;
+  const std::string target = output_target(*out_path, staged);
   const auto t0 = std::chrono::steady_clock::now();
   const NiftiImage moving = open_nifti(*moving_path);
   const NiftiImage reference = open_nifti(*reference_path);
@@ -239,7 +242,8 @@ int cmd_resample(const std::vector<std::string>& args, std::ostream& out, std::o
                     "voxpipe resample", "volumes");
   progress.show();
   options.progress = [&](std::int64_t, std::int64_t) { progress.tick(); };
-  resample_series_to_file(moving, reference_grid, chains, *out_path, options);
+  resample_series_to_file(moving, reference_grid, chains, target, options);
+  if (staged) staged->upload(overwrite);
   progress.end();
 
   const double elapsed =

@@ -118,6 +118,21 @@ struct UrlHandlers {
   // for an unsharded array). open() reads a store as an uncompressed .nii: `voxpipe info` asks
   // this instead.
   std::function<std::string(const std::string& path)> zarr_compression;
+  // Writes to object storage (the Python package: voxpipe/_sources/upload.py). Each may be
+  // empty (then a URL output is Error(unsupported)).
+  // Whether something exists at `url`: an object, or for a Zarr store's URL its root metadata.
+  std::function<bool(const std::string& url)> exists;
+  // Writes the local file `path` as the object at `url`, visible only once complete (a large one
+  // as a parallel multipart upload, aborted on failure). With !overwrite the create is
+  // conditional: returns false, writing nothing, when the object exists (another writer made it
+  // after the command's check); true when written.
+  std::function<bool(const std::string& path, const std::string& url, bool overwrite)> upload;
+  // Removes what writers that died left under the prefix `url` (temporary objects, incomplete
+  // stores, unfinished multipart uploads) older than `older_than_seconds`, or with `dry_run`
+  // only lists them: one line per thing ("removed URL (what)" / "would remove URL (what)").
+  std::function<std::vector<std::string>(const std::string& url, double older_than_seconds,
+                                         bool dry_run)>
+      clean;
 };
 // Process-wide; call before the threads that open URLs start (the Python package does so at
 // import).

@@ -157,10 +157,12 @@ void bind_remote(nb::module_& m) {
   m.def(
       "set_url_handlers",
       [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all,
-         nb::handle write_zarr, nb::handle zarr_compression) {
+         nb::handle write_zarr, nb::handle zarr_compression, nb::handle exists,
+         nb::handle upload, nb::handle clean) {
         // Module-level functions that live as long as the process: referenced for good, so
         // that nothing is released after the interpreter has gone.
-        for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr, zarr_compression})
+        for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr, zarr_compression,
+                             exists, upload, clean})
           h.inc_ref();
         PyObject* o = open.ptr();
         PyObject* c = index_cache_path.ptr();
@@ -226,15 +228,51 @@ void bind_remote(nb::module_& m) {
             throw error_of(e, path);
           }
         };
+        if (!exists.is_none()) {
+          PyObject* e = exists.ptr();
+          handlers.exists = [e](const std::string& url) {
+            python::GilAcquire gil;
+            try {
+              return nb::cast<bool>(nb::handle(e)(url));
+            } catch (nb::python_error& ex) {
+              throw error_of(ex, url);
+            }
+          };
+        }
+        if (!upload.is_none()) {
+          PyObject* u = upload.ptr();
+          handlers.upload = [u](const std::string& path, const std::string& url, bool overwrite) {
+            python::GilAcquire gil;
+            try {
+              return nb::cast<bool>(nb::handle(u)(path, url, overwrite));
+            } catch (nb::python_error& ex) {
+              throw error_of(ex, url);
+            }
+          };
+        }
+        if (!clean.is_none()) {
+          PyObject* k = clean.ptr();
+          handlers.clean = [k](const std::string& url, double older_than, bool dry_run) {
+            python::GilAcquire gil;
+            try {
+              return nb::cast<std::vector<std::string>>(nb::handle(k)(url, older_than, dry_run));
+            } catch (nb::python_error& ex) {
+              throw error_of(ex, url);
+            }
+          };
+        }
         set_url_handlers(std::move(handlers));
       },
       nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"), nb::arg("fetch_all"),
-      nb::arg("write_zarr"), nb::arg("zarr_compression"),
+      nb::arg("write_zarr"), nb::arg("zarr_compression"), nb::arg("exists") = nb::none(),
+      nb::arg("upload") = nb::none(), nb::arg("clean") = nb::none(),
       "Make calls that take paths (open, build_index, the CLI's commands) read URLs and Zarr "
       "stores: open(url_or_store) -> RemoteInput, index_cache_path(url, version) -> str, "
       "put(path, url), fetch_all(url) -> [(url, buffer), ...] (an object, or those under a "
       "prefix), write_zarr(input, output, [(option, value), ...]), zarr_compression(store) -> "
-      "str (how its chunks are compressed).");
+      "str (how its chunks are compressed); writes to object storage: exists(url) -> bool, "
+      "upload(path, url, overwrite) -> bool (False: exists), clean(url, older_than_s, dry_run) "
+      "-> [line, ...].");
 
 #ifdef VOXPIPE_PYTHON_CLI
   m.def(

@@ -503,7 +503,10 @@ def set_url_handlers(open: Callable[[str], RemoteInput],
                      put: Callable[[str, str], object],
                      fetch_all: Callable[[str], Iterable[tuple[str, _BufferLike]]],
                      write_zarr: Callable[[str, str, list[tuple[str, str]]], object],
-                     zarr_compression: Callable[[str], str]) -> None: ...
+                     zarr_compression: Callable[[str], str],
+                     exists: Callable[[str], bool] | None = None,
+                     upload: Callable[[str, str, bool], bool] | None = None,
+                     clean: Callable[[str, float, bool], list[str]] | None = None) -> None: ...
 # All three present in a build with the command line (CMakeLists.txt: voxpipe_cli_lib), as every
 # build of the package is.
 def cli_dcm2niix(args: Sequence[str]) -> tuple[int, str, str, list[str]]: ...

@@ -17,7 +17,7 @@ from .._foundation.native import core as _core
 from .._formats.dicom.series import load_dicom
 from .._formats.zarr import read as _zarr
 from .._images.image import load, save
-from .._sources import listing, remote
+from .._sources import listing, remote, upload
 from .._foundation.errors import InvalidArgumentError
 from .._foundation.types import NiftiImage
 
@@ -31,8 +31,21 @@ def _open_for_core(url: str) -> Any:
 
 
 def _put_file_for_core(path: str, url: str) -> None:
-    with open(path, "rb") as f:
-        remote.put(url, f.read())
+    upload.upload_file(path, url)
+
+
+def _upload_for_core(path: str, url: str, overwrite: bool) -> bool:
+    """The CLI's upload of an output it wrote locally: False when the object exists (created
+    by another writer since the command checked) and ``overwrite`` is false."""
+    try:
+        upload.upload_file(path, url, overwrite=overwrite)
+    except upload.ObjectExistsError:
+        return False
+    return True
+
+
+def _clean_for_core(url: str, older_than: float, dry_run: bool) -> list[str]:
+    return upload.clean(url, older_than=older_than, dry_run=dry_run)
 
 
 def _fetch_all_for_core(url: str) -> list[tuple[str, Any]]:
@@ -65,6 +78,8 @@ def _write_zarr_for_core(source: str, output: str, options: Sequence[tuple[str, 
                                            f"received {opts[key]!r}", field=key) from None
     if "codec" in opts:
         kwargs["codec"] = opts["codec"]
+    if "overwrite" in opts:
+        kwargs["overwrite"] = opts["overwrite"] == "1"
     threads = kwargs.get("threads", 0)
     dicom = (not _zarr.is_nifti_zarr(source)
              and (os.path.isdir(source) or source.endswith("/")
@@ -125,4 +140,5 @@ def install() -> None:
     """Make calls that take paths (the core's open, build_index, the CLI's commands under
     ``python -m voxpipe``) read URLs, and read and write Zarr stores, through these handlers."""
     _core.set_url_handlers(_open_for_core, remote.index_cache_path, _put_file_for_core,
-                           _fetch_all_for_core, _write_zarr_for_core, _zarr.describe_layout)
+                           _fetch_all_for_core, _write_zarr_for_core, _zarr.describe_layout,
+                           upload.exists, _upload_for_core, _clean_for_core)

@@ -76,7 +76,8 @@ def _convert_one(source: str, output: str, threads: int,
     """``vp.save(vp.load(source), output)``, both on `threads` threads."""
     options = storage_options if _remote.is_url(source) else None
     img = load(source, threads=threads, storage_options=options)
-    save(img, output, threads=threads, **save_options)
+    save(img, output, threads=threads,
+         storage_options=storage_options if _remote.is_url(output) else None, **save_options)
     return ConvertResult(source, output)
 
 
@@ -107,8 +108,10 @@ def _outputs_for(inputs: Iterable[StrPath], out_dir: StrPath,
     """(absolute inputs, their outputs out_dir/NAME.TO), refusing an input that is its own
     output or two inputs with one output, before anything runs."""
     sources = [absolute_path(os.fspath(p)) for p in inputs]
-    folder = os.path.abspath(os.fspath(out_dir))
-    outputs = [os.path.join(folder, output_name(s, to)) for s in sources]
+    remote_out = _remote.is_url(os.fspath(out_dir))
+    folder = os.fspath(out_dir).rstrip("/") if remote_out else os.path.abspath(os.fspath(out_dir))
+    outputs = [f"{folder}/{output_name(s, to)}" if remote_out
+               else os.path.join(folder, output_name(s, to)) for s in sources]
     writer: dict[str, str] = {}
     for source, output in zip(sources, outputs):
         if output == source:
@@ -117,7 +120,8 @@ def _outputs_for(inputs: Iterable[StrPath], out_dir: StrPath,
             raise ValueError(f"{writer[output]} and {source} would both be written to {output}: "
                              "write them into different folders")
         writer[output] = source
-    os.makedirs(folder, exist_ok=True)
+    if not remote_out:
+        os.makedirs(folder, exist_ok=True)
     return sources, outputs
 
 
@@ -184,7 +188,9 @@ def convert_many(inputs: Iterable[StrPath], out_dir: StrPath, *,
     the input; here no input after it is converted, on a cluster the conversions not yet ended
     are cancelled. Two inputs that would write one output (the same name in two folders), or
     an input that is its own output, raise ValueError before anything is converted.
-    ``storage_options``: for URL inputs, as ``vp.load``'s.
+    ``storage_options``: for URL inputs and outputs, as ``vp.load``'s and ``vp.save``'s.
+    ``out_dir`` may be a URL prefix (``s3://bucket/derived/``): each output is an object (or a
+    store) that appears only once complete (``vp.save``; docs/remote.md, "Writing").
     """
     if to not in _CONVERT_TO:
         raise InvalidArgumentError(f"to: expected one of {', '.join(_CONVERT_TO)}, but received "

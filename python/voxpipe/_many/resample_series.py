@@ -14,7 +14,7 @@ import operator
 import os
 import re
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
 
 if TYPE_CHECKING:  # typing.TypeAlias is Python 3.10+; the annotations are not evaluated
@@ -30,6 +30,8 @@ from .._foundation.header import Nifti1Header, Nifti2Header
 from nibabel import Nifti1Image, Nifti2Image
 
 from .._images.image import load
+from .._sources import remote as _remote
+from .._sources import upload as _upload
 from .._foundation.types import Array, Float64Array, GridLike, NiftiImage, StrPath
 from .._foundation.errors import InvalidArgumentError
 
@@ -261,7 +263,8 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
              out: StrPath | Array | None = None, threads: int | None = None,
              memory_limit: int | None = None, *,
              progress: Callable[[int, int], object] | _progress.Mode | None = None,
-             moving_affine: npt.ArrayLike | None = None, fast: bool = False) -> NiftiImage:
+             moving_affine: npt.ArrayLike | None = None, fast: bool = False,
+             storage_options: Mapping[str, Any] | None = None) -> NiftiImage:
     """Resample a 3-D or 4-D image onto ``reference``'s grid through ``transforms``, volume by
     volume, in bounded memory.
 
@@ -290,7 +293,8 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
     ``out``: None (a new Fortran-ordered array), an F-contiguous array of shape reference grid
     (+ volumes for a 4-D moving image) to fill, or a ``.nii``/``.nii.gz`` path to stream into
     (the volumes are written in order, the file appears when complete; returns ``vp.load`` of
-    it). Otherwise returns a ``vp.Nifti1Image`` with the reference's affine and header.
+    it), or the URL of an object (``s3://...``: written locally, then uploaded, visible only
+    once complete; ``storage_options`` configure the store, as ``vp.save``'s). Otherwise returns a ``vp.Nifti1Image`` with the reference's affine and header.
     ``threads``: None for all cores. ``memory_limit``: bytes for the volumes in flight (None:
     as many as threads); ``voxpipe.errors.LimitError`` (a ValueError) when it cannot hold one
     volume.
@@ -369,6 +373,11 @@ def resample(moving: StrPath | DataobjImage | npt.ArrayLike, reference: GridLike
 
     if isinstance(out, (str, os.PathLike)):
         path = os.fspath(out)
+        if _remote.is_url(path):
+            with _upload.LocalOutput(path) as staged:
+                run(None, staged.path())
+                _upload.upload_file(staged.path(), path, storage_options)
+            return load(path, storage_options=storage_options)
         run(None, path)
         return load(path)
 
