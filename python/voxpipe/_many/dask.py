@@ -18,11 +18,13 @@ file is one chunk unless the caller asks for chunks (then with a PerformanceWarn
 this reads the gzip member table, never the data, and only where an image has several chunks.
 
 Names are deterministic (``dask.base.tokenize``) over what identifies the values read: the
-file's path, device, inode, size and modification time as it was opened (a URL's ETag), the
-output dtype, scaling and the chunks. The same file gives the same name; a rewritten file a new
-one. A graph is bound to the files its images opened: a task that finds one replaced or
-rewritten since (the proxy's pickle carries the identity; the reader checks it on every read)
-raises VoxpipeIOError, never reads the new file under the old header.
+file's path, device, inode, size and modification time as it was opened (a URL's ETag; a
+NIfTI-Zarr store's metadata and what pins it: the identities of its files, the ETags of its
+objects), the output dtype, scaling and the chunks. The same file gives the same name; a
+rewritten file (a store with one chunk rewritten) a new one. A graph is bound to the files its
+images opened: a task that finds one replaced or rewritten since (the proxy's pickle carries the
+identity; the reader checks it on every read, a store's chunks included) raises VoxpipeIOError,
+never reads the new file under the old header, nor chunks of two versions of a store.
 
 Threads: a task reads with the thread count ``to_dask(threads=)`` gives, else with the worker's
 budget: voxpipe's default (``VOXPIPE_NUM_THREADS``, then ``OMP_NUM_THREADS``, which the nanny of

@@ -14,11 +14,19 @@ meaning, recorded at open and checked after every read.
   and the store's folder itself are the store's identity: (inode, size, mtime_ns) of each. A
   store replaced (a new folder renamed over it) or rewritten in place (zarr writes each file as
   a new one renamed over the old) has another. Checking it costs one stat per recorded file.
+- Every file of the store is listed when it is opened (a walk of its folders: one stat per file,
+  at most pinned.MAX_LISTED_OBJECTS of them), before zarr reads its metadata: every file read
+  afterwards, metadata and chunks, must be the one listed (its inode, size and mtime_ns), and a
+  chunk absent then must be absent still. A chunk rewritten, removed or added after the open is
+  VoxpipeIOError naming the store and the chunk's key, never the new voxels (the local form of
+  pinned.py's listing of a store on object storage). The listing's digest is part of the
+  identity a pickle and a Dask token carry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import stat
@@ -33,6 +41,7 @@ if TYPE_CHECKING:  # zarr is an optional extra: imported when a store is opened
 
 from ..._foundation.optional import require
 from ..._foundation.errors import LimitError, VoxpipeIOError
+from .pinned import MAX_LISTED_OBJECTS
 
 # The largest metadata document read: generous for OME metadata of many levels and attributes
 # (a NIfTI-Zarr's zarr.json is about 2 KB), and nothing a hostile file can make large.
@@ -77,14 +86,70 @@ def open_regular(path: str) -> tuple[io.BufferedReader, os.stat_result]:
         raise
 
 
-def _read(path: Path, byte_range: ByteRequest | None, record: dict[str, Identity] | None) -> bytes:
+def walk(root: str) -> dict[str, Identity]:
+    """Every file under the folder ``root`` (key: its path relative to it, "/"-separated) and
+    its identity, symbolic links followed as zarr follows them (each folder walked once: a link
+    back up is not walked again). LimitError beyond MAX_LISTED_OBJECTS files."""
+    files: dict[str, Identity] = {}
+    seen: set[tuple[int, int]] = set()
+    todo = [("", root)]
+    while todo:
+        prefix, folder = todo.pop()
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    est = entry.stat()
+                except FileNotFoundError:  # a dangling link, or removed while walked: absent
+                    continue
+                key = prefix + entry.name
+                if stat.S_ISDIR(est.st_mode):
+                    todo.append((key + "/", entry.path))
+                else:
+                    files[key] = identity_of(est)
+                    if len(files) > MAX_LISTED_OBJECTS:
+                        raise LimitError(f"{root}: expected a store of at most "
+                                         f"{MAX_LISTED_OBJECTS} files, which voxpipe lists to "
+                                         f"pin its reads to the version opened, but it has more",
+                                         path=root, field="listing")
+    return files
+
+
+def changed_file(store: str, key: str, was: Identity | None,
+                 now: Identity | None) -> VoxpipeIOError | None:
+    """The error for the file ``key`` of the store ``store`` listed as ``was`` at open (None:
+    absent) and found as ``now``, or None where they are the same."""
+    if was == now:
+        return None
+    how = ("removed" if now is None else "added" if was is None else "rewritten")
+    return VoxpipeIOError(f"{store}: the store changed since it was opened: {key} was {how}",
+                          path=store, field=key)
+
+
+def _read(path: Path, byte_range: ByteRequest | None, record: dict[str, Identity] | None,
+          pinned: tuple[str, str, dict[str, Identity]] | None = None) -> bytes:
     """The bytes zarr's LocalStore would read for ``byte_range`` (None: all), from a regular
-    file only; metadata documents bounded by MAX_METADATA_BYTES."""
+    file only; metadata documents bounded by MAX_METADATA_BYTES. ``pinned``: (the store's name,
+    the file's key, the store's listing at open): the file must be the one listed."""
     from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
     name = os.fspath(path)
-    f, st = open_regular(name)
+    try:
+        f, st = open_regular(name)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        if pinned is not None:
+            error = changed_file(pinned[0], pinned[1], pinned[2].get(pinned[1]), None)
+            if error is not None:
+                raise error from None
+        raise
     with f:
+        if pinned is not None:
+            error = changed_file(pinned[0], pinned[1], pinned[2].get(pinned[1]), identity_of(st))
+            if error is not None:
+                raise error
         if path.name in _METADATA_NAMES and st.st_size > MAX_METADATA_BYTES:
             raise LimitError(f"{name}: expected a metadata document of at most "
                              f"{MAX_METADATA_BYTES} bytes, but it has {st.st_size}", path=name,
@@ -118,13 +183,16 @@ def _store_class() -> type[LocalStore]:
         is a dict, the identity of every file read goes into it."""
 
         record: dict[str, Identity] | None = None
+        # (the store's name, its files at open: walk()); None: reads are not pinned
+        pinned: tuple[str, dict[str, Identity]] | None = None
 
         def _get_checked(self, key: str, prototype: BufferPrototype | None,
                          byte_range: ByteRequest | None) -> Buffer | None:
             if prototype is None:
                 prototype = default_buffer_prototype()
+            pin = None if self.pinned is None else (self.pinned[0], key, self.pinned[1])
             try:
-                data = _read(self.root / key, byte_range, self.record)
+                data = _read(self.root / key, byte_range, self.record, pin)
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 return None
             return prototype.buffer.from_bytes(data)
@@ -162,18 +230,40 @@ def local_store(location: str, read_only: bool) -> LocalStore:
 
 
 class StoreIdentity:
-    """What a local store was when opened: its folder's identity and each recorded file's,
-    by path. ``check`` compares them with the files there now."""
+    """What a local store was when opened: its folder's identity, each recorded file's, by
+    path, and the listing of all its files (walk()). ``check`` compares the recorded files with
+    those there now, ``check_chunk`` one chunk with the listing."""
 
-    def __init__(self, root: str, files: dict[str, Identity]) -> None:
+    def __init__(self, root: str, files: dict[str, Identity],
+                 listing: dict[str, Identity]) -> None:
         self.root = root
         self.files = dict(files)
+        self.listing = listing
         self.folder = identity_of(os.stat(root))[0]  # a folder's size and mtime change with use
+        h = hashlib.sha256()
+        for key in sorted(listing):
+            h.update(f"{key}\0{listing[key]}\n".encode())
+        self.digest = h.hexdigest()
 
     def state(self) -> tuple[Any, ...]:
-        """Picklable: (folder inode, ((path relative to the store, identity), ...))."""
+        """Picklable: (folder inode, ((path relative to the store, identity), ...), the digest
+        of the listing)."""
         return (self.folder, tuple(sorted((os.path.relpath(p, self.root), i)
-                                          for p, i in self.files.items())))
+                                          for p, i in self.files.items())), self.digest)
+
+    def check_chunk(self, name: str, key: str, path: str) -> bool:
+        """Whether the chunk ``key`` (relative to the store) is there, at ``path``: VoxpipeIOError
+        naming the store ``name`` and the key where it is not as listed at open."""
+        try:
+            st = os.stat(path)
+            # a folder where a chunk belongs is an absent chunk, as in zarr (and walk())
+            now: Identity | None = None if stat.S_ISDIR(st.st_mode) else identity_of(st)
+        except (FileNotFoundError, NotADirectoryError):
+            now = None
+        error = changed_file(name, key, self.listing.get(key), now)
+        if error is not None:
+            raise error
+        return now is not None
 
     def check(self, name: str) -> None:
         """VoxpipeIOError naming the store ``name`` and the first file that is not what was
@@ -200,5 +290,6 @@ class StoreIdentity:
         """VoxpipeIOError naming the store ``name`` where this open found other files than the
         open whose state() is ``earlier`` (a pickled proxy reopened after a change)."""
         if self.state() != tuple(earlier):
-            raise VoxpipeIOError(f"{name}: the store changed since it was opened (its metadata "
-                                 f"or header array were rewritten)", path=name, field="identity")
+            raise VoxpipeIOError(f"{name}: the store changed since it was opened (its "
+                                 f"metadata, header array or chunks were rewritten)", path=name,
+                                 field="identity")

@@ -55,21 +55,24 @@ class ZarrProxy(ArrayProxy):
 
     def __reduce__(self) -> tuple[Callable[..., ZarrProxy], tuple[Any, ...]]:
         s = self._store  # by its absolute name (NiftiZarr.absolute_location)
-        # With the identity of the store's files: a task reading it after the store was
-        # replaced fails rather than reading the new voxels under this header.
-        state = s.identity.state() if s.identity is not None else None
+        # With what pins the store (a local store's files, the listing of one on object
+        # storage): a task reading it after the store was replaced or rewritten (a chunk
+        # included) fails rather than reading the new voxels under this header.
+        state = s.identity.state()
         return (_reopened_zarr_proxy, (s.absolute_location, s.storage_options, s.level,
                                        self._threads, self._shape, state))
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
         s = self._store
         # The store's header and array metadata (a store rewritten in place with new
-        # metadata is another array); not the thread count, which changes no value.
+        # metadata is another array), and what pins it: a local store's files, the ETags of
+        # one on object storage (a rewritten chunk is another version); not the thread count,
+        # which changes no value.
         where = (s.location if _remote.is_url(s.location)
                  else os.path.normpath(s.absolute_location))
         return ("voxpipe.ZarrProxy", where, s.level, repr(s.storage_options), s.stored_header,
                 repr(s.array.metadata.to_dict()), self._shape,
-                s.identity.state() if s.identity is not None else None)
+                s.identity.state())
 
     def _read_stored(self, stored: Sequence[Range], dtype: np.dtype[Any], apply_scaling: bool,
                      file_order: bool, real_part: bool, out: Array | None,
@@ -93,7 +96,7 @@ def _reopened_zarr_proxy(location: str, storage_options: Mapping[str, Any] | Non
                          threads: int, shape: Sequence[int],
                          identity: tuple[Any, ...] | None = None) -> ZarrProxy:
     store = NiftiZarr(location, storage_options, level)
-    if identity is not None and store.identity is not None:
+    if identity is not None:
         store.identity.check_same(location, identity)
     core, _ = open_core(store, threads)
     proxy = ZarrProxy(core, store, threads)

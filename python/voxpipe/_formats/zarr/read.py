@@ -34,7 +34,8 @@ from ..._foundation import identity as _identity
 from ..._foundation.header import core_dtype_name
 from ..._foundation.optional import require
 from .header_block import level_header, read_header_array, virtual_prefix
-from .local import StoreIdentity, local_store
+from .local import StoreIdentity, local_store, walk
+from .pinned import Listing, pinned_store
 from .metadata import (NIFTI_AXIS, ZARR_AXES, Shards, ZarrArray, ZarrGroup, axes_of, core_spec,
                        compression_of, level_path, multiscales, shards_of, stored_dtype,
                        zarr_module)
@@ -61,12 +62,12 @@ def is_nifti_zarr(path: Any) -> bool:
 def _group_store(location: str, storage_options: Mapping[str, Any] | None,
                  read_only: bool) -> Any:
     """A zarr store rooted at ``location``: a local folder, or a URL through voxpipe's obstore
-    client (configured as for vp.load). Any: zarr's ObjectStore, or local.py's checked
-    LocalStore, whose ``record`` the open sets."""
-    zarr = zarr_module()
+    client (configured as for vp.load), listed now and pinned to that listing (pinned.py). Any:
+    pinned.py's ObjectStore, or local.py's checked LocalStore, whose ``record`` and ``pinned``
+    the open sets."""
+    zarr_module()
     if _remote.is_url(location):
-        store, _ = _remote.store_for(location.rstrip("/") + "/zarr.json", storage_options)
-        return zarr.storage.ObjectStore(store, read_only=read_only)
+        return pinned_store(location, storage_options)
     if storage_options:
         raise TypeError("storage_options applies to URLs (s3://, gs://, az://, https://...) only")
     return local_store(location, read_only)
@@ -105,7 +106,9 @@ class NiftiZarr:
     stored_big_endian: bool
     spec: dict[str, Any] | None
     shards: Shards | None
-    identity: StoreIdentity | None
+    # What pins the store to the version opened: a local store's files (local.py), the listing
+    # of one on object storage (pinned.py).
+    identity: StoreIdentity | Listing
 
     def __init__(self, location: str, storage_options: Mapping[str, Any] | None = None,
                  level: int = 0) -> None:
@@ -119,12 +122,17 @@ class NiftiZarr:
         self.storage_options = dict(storage_options) if storage_options else None
         self.level = level
         name = location
-        store = _group_store(location, storage_options, True)
-        local = not _remote.is_url(location)
-        if local:
-            store.record = {}  # the identity of every file this open reads
-        field = "zarr.json"
+        field = "listing"
+        store: Any = None
         try:
+            store = _group_store(location, storage_options, True)
+            local = not _remote.is_url(location)
+            if local:
+                store.record = {}  # the identity of every file this open reads
+                # Every file of the store, listed before zarr reads any (local.py).
+                listing = walk(location) if os.path.isdir(location) else {}
+                store.pinned = (location, listing)
+            field = "zarr.json"
             self._open(zarr, store, name)
             field = "nifti"
             self.stored_header = read_header_array(self.group, name)
@@ -144,11 +152,17 @@ class NiftiZarr:
                 self.stored_header = level_header(self.stored_header, self.group, self._path,
                                                   level_path(self.group, 0, name),
                                                   self.nifti_shape_of_array())
-            self.identity = StoreIdentity(location, store.record) if local else None
+            if local:
+                self.identity = StoreIdentity(location, store.record, listing)
+            else:
+                pin: Listing = store.listing
+                pin.freeze()  # (over http(s): the objects the open read)
+                self.identity = pin
         except Exception as exc:
             raise _failure(name, field, exc) from exc
         finally:
-            store.record = None
+            if store is not None and not _remote.is_url(location):
+                store.record = None
 
     def _open(self, zarr: Any, store: Any, name: str) -> None:
         """The group, the level's array and its name."""
@@ -189,8 +203,9 @@ class NiftiZarr:
 
     def check_unchanged(self) -> None:
         """VoxpipeIOError where the local store is no longer the one opened (its folder, its
-        metadata or its header array replaced or rewritten): a stat per recorded file."""
-        if self.identity is not None:
+        metadata or its header array replaced or rewritten): a stat per recorded file. (Reads
+        of a store on object storage are pinned request by request: nothing to check after.)"""
+        if isinstance(self.identity, StoreIdentity):
             self.identity.check(self.location)
 
     def _check_axes(self) -> None:
@@ -264,6 +279,11 @@ class NiftiZarr:
             chunks = self._chunks_for(sel, self.spec)
             _core.read_zarr_chunks(self.spec, chunks, sel, name, apply_scaling, file_order,
                                    real_part, slope, inter, flat, strides, threads)
+            # The local chunk files the core read, checked again: one replaced or rewritten
+            # while it was read is an error, never its voxels.
+            for _, key, path, _ in chunks:
+                if path is not None:
+                    self._check_chunk(key, path)
             return
         # zarr decodes (codecs the core does not), the core converts: one uncompressed chunk
         # holding exactly the selection, read back with the selection's own steps.
@@ -331,9 +351,18 @@ class NiftiZarr:
             out: list[Chunk] = []
             for g, key in zip(grid, keys):
                 path = os.path.join(self._chunk_root, *key.split("/"))
-                out.append((g, key, path, None) if os.path.exists(path) else (g, key, None, None))
+                there = self._check_chunk(key, path)
+                out.append((g, key, path, None) if there else (g, key, None, None))
             return out
         return [(g, key, None, data) for g, key, data in zip(grid, keys, self._get_many(keys))]
+
+    def _check_chunk(self, key: str, path: str) -> bool:
+        """Whether the local chunk ``key`` of this array is there (at ``path``); VoxpipeIOError
+        naming the store and the chunk where it is not as the store's listing at open has it."""
+        assert isinstance(self.identity, StoreIdentity)
+        return self.identity.check_chunk(self.location,
+                                         f"{self.array.path}/{key}" if self.array.path else key,
+                                         path)
 
     def _inner_chunks(self, grid: list[tuple[int, ...]], sh: Shards) -> list[Chunk]:
         """The inner chunks (grid indices over the inner chunk grid) of a sharded array: for
