@@ -261,3 +261,31 @@ def test_a_dask_graph_over_a_local_store_rewritten_after_it_was_built_raises(tmp
     assert new.name != arr.name and tokenize(vp.load(path).dataobj) != token
     np.testing.assert_array_equal(new[..., 4].compute(scheduler="sync"),
                                   _data(1)[..., 4])
+
+
+# -- over http(s): no listing; pinned as first read ----------------------------------------------
+def test_a_store_over_http_is_pinned_as_first_read_and_to_the_open_time(versions):
+    from range_server import RangeServer
+    objects = {}
+    for folder, _, files in os.walk(versions[0]):
+        for f in files:
+            key = os.path.relpath(os.path.join(folder, f), versions[0]).replace(os.sep, "/")
+            objects[f"d/h.nii.zarr/{key}"] = Path(folder, f).read_bytes()
+    with RangeServer(objects) as server:
+        url = server.url("d/h.nii.zarr")
+        img = vp.load(url, storage_options={"allow_http": True})
+        np.testing.assert_array_equal(img.dataobj[..., 0], _data(0)[..., 0])
+        other = (versions[1] / _chunk(0)).read_bytes()
+        # Read before: pinned to its ETag (If-Match).
+        server.put(f"d/h.nii.zarr/{_chunk(0)}", other)
+        with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
+            img.dataobj[..., 0]
+        assert f"{url}/{_chunk(0)}" in str(info.value)
+        # Not read before: its Last-Modified, a second or more after the open (whole seconds:
+        # replaced twice, it moves on by two), says it changed since.
+        for _ in range(2):
+            server.put(f"d/h.nii.zarr/{_chunk(3)}", (versions[1] / _chunk(3)).read_bytes())
+        with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
+            img.dataobj[..., 3]
+        assert f"{url}/{_chunk(3)}" in str(info.value) and "after the open" in str(info.value)
+        np.testing.assert_array_equal(img.dataobj[..., 1], _data(0)[..., 1])  # unchanged
