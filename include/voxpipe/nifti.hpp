@@ -237,6 +237,10 @@ struct DataSourceOptions {
   };
   Index index = Index::automatic;
   std::string index_path;
+  // With Index::path, for data read by ranges from an object: its seek index read by ranges from
+  // this object (its sidecar, pinned to its own version; a version-2 trailer: the table of
+  // contents, then only the windows reads need, each checked), named by index_path in messages.
+  std::shared_ptr<const RemoteInput> index_input;
 };
 
 // Keeps the data file open across reads (nibabel's keep_file_open=True): a sized-member table or a

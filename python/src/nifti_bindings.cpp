@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -20,6 +21,7 @@
 #include "gil.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/remote.hpp"
 
 namespace nb = nanobind;
 using namespace voxpipe;
@@ -159,17 +161,19 @@ void bind_nifti(nb::module_& m) {
       .def(
           "__init__",
           [](NiftiReader* self, const NiftiImage& image, const std::string& index_mode,
-             const std::string& index_path) {
+             const std::string& index_path, std::shared_ptr<const RemoteInput> index_input) {
             DataSourceOptions options;
             try {
               options = python::data_source_options(index_mode, index_path);
             } catch (const Error& e) {
               throw Error(e.code(), image.data_path, e.field(), e.detail());
             }
+            options.index_input = std::move(index_input);
             python::GilRelease release;
             new (self) NiftiReader(image, options);
           },
-          nb::arg("image"), nb::arg("index_mode") = "auto", nb::arg("index_path") = "")
+          nb::arg("image"), nb::arg("index_mode") = "auto", nb::arg("index_path") = "",
+          nb::arg("index_input").none() = nb::none())
       .def_prop_ro("random_access", &NiftiReader::random_access)
       .def("check_data_size", &NiftiReader::check_data_size,
            nb::call_guard<python::GilRelease>(),

@@ -31,14 +31,20 @@ GzipSource::GzipSource(std::shared_ptr<const core::RandomAccessInput> input,
                 "expected a gzip file (1f 8b) because of the .gz name, but it is not a gzip file", 0);
   // An object read by ranges with an index skips the member table: finding the members costs
   // a request per member there, the index none (it has a point at every member's start).
-  const bool index_first = file_.fetches() && !options.index_path.empty();
+  const bool index_first =
+      file_.fetches() && (!options.index_path.empty() || options.index_input);
   if (!index_first) {
     members_ = read_member_table(file_);
     if (members_) return;
   }
   // Index files are found and checked by the path and key of a file: other inputs have none.
   const bool is_file = dynamic_cast<const core::InputFile*>(&file_) != nullptr;
-  if (!options.index_path.empty()) {
+  if (options.index_input) {
+    if (!file_.fetches())
+      throw Error(ErrorCode::invalid_argument, path, "index",
+                  "expected an index object only for an object read by ranges");
+    index_ = load_index(file_, options.index_input);
+  } else if (!options.index_path.empty()) {
     // An object read by ranges takes the index its caller fetched (checked by size and tail).
     if (!is_file && !file_.fetches())
       throw Error(ErrorCode::invalid_argument, path, "index",
@@ -96,7 +102,11 @@ void GzipSource::prefetch_compressed(std::uint64_t begin, std::uint64_t end) con
     // From the point inflate_range starts at to the first at or after `end`, plus the input
     // the decoder reads ahead in one piece and the trailer of a member that ends there.
     const std::vector<SeekPoint>& p = index_->points;
-    const std::uint64_t from = p[start_point(*index_, begin, end, file_.path())].compressed_bit / 8;
+    const SeekPoint& start = p[start_point(*index_, begin, end, file_.path())];
+    const std::uint64_t from = start.compressed_bit / 8;
+    // The start point's window, when it lies in an object too, comes while the data do.
+    if (const auto w = index_->window_range(start); w && index_->window_file->fetches())
+      index_->window_file->read_ahead(std::span(&*w, 1));
     auto stop = std::lower_bound(p.begin(), p.end(), end, [](const SeekPoint& x, std::uint64_t v) {
       return x.uncompressed < v;
     });

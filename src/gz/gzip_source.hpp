@@ -33,6 +33,9 @@ struct GzipSourceOptions {
   // when its members announce their sizes (it finds them without a request per member).
   std::string index_path;
   bool find_index = true;
+  // For an object read by ranges: its index read by ranges from this other object (its sidecar,
+  // load_index with an index input), in place of index_path.
+  std::shared_ptr<const core::RandomAccessInput> index_input;
 };
 
 class GzipSource final : public core::ByteSource {

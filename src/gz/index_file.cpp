@@ -26,10 +26,27 @@
 // min(32 KiB, offset) bytes mean anything. Member starts: indexed_gzip puts a point at each
 // member's first deflate block with bits 0 and data flag 0; rapidgzip writes none there. Both
 // end with a point at (compressed size, uncompressed size), which cannot be decoded from.
+//
+// After the windows, voxpipe writes a trailer both tools ignore (seek_index.hpp describes its
+// versions). Version 2, written since windows became read one by one from objects, is a table
+// of contents that is checked on its own and found from the end of the file:
+//
+//   0  "VPKEY"  5 B, version u8 = 2
+//   6  gzip file size u64, mtime ns i64, CRC32 of the gzip file's last 64 KiB u32
+//  26  window count u32, then the CRC32 of each window (all window-size bytes), u32 each
+//   .  head length u32, then a copy of the GZIDX header and point table (head length bytes)
+//   .  trailer length u32 (from "VPKEY" to the end of the file)
+//   .  CRC32 of the trailer's bytes before this field u32
+//
+// So a reader by ranges fetches the end of the file (the trailer length is in its last 8
+// bytes), and has the points, the key and every window's checksum without the windows; then
+// it fetches and checks only the windows it decodes from. A copy of the head rather than a
+// second request for the file's start: it costs 18 bytes a point, a request costs a round trip.
 #include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -46,8 +63,18 @@ namespace {
 constexpr char kMagic[5] = {'G', 'Z', 'I', 'D', 'X'};
 constexpr std::size_t kHeaderSize = 35;
 constexpr char kKeyMagic[5] = {'V', 'P', 'K', 'E', 'Y'};
-constexpr std::uint8_t kKeyVersion = 1;
+constexpr std::uint8_t kKeyVersion = 2;  // written; 1 is read too
+// Version 1: the key and a CRC32 of the whole index file.
 constexpr std::size_t kTrailerSize = 5 + 1 + 8 + 8 + 4 + 4;
+// Version 2: the key, then the window count, the head length, the trailer length and its CRC32
+// around the variable parts (window CRC32s, the head's copy).
+constexpr std::size_t kKeyFields = 5 + 1 + 8 + 8 + 4;
+constexpr std::size_t kTocFixed = kKeyFields + 4 + 4 + 4 + 4;
+// The largest version-2 trailer read: 3.7 million points, far more than any file needs
+// (a point per 4 MiB of a 14 TB file), and what a lying trailer can make a reader allocate.
+constexpr std::uint64_t kMaxTocSize = std::uint64_t{64} << 20;
+// What read_gzidx_toc reads first from the end of an index (the trailer of 300 points is 7 KB).
+constexpr std::uint64_t kTocGuess = std::uint64_t{64} << 10;
 // Windows larger than this are not written by any tool (deflate needs 32 KiB); the cap keeps a
 // hostile header from making us skip over absurd amounts of data per point.
 constexpr std::uint32_t kMaxWindowSize = 1u << 20;
@@ -69,20 +96,44 @@ std::uint32_t crc32_of(std::span<const std::uint8_t> bytes) {
   throw Error(code, name, field, detail, at);
 }
 
+std::string hex32(std::uint32_t v) {
+  char s[11];
+  std::snprintf(s, sizeof s, "0x%08x", v);
+  return s;
+}
+
+// A window whose bytes do not have the CRC32 the table of contents lists: the index (file or
+// object) is damaged, and decoding from it would give wrong data.
+void check_window(const std::string& name, std::size_t point, std::uint64_t at,
+                  std::uint32_t expected, std::uint32_t found) {
+  if (expected != found)
+    fail(ErrorCode::corrupt, name, "window of point " + std::to_string(point),
+         "the index is damaged: expected a window of CRC32 " + hex32(expected) +
+             ", but its bytes have CRC32 " + hex32(found),
+         at);
+}
+
 }  // namespace
 
 namespace {
 
-// The bytes read_gzidx parses: an index in memory, or an index file read piece by piece.
+// The bytes read_gzidx parses: an index in memory, or an index file or object read piece by
+// piece. `head`, when set, serves the bytes [0, head.size()) (the header and point table, from
+// a version-2 trailer's copy: an object read by ranges is never asked for its start).
 struct IndexBytes {
   std::span<const std::uint8_t> memory;   // when file is null
-  const core::InputFile* file = nullptr;
+  const core::RandomAccessInput* file = nullptr;
   const std::string& name;
+  std::span<const std::uint8_t> head = {};
 
   std::uint64_t size() const { return file ? file->size() : memory.size(); }
 
   void read(std::uint64_t offset, std::span<std::uint8_t> dst) const {
     if (dst.empty()) return;  // an index without points: memcpy must not see its null pointer
+    if (offset + dst.size() <= head.size()) {
+      std::memcpy(dst.data(), head.data() + offset, dst.size());
+      return;
+    }
     if (!file) {
       std::memcpy(dst.data(), memory.data() + offset, dst.size());
       return;
@@ -213,36 +264,91 @@ SeekIndex parse_gzidx(const IndexBytes& src, std::optional<IndexKey>* key_out) {
 
   // The trailer, if any.
   std::optional<IndexKey> key;
+  std::vector<std::uint32_t> window_crcs;  // version 2: one per window, in file order
   const std::uint64_t rest = total - windows_end;
   if (rest != 0) {
-    std::uint8_t t[kTrailerSize];
-    if (rest == kTrailerSize) src.read(windows_end, t);
-    if (rest != kTrailerSize || std::memcmp(t, kKeyMagic, 5) != 0)
+    std::uint8_t t[kKeyFields];
+    if (rest >= kKeyFields) src.read(windows_end, t);
+    if (rest < kKeyFields || std::memcmp(t, kKeyMagic, 5) != 0)
       fail(ErrorCode::format, name, "trailer",
-           "expected the end of the file or a " + std::to_string(kTrailerSize) +
-               "-byte VPKEY trailer after the windows, but found " + std::to_string(rest) +
-               " other bytes",
+           "expected the end of the file or a VPKEY trailer after the windows, but found " +
+               std::to_string(rest) + " other bytes",
            windows_end);
-    if (t[5] != kKeyVersion)
+    if (t[5] != 1 && t[5] != 2)
       fail(ErrorCode::format, name, "trailer version",
-           "expected " + std::to_string(kKeyVersion) + ", but found " + std::to_string(t[5]),
-           windows_end + 5);
-    const auto stored = static_cast<std::uint32_t>(core::load_le(t + kTrailerSize - 4, 4));
-    if (stored != src.crc(total - 4))
-      fail(ErrorCode::corrupt, name, "trailer CRC32",
-           "the index file is damaged: the CRC32 of its contents does not match the trailer",
-           total - 4);
+           "expected 1 or 2, but found " + std::to_string(t[5]), windows_end + 5);
     key = IndexKey{core::load_le(t + 6, 8), static_cast<std::int64_t>(core::load_le(t + 14, 8)),
                    static_cast<std::uint32_t>(core::load_le(t + 22, 4))};
+    if (t[5] == 1) {
+      if (rest != kTrailerSize)
+        fail(ErrorCode::format, name, "trailer",
+             "expected a " + std::to_string(kTrailerSize) + "-byte version 1 trailer, but " +
+                 std::to_string(rest) + " bytes follow the windows",
+             windows_end);
+      std::uint8_t c[4];
+      src.read(total - 4, c);
+      if (core::load_le(c, 4) != src.crc(total - 4))
+        fail(ErrorCode::corrupt, name, "trailer CRC32",
+             "the index file is damaged: the CRC32 of its contents does not match the trailer",
+             total - 4);
+    } else {
+      // Every length in it follows from the header: checked before the trailer is read.
+      const std::uint64_t expected = kTocFixed + 4 * nwindows + points_end;
+      if (rest != expected || rest > kMaxTocSize)
+        fail(ErrorCode::format, name, "trailer",
+             "expected a version 2 trailer of " + std::to_string(expected) + " bytes (" +
+                 std::to_string(nwindows) + " windows, " + std::to_string(npoints) +
+                 " points; at most " + std::to_string(kMaxTocSize) + "), but " +
+                 std::to_string(rest) + " bytes follow the windows",
+             windows_end);
+      std::vector<std::uint8_t> toc(static_cast<std::size_t>(rest));
+      src.read(windows_end, toc);
+      const std::size_t n = toc.size();
+      if (core::load_le(&toc[n - 4], 4) != crc32_of(std::span(toc).first(n - 4)))
+        fail(ErrorCode::corrupt, name, "trailer CRC32",
+             "the index file is damaged: the CRC32 of its table of contents does not match",
+             total - 4);
+      const std::uint64_t count = core::load_le(&toc[kKeyFields], 4);
+      const std::size_t heads_at = kKeyFields + 4 + 4 * static_cast<std::size_t>(nwindows);
+      const std::uint64_t head_length = core::load_le(&toc[heads_at], 4);
+      const std::uint64_t length = core::load_le(&toc[n - 8], 4);
+      const auto field_error = [&](const char* field, std::uint64_t found, std::uint64_t want,
+                                   std::size_t at) {
+        fail(ErrorCode::format, name, field,
+             "expected " + std::to_string(want) + ", but the trailer says " +
+                 std::to_string(found),
+             windows_end + at);
+      };
+      if (count != nwindows) field_error("trailer window count", count, nwindows, kKeyFields);
+      if (head_length != points_end)
+        field_error("trailer head length", head_length, points_end, heads_at);
+      if (length != rest) field_error("trailer length", length, rest, n - 8);
+      // The head parsed above must be the one the checked trailer holds.
+      if (std::memcmp(&toc[heads_at + 4], header, kHeaderSize) != 0 ||
+          (!table.empty() &&
+           std::memcmp(&toc[heads_at + 4 + kHeaderSize], table.data(), table.size()) != 0))
+        fail(ErrorCode::corrupt, name, "points",
+             "the index file is damaged: its header and points differ from the copy in its "
+             "trailer",
+             0);
+      window_crcs.resize(static_cast<std::size_t>(nwindows));
+      for (std::size_t k = 0; k < window_crcs.size(); ++k)
+        window_crcs[k] = static_cast<std::uint32_t>(core::load_le(&toc[kKeyFields + 4 + 4 * k], 4));
+    }
   }
 
   std::uint64_t window_at = points_end;
+  std::size_t window_number = 0;
+  if (!window_crcs.empty()) index.window_slot = window_size;
   for (std::uint32_t i = 0; i < npoints; ++i) {
     const Raw& r = raw[i];
     std::uint64_t w = 0;  // the point's window's offset, when it has one
+    std::uint32_t w_crc = 0;
     if (r.has_window) {
       w = window_at;
       window_at += window_size;
+      if (!window_crcs.empty()) w_crc = window_crcs[window_number];
+      ++window_number;
     }
     // End-of-stream points (both tools write one) cannot be inflated from.
     if (r.uncompressed == index.uncompressed_size) continue;
@@ -266,8 +372,14 @@ SeekIndex parse_gzidx(const IndexBytes& src, std::optional<IndexKey>* key_out) {
       } else {
         p.window.resize(keep);
         src.read(from, p.window);
+        if (!window_crcs.empty()) {
+          std::vector<std::uint8_t> slot(window_size);
+          src.read(w, slot);
+          check_window(name, i, w, w_crc, crc32_of(slot));
+        }
       }
     }
+    if (index.window_slot != 0) index.window_crcs.push_back(w_crc);
     index.points.push_back(std::move(p));
   }
   if (key_out) *key_out = key;
@@ -292,18 +404,103 @@ SeekIndex read_gzidx_file(const std::string& path, std::optional<IndexKey>* key)
   return index;
 }
 
+SeekIndex read_gzidx_toc(std::shared_ptr<const core::RandomAccessInput> input,
+                         std::optional<IndexKey>* key) {
+  const std::string& name = input->path();
+  const std::uint64_t total = input->size();
+  // The footer: the trailer's length and CRC32.
+  if (total < kHeaderSize + kTocFixed)
+    fail(ErrorCode::truncated, name, "trailer",
+         "expected an index with a version 2 trailer (at least " +
+             std::to_string(kHeaderSize + kTocFixed) + " bytes), but it has " +
+             std::to_string(total),
+         0);
+  // One read of the end, which holds the whole trailer of an index of up to ~2,900 points; a
+  // larger one is read on from there.
+  const std::uint64_t guess = std::min(total, kTocGuess);
+  std::vector<std::uint8_t> tail(static_cast<std::size_t>(guess));
+  if (input->read_at(total - guess, std::as_writable_bytes(std::span(tail))) != tail.size())
+    fail(ErrorCode::truncated, name, "trailer", "the index ended before its size", total - guess);
+  const std::uint64_t length = core::load_le(&tail[tail.size() - 8], 4);
+  if (length < kTocFixed + kHeaderSize || length > total - kHeaderSize || length > kMaxTocSize)
+    fail(ErrorCode::format, name, "trailer length",
+         "expected a version 2 trailer of " + std::to_string(kTocFixed + kHeaderSize) + " to " +
+             std::to_string(std::min(total - kHeaderSize, kMaxTocSize)) +
+             " bytes, but found a length of " + std::to_string(length),
+         total - 8);
+  const std::uint64_t at = total - length;
+  std::vector<std::uint8_t> toc;
+  if (length <= guess) {
+    toc.assign(tail.end() - static_cast<std::ptrdiff_t>(length), tail.end());
+  } else {
+    toc.resize(static_cast<std::size_t>(length));
+    const std::size_t before = toc.size() - tail.size();
+    if (input->read_at(at, std::as_writable_bytes(std::span(toc).first(before))) != before)
+      fail(ErrorCode::truncated, name, "trailer", "the index ended before its size", at);
+    std::memcpy(toc.data() + before, tail.data(), tail.size());
+  }
+  tail = {};
+  if (std::memcmp(toc.data(), kKeyMagic, 5) != 0 || toc[5] != 2)
+    fail(ErrorCode::format, name, "trailer",
+         "expected a VPKEY version 2 trailer (a table of contents: an index read by ranges "
+         "needs one), but found other bytes",
+         at);
+  if (core::load_le(&toc[toc.size() - 4], 4) != crc32_of(std::span(toc).first(toc.size() - 4)))
+    fail(ErrorCode::corrupt, name, "trailer CRC32",
+         "the index is damaged: the CRC32 of its table of contents does not match", total - 4);
+  // The head's copy, where the checked window count says it is; parse_gzidx then checks every
+  // length against the header the copy holds, and the copy against itself.
+  const std::uint64_t nwindows = core::load_le(&toc[kKeyFields], 4);
+  const std::uint64_t heads_at = kKeyFields + 4 + 4 * nwindows;
+  if (heads_at + 4 + kHeaderSize + 8 > length)
+    fail(ErrorCode::format, name, "trailer window count",
+         "expected at most " + std::to_string((length - kTocFixed - kHeaderSize) / 4) +
+             " windows for a trailer of " + std::to_string(length) + " bytes, but found " +
+             std::to_string(nwindows),
+         at + kKeyFields);
+  const std::uint64_t head_length = core::load_le(&toc[heads_at], 4);
+  if (head_length != length - kTocFixed - 4 * nwindows)
+    fail(ErrorCode::format, name, "trailer head length",
+         "expected " + std::to_string(length - kTocFixed - 4 * nwindows) +
+             " (the trailer's length less its other parts), but found " +
+             std::to_string(head_length),
+         at + heads_at);
+  const std::span<const std::uint8_t> head(&toc[heads_at + 4],
+                                           static_cast<std::size_t>(head_length));
+  SeekIndex index = parse_gzidx(IndexBytes{{}, input.get(), name, head}, key);
+  index.window_file = std::move(input);
+  return index;
+}
+
+std::optional<ByteRange> SeekIndex::window_range(const SeekPoint& p) const {
+  if (p.window_length == 0) return std::nullopt;
+  if (window_slot == 0) return ByteRange{p.window_offset, p.window_length};
+  return ByteRange{p.window_offset + p.window_length - window_slot, window_slot};
+}
+
 std::span<const std::uint8_t> SeekIndex::window_of(const SeekPoint& p,
                                                    std::vector<std::uint8_t>& scratch) const {
   if (p.window_length == 0) return p.window;
   if (!window_file)
     throw Error(ErrorCode::invalid_argument, "", "seek index",
                 "a point's window is in an index file, but the index has none open");
-  scratch.resize(p.window_length);
-  if (window_file->read_at(p.window_offset, std::as_writable_bytes(std::span(scratch))) !=
+  const ByteRange r = *window_range(p);
+  scratch.resize(static_cast<std::size_t>(r.size));
+  if (window_file->read_at(r.offset, std::as_writable_bytes(std::span(scratch))) !=
       scratch.size())
     throw Error(ErrorCode::io, window_file->path(), "window",
-                "the index file became shorter after it was read", p.window_offset);
-  return scratch;
+                "the index file became shorter after it was read", r.offset);
+  if (window_slot == 0) return scratch;
+  // Version 2: the window's own CRC32, from the checked table of contents.
+  const auto it = std::lower_bound(
+      points.begin(), points.end(), p.compressed_bit,
+      [](const SeekPoint& x, std::uint64_t bit) { return x.compressed_bit < bit; });
+  if (it == points.end() || it->compressed_bit != p.compressed_bit)
+    throw Error(ErrorCode::invalid_argument, window_file->path(), "seek index",
+                "expected a point of this index");
+  const auto k = static_cast<std::size_t>(it - points.begin());
+  check_window(window_file->path(), k, r.offset, window_crcs[k], crc32_of(scratch));
+  return std::span<const std::uint8_t>(scratch).last(p.window_length);
 }
 
 std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
@@ -334,7 +531,8 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
 
   const std::uint64_t npoints = index.points.size() + 1;
   std::vector<std::uint8_t> out;
-  out.reserve(kHeaderSize + npoints * 18 + nwindows * kWindowSize + kTrailerSize);
+  out.reserve(kHeaderSize + npoints * 18 + nwindows * (kWindowSize + 4) + kTocFixed +
+              kHeaderSize + npoints * 18);
   for (char c : kMagic) out.push_back(static_cast<std::uint8_t>(c));
   out.push_back(1);  // version
   out.push_back(0);  // flags
@@ -360,12 +558,27 @@ std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
     out.insert(out.end(), w.begin(), w.end());
   }
   if (key) {
+    const std::size_t head_length = kHeaderSize + static_cast<std::size_t>(npoints) * 18;
+    const std::size_t toc_at = out.size();
     for (char c : kKeyMagic) out.push_back(static_cast<std::uint8_t>(c));
     out.push_back(kKeyVersion);
     put_le(out, key->size, 8);
     put_le(out, static_cast<std::uint64_t>(key->mtime_ns), 8);
     put_le(out, key->tail_crc, 4);
-    put_le(out, crc32_of(out), 4);
+    put_le(out, nwindows, 4);
+    for (std::uint64_t k = 0; k < nwindows; ++k) {
+      const std::size_t w = kHeaderSize + static_cast<std::size_t>(npoints) * 18 +
+                            static_cast<std::size_t>(k) * kWindowSize;
+      put_le(out, crc32_of(std::span(out).subspan(w, kWindowSize)), 4);
+    }
+    put_le(out, head_length, 4);
+    const std::vector<std::uint8_t> head(out.begin(),
+                                         out.begin() + static_cast<std::ptrdiff_t>(head_length));
+    out.insert(out.end(), head.begin(), head.end());
+    const std::size_t length = out.size() + 8 - toc_at;
+    if (length > kMaxTocSize) invalid("more points than a table of contents holds");
+    put_le(out, length, 4);
+    put_le(out, crc32_of(std::span(out).subspan(toc_at)), 4);
   }
   return out;
 }

@@ -296,18 +296,46 @@ SeekIndex load_index(const std::string& gz_path, const std::string& index_path) 
   return index;
 }
 
-SeekIndex load_index(const core::RandomAccessInput& input, const std::string& index_path) {
-  std::optional<IndexKey> found;
-  SeekIndex index = read_gzidx_file(index_path, &found);
+namespace {
+
+// An index found for an object: a trailer's size and tail CRC must be input_key's (its mtime
+// is not compared: the object's own cannot be); without one, the compressed size must equal
+// the input's size.
+void check_object_index(const core::RandomAccessInput& input, const SeekIndex& index,
+                        const std::optional<IndexKey>& found, const std::string& index_name) {
   const IndexKey key = input_key(input);
   const bool stale = found ? (found->size != key.size || found->tail_crc != key.tail_crc)
                            : index.compressed_size != key.size;
   if (stale || index.compressed_size != key.size)
-    throw Error(ErrorCode::invalid_argument, index_path, "seek index",
+    throw Error(ErrorCode::invalid_argument, index_name, "seek index",
                 "stale index: " +
                     std::string(found ? "it was written for a different version of "
                                       : "its compressed size does not match ") +
                     input.path());
+}
+
+}  // namespace
+
+SeekIndex load_index(const core::RandomAccessInput& input, const std::string& index_path) {
+  std::optional<IndexKey> found;
+  SeekIndex index = read_gzidx_file(index_path, &found);
+  check_object_index(input, index, found, index_path);
+  return index;
+}
+
+SeekIndex load_index(const core::RandomAccessInput& input,
+                     std::shared_ptr<const core::RandomAccessInput> index_input) {
+  // The object's tail (its key) and the index's table of contents are fetched together.
+  const std::uint64_t tail = std::min<std::uint64_t>(kTailBytes, input.size());
+  const ByteRange tail_range{input.size() - tail, tail};
+  input.read_ahead(std::span(&tail_range, 1));
+  std::optional<IndexKey> found;
+  const std::string name = index_input->path();
+  SeekIndex index = read_gzidx_toc(std::move(index_input), &found);
+  if (!found)
+    throw Error(ErrorCode::invalid_argument, name, "seek index",
+                "expected an index with a trailer (its key), but it has none");
+  check_object_index(input, index, found, name);
   return index;
 }
 

@@ -7,15 +7,21 @@
 // -------------------------------------------------------
 // An index is only valid for the exact bytes it was built from. GZIDX records the compressed size
 // but nothing else about the file, and a re-compressed file often has the same size. So voxpipe
-// appends a trailer after the windows of the GZIDX files it writes:
+// appends a trailer after the windows of the GZIDX files it writes (little-endian):
 //
-//   "VPKEY" | version u8 = 1 | file size u64 | mtime ns i64 | CRC32 of the file's last 64 KiB u32
-//           | CRC32 of every byte of the index file before this field u32        (little-endian)
+//   version 1 (read): "VPKEY" | 1 u8 | file size u64 | mtime ns i64 | CRC32 of the file's last
+//           64 KiB u32 | CRC32 of every byte of the index file before this field u32
+//   version 2 (written): "VPKEY" | 2 u8 | the same key | window count u32 | CRC32 of each window
+//           u32... | head length u32 | a copy of the GZIDX header and point table | trailer
+//           length u32 | CRC32 of the trailer before this field u32   (index_file.cpp)
 //
 // Both indexed_gzip (1.10.3, zran_import_index) and rapidgzip (0.16.2, indexed_gzip::readGzipIndex
 // in IndexFileFormat.hpp) read the header, the points and the windows and ignore what follows, so
-// the trailer keeps the file interoperable (tests/python/test_gzidx_interop.py checks this). Its
-// CRC covers the whole index, so a damaged window is detected as well as a stale key.
+// the trailer keeps the file interoperable (tests/python/test_gzidx_interop.py checks this).
+// Version 1's CRC covers the whole index, so it is checked by reading every window. Version 2
+// is a table of contents checked on its own (key, points, and each window's CRC32), found from
+// the end of the file: an index object is read by ranges (read_gzidx_toc) as its end, then
+// only the windows a read decodes from, each checked against its CRC32 before use.
 //
 // Loading rules:
 //  * find_index() (automatic: sidecar, then cache) returns an index only when it has a trailer
@@ -54,13 +60,24 @@ struct SeekIndex {
   // handles (it crosses member boundaries). A window read from GZIDX holds the last
   // min(32 KiB, uncompressed) bytes, which may reach back into the previous member.
   std::vector<SeekPoint> points;
-  // The index file the windows were left in (read_gzidx_file); null for built indexes.
-  std::shared_ptr<const core::InputFile> window_file;
+  // The index file (or object) the windows were left in (read_gzidx_file, read_gzidx_toc); null
+  // for built indexes.
+  std::shared_ptr<const core::RandomAccessInput> window_file;
+  // Read from a version-2 trailer: the size of a stored window (32 KiB) and, per point, the
+  // CRC32 of its stored window (0 for points without one). window_slot 0: no window checksums
+  // (built indexes; version 1, whose CRC was checked over the whole file when read).
+  std::uint32_t window_slot = 0;
+  std::vector<std::uint32_t> window_crcs;
 
   // The window of `p` (a point of this index): p.window, or its bytes read from window_file
-  // into `scratch`. Error(io) when the index file has become shorter since it was read.
+  // into `scratch`, checked against its CRC32 when the index lists one. Error(io) when the index
+  // file has become shorter since it was read; Error(corrupt) naming the index, the point and
+  // the window's offset when its bytes do not have their CRC32 (never a wrong window); the
+  // errors of window_file's reads (an object that changed, a failed request).
   std::span<const std::uint8_t> window_of(const SeekPoint& p,
                                           std::vector<std::uint8_t>& scratch) const;
+  // The bytes of window_file that window_of(p) reads; nullopt when it reads none.
+  std::optional<ByteRange> window_range(const SeekPoint& p) const;
 };
 
 // The staleness key of a gzip file.
@@ -93,10 +110,20 @@ SeekIndex read_gzidx(std::span<const std::uint8_t> bytes, const std::string& nam
 // most of the time to read one volume through it. Error(not_found / io) when it cannot be read.
 SeekIndex read_gzidx_file(const std::string& path, std::optional<IndexKey>* key = nullptr);
 
+// Reads the index stored in `input` (an object read by ranges) from its version-2 trailer: the
+// last 8 bytes, then the trailer (its table of contents: key, points, window CRC32s), checked by
+// its CRC32 and every length against the header it holds; no other byte is read until a window
+// is needed (window_of, through `input`, which the index keeps). Memory: the trailer, at most
+// 64 MiB whatever the input claims. Error(format) for an index without a version-2 trailer
+// (version 1, indexed_gzip's, rapidgzip's: read them whole), Error(corrupt) for a damaged
+// trailer, Error(truncated) for one too short; each names the input, the field and the offset.
+SeekIndex read_gzidx_toc(std::shared_ptr<const core::RandomAccessInput> input,
+                         std::optional<IndexKey>* key = nullptr);
+
 // Encodes GZIDX version 1: a window (zero-padded at the front to 32 KiB) for every point with a
 // non-empty window, data flag 0 and no window bytes for points with an empty one (member starts),
 // then an end point at (compressed_size, uncompressed_size) without a window, as rapidgzip
-// writes, then the trailer when `key` is given. Error(invalid_argument) if the index breaks the
+// writes, then the trailer (version 2) when `key` is given. Error(invalid_argument) if the index breaks the
 // SeekIndex invariants or has more than 2^32 - 1 points.
 std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
                                        const std::optional<IndexKey>& key = std::nullopt);
@@ -229,6 +256,13 @@ SeekIndex load_index(const std::string& gz_path, const std::string& index_path);
 // mtime is not compared: the object's own cannot be); without one, the compressed size must
 // equal the input's size. Reads the input's last 64 KiB.
 SeekIndex load_index(const core::RandomAccessInput& input, const std::string& index_path);
+
+// load_index for an object whose index is read by ranges from another object (`index_input`,
+// its sidecar, pinned to its own version): read_gzidx_toc, which must find a key, then the
+// checks above. The input's last 64 KiB are read ahead first, so that they arrive while the
+// index's table of contents does.
+SeekIndex load_index(const core::RandomAccessInput& input,
+                     std::shared_ptr<const core::RandomAccessInput> index_input);
 
 // Writes `index` with the key of gz_path as it is now: next to the file (sidecar_path) when
 // `sidecar`, else to cache_path (creating the directory). Atomic. Error(io) on failure;

@@ -319,6 +319,7 @@ std::unique_ptr<core::ByteSource> nifti::open_data_source(
       if (options.index_path.empty())
         throw Error(ErrorCode::invalid_argument, image.data_path, "index", "no index path given");
       gz_options.index_path = options.index_path;
+      if (options.index_input) gz_options.index_input = options.index_input->input();
     }
     return std::make_unique<gz::GzipSource>(std::move(input), gz_options);
   }

@@ -1,7 +1,10 @@
 // gz::read_gzidx over arbitrary bytes: it either throws voxpipe::Error or returns an index that
 // keeps the SeekIndex invariants and survives encode -> read unchanged; and decoding a real gzip
 // file through such an index (however wrong its points and windows) throws voxpipe::Error or
-// succeeds, never crashes.
+// succeeds, never crashes. The same bytes as an object read by ranges (gz::read_gzidx_toc: the
+// version-2 trailer, then windows as decodes need them, each checked by its CRC32): an error or
+// an index with the same invariants, which decodes as above; when the whole read succeeds too,
+// both give the same points and key.
 //
 // Windows are 32 KiB, more than -max_len allows, so an input whose windows are cut short is
 // also tried with its windows completed by zero bytes.
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "core/file.hpp"
+#include "core/range_input.hpp"
 #include "fuzz_support.hpp"
 #include "gz/seek_index.hpp"
 #include "voxpipe/error.hpp"
@@ -61,7 +65,9 @@ const std::string& sample_gz() {
   return path;
 }
 
-void check(const gz::SeekIndex& index, const std::optional<gz::IndexKey>& key) {
+void decode_through(const gz::SeekIndex& index);
+
+void check_invariants(const gz::SeekIndex& index) {
   const auto& pts = index.points;
   if (index.uncompressed_size > 0 && pts.empty()) std::abort();
   for (std::size_t i = 0; i < pts.size(); ++i) {
@@ -72,8 +78,15 @@ void check(const gz::SeekIndex& index, const std::optional<gz::IndexKey>& key) {
       std::abort();
     if (p.compressed_bit >= index.compressed_size * 8) std::abort();
     if (p.uncompressed >= index.uncompressed_size) std::abort();
-    if (p.window.size() > gz::kWindowSize || p.window.size() > p.uncompressed) std::abort();
+    const std::size_t w = p.window_length != 0 ? p.window_length : p.window.size();
+    if (w > gz::kWindowSize || w > p.uncompressed) std::abort();
   }
+  if (index.window_slot != 0 && index.window_crcs.size() != pts.size()) std::abort();
+}
+
+void check(const gz::SeekIndex& index, const std::optional<gz::IndexKey>& key) {
+  const auto& pts = index.points;
+  check_invariants(index);
   // encode -> read gives the same index (encode must accept whatever read returns).
   std::optional<gz::IndexKey> key2;
   const gz::SeekIndex again = gz::read_gzidx(gz::encode_gzidx(index, key), "again", &key2);
@@ -87,6 +100,11 @@ void check(const gz::SeekIndex& index, const std::optional<gz::IndexKey>& key) {
         again.points[i].window != pts[i].window)
       std::abort();
 
+  decode_through(index);
+}
+
+void decode_through(const gz::SeekIndex& index) {
+  const auto& pts = index.points;
   // Decode a real file through it.
   voxpipe::core::InputFile file(sample_gz());
   gz::SeekIndex use = index;
@@ -153,9 +171,46 @@ void try_read(const std::uint8_t* data, std::size_t size, bool pad) {
   }
 }
 
+// The bytes as an object read by ranges, served from memory.
+void try_read_by_ranges(const std::uint8_t* data, std::size_t size) {
+  auto object = std::make_shared<std::vector<std::byte>>(
+      reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + size);
+  voxpipe::RangeFetcher fetch = [object](std::span<const voxpipe::ByteRange> ranges) {
+    std::vector<voxpipe::FetchedBytes> out;
+    for (const voxpipe::ByteRange& r : ranges) {
+      if (r.offset > object->size() || r.size > object->size() - r.offset) std::abort();
+      out.push_back({std::span<const std::byte>(object->data() + r.offset, r.size), object});
+    }
+    return out;
+  };
+  auto input = std::make_shared<voxpipe::core::RangeInput>(
+      "s3://b/in.gzidx", size, fetch, voxpipe::FetchedBytes{}, voxpipe::RemoteInputOptions{});
+  std::optional<gz::IndexKey> key;
+  gz::SeekIndex index;
+  try {
+    index = gz::read_gzidx_toc(input, &key);
+  } catch (const voxpipe::Error&) {
+    return;
+  }
+  check_invariants(index);
+  try {
+    std::optional<gz::IndexKey> key2;
+    const gz::SeekIndex whole = gz::read_gzidx(std::span(data, size), "in.gzidx", &key2);
+    if (key2 != key || whole.points.size() != index.points.size()) std::abort();
+    for (std::size_t i = 0; i < whole.points.size(); ++i)
+      if (whole.points[i].compressed_bit != index.points[i].compressed_bit ||
+          whole.points[i].uncompressed != index.points[i].uncompressed)
+        std::abort();
+  } catch (const voxpipe::Error&) {
+    // A damaged window or head is found by the whole read at once, by ranges when it is used.
+  }
+  decode_through(index);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try_read(data, size, true);
+  try_read_by_ranges(data, size);
   return 0;
 }

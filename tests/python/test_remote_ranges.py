@@ -9,9 +9,11 @@ extensions; every later request is a ranged GET with If-Match: that ETag. A .nii
 becomes the byte ranges the reader plans, merged when closer than 1 MiB, split in 8 MiB parts
 fetched concurrently; bytes already fetched are not fetched again. A gzip object without sized
 members looks up its seek index on the first data read: in the local cache ($VOXPIPE_CACHE_DIR,
-keyed by URL and ETag), else the sidecar object URL + ".gzidx" (fetched whole once, into that
-cache entry); the index is checked against the object's size and last 64 KiB (one ranged GET),
-and one volume is then one ranged GET from the seek point before it.
+keyed by URL and ETag), else the sidecar object URL + ".gzidx", read by ranges: its last 64 KiB
+(its table of contents), then the 32 KiB window of each seek point a read starts from (a sidecar
+without a table of contents is fetched whole once, into that cache entry); the index is checked
+against the object's size and last 64 KiB (one ranged GET, alongside the table of contents),
+and one volume is then one ranged GET from the seek point before it, alongside its window.
 """
 
 from __future__ import annotations
@@ -104,6 +106,22 @@ def gzidx_points(blob):
         offset, uncompressed, bits = struct.unpack_from("<QQB", blob, 35 + i * size)
         points.append(((offset * 8 - bits) // 8, uncompressed))
     return points
+
+
+def gzidx_windows(blob):
+    """{uncompressed offset: (first byte, size) of its window} of the seek points of a GZIDX
+    file (version 1) that have a window."""
+    (count,) = struct.unpack_from("<I", blob, 31)
+    at, out = 35 + count * 18, {}
+    for i in range(count):
+        _, uncompressed, _, flag = struct.unpack_from("<QQBB", blob, 35 + i * 18)
+        if flag:
+            out[uncompressed] = (at, 32768)
+            at += 32768
+    return out
+
+
+TOC = f"bytes=-{HEAD}"  # the first request of a sidecar: its end, with its table of contents
 
 
 def with_extension(img, nbytes):
@@ -272,6 +290,13 @@ class Series:
         size = len(self.blob)
         return f"bytes={size - HEAD}-{size - 1}"
 
+    def window_request(self, t):
+        """The range of the window of the seek point volume t is read from."""
+        begin = self.offset + t * self.vol
+        start = max(u for c, u in self.points if u <= begin)
+        first, size = gzidx_windows(self.index)[start]
+        return f"bytes={first}-{first + size - 1}"
+
     def check_volume_request(self, request, t):
         """The request of volume t starts at the last seek point at or before the volume and
         ends by the first point at or after its end (plus the decoder's read-ahead)."""
@@ -293,34 +318,64 @@ def test_one_volume_of_an_indexed_nii_gz_is_one_request(server, files, cache):
     etag = server.etag(key)
     assert entries(server) == [(key, OPEN, 206)]
 
-    # First data read: the sidecar (whole), the object's tail (the index's check), the volume.
+    # First data read: the sidecar's end (its table of contents) and the object's tail (the
+    # index's check), then the volume and the window of its seek point, each pair at once.
     server.reset()
     assert img.dataobj[..., 6].tobytes() == series.volume(6).tobytes()
     log = server.log()
-    assert [(r.path, r.range, r.status) for r in log[:2]] == [
-        (key + ".gzidx", None, 200), (key, series.tail(), 206)]
-    assert len(log) == 3 and log[2].path == key and log[2].status == 206
-    series.check_volume_request(log[2], 6)
-    assert all(r.headers.get("if-match") == etag for r in log[1:])
-    cached = list(cache.iterdir())  # the sidecar, kept for this URL and ETag
-    assert len(cached) == 1 and cached[0].name.startswith("series.nii.gz-")
-    assert cached[0].read_bytes() == series.index
+    assert sorted((r.path, r.range, r.status) for r in log[:2]) == [
+        (key, series.tail(), 206), (key + ".gzidx", TOC, 206)]
+    assert len(log) == 4
+    window, = [r for r in log[2:] if r.path == key + ".gzidx"]
+    volume, = [r for r in log[2:] if r.path == key]
+    assert (window.range, window.status) == (series.window_request(6), 206)
+    series.check_volume_request(volume, 6)
+    assert all(r.headers.get("if-match") == etag for r in log if r.path == key)
+    sidecar_etag = server.etag(key + ".gzidx")
+    assert window.headers.get("if-match") == sidecar_etag  # pinned to the sidecar's version
+    # Bytes: 64 KiB of the sidecar's end and one 32 KiB window, not the sidecar.
+    assert server.bytes_sent(key + ".gzidx") == HEAD + 32768 < len(series.index) / 3
+    assert not cache.exists()  # nothing written locally
 
-    # Another volume: one request.
+    # Another volume: its window and its data.
     server.reset()
     assert img.dataobj[..., 2].tobytes() == series.volume(2).tobytes()
-    assert len(server.log()) == 1
-    series.check_volume_request(server.log()[0], 2)
+    assert sorted((r.path, r.range) for r in server.log() if r.path != key) == [
+        (key + ".gzidx", series.window_request(2))]
+    series.check_volume_request(server.log(key)[0], 2)
+    assert len(server.log()) == 2
 
-    # A second load of the same URL in this process: the index comes from the cache.
+    # A second load of the same URL in this process: the same, from the table of contents.
     server.reset()
     again = load(server, "series.nii.gz")
     assert again.dataobj[..., 9].tobytes() == series.volume(9).tobytes()
     log = server.log()
-    assert [(r.path, r.range) for r in log[:2]] == [(key, OPEN), (key, series.tail())]
-    assert len(log) == 3 and log[2].path == key
-    series.check_volume_request(log[2], 9)
-    assert server.requests(key + ".gzidx") == 0
+    assert sorted((r.path, r.range) for r in log[1:3]) == [(key, series.tail()),
+                                                           (key + ".gzidx", TOC)]
+    assert sorted((r.path, r.range) for r in log[3:] if r.path != key) == [
+        (key + ".gzidx", series.window_request(9))]
+    assert len(log) == 5
+
+
+def test_a_damaged_window_of_a_sidecar_is_an_error_naming_it(server, files, cache):
+    # The sidecar's window of volume 6's point, one byte changed (its table of contents intact):
+    # the read fails naming the sidecar, the point and the window's offset, never wrong voxels.
+    key = "data/series.nii.gz"
+    series = Series(files)
+    begin = series.offset + 6 * series.vol
+    point = max(i for i, (c, u) in enumerate(series.points) if u <= begin)
+    first, _ = gzidx_windows(series.index)[series.points[point][1]]
+    damaged = bytearray(series.index)
+    damaged[first + 1000] ^= 0x40
+    server.put(key + ".gzidx", bytes(damaged))
+    img = load(server, "series.nii.gz")
+    with pytest.raises(vp.errors.CorruptError) as info:
+        img.dataobj[..., 6]
+    message = str(info.value)
+    assert server.url(key + ".gzidx") in message
+    assert f"window of point {point}" in message and str(first) in message
+    # Volumes read from other points are right.
+    assert img.dataobj[..., 2].tobytes() == series.volume(2).tobytes()
 
 
 def _gzip_with_comment(raw, comment):
@@ -360,9 +415,10 @@ def test_a_stale_sidecar_is_ignored(server, files, cache, tmp_path, same_size):
         assert img.dataobj[..., t].tobytes() == data[..., t].tobytes()
     assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
     log = server.log()
-    assert [(r.path, r.range) for r in log[:2]] == [(key, OPEN), (key + ".gzidx", None)]
-    if same_size:
-        assert log[2].range == f"bytes={len(blob) - HEAD}-{len(blob) - 1}"  # the tail check
+    assert log[0].range == OPEN
+    # The sidecar's table of contents, and the object's tail (the check that finds it stale).
+    assert sorted((r.path, r.range) for r in log[1:3]) == [
+        (key, f"bytes={len(blob) - HEAD}-{len(blob) - 1}"), (key + ".gzidx", TOC)]
     # Read without the index, front to back: every byte of the object at most once.
     assert covered(span(r) for r in log if r.path == key)[-1][1] == len(blob)
     assert server.requests(key + ".gzidx") == 1
@@ -430,7 +486,8 @@ def test_a_sized_member_nii_gz_without_an_index_walks_its_members(server, files)
 def test_a_sized_member_nii_gz_with_a_sidecar_reads_a_volume_without_the_member_walk(
         server, files, tmp_path):
     # The index has a point at every member's start and every volume's: one volume is the
-    # sidecar, the tail check and one data request, however many members the file has.
+    # sidecar's table of contents, the tail check, the window of the volume's point and one
+    # data request, however many members the file has.
     key = "data/members.nii.gz"
     local = tmp_path / "members.nii.gz"
     local.write_bytes(files.bytes("members.nii.gz"))
@@ -441,9 +498,10 @@ def test_a_sized_member_nii_gz_with_a_sidecar_reads_a_volume_without_the_member_
     server.reset()
     assert img.dataobj[..., 5].tobytes() == np.asarray(ref.dataobj[..., 5]).tobytes()
     log = server.log()
-    assert [(r.path, r.status) for r in log] == [(key + ".gzidx", 200), (key, 206), (key, 206)]
     blob = files.bytes("members.nii.gz")
-    assert span(log[1]) == (len(blob) - HEAD, len(blob))  # the tail check
+    assert sorted((r.path, r.range, r.status) for r in log[:2]) == [
+        (key, f"bytes={len(blob) - HEAD}-{len(blob) - 1}", 206), (key + ".gzidx", TOC, 206)]
+    assert sorted((r.path, r.status) for r in log[2:]) == [(key, 206), (key + ".gzidx", 206)]
     assert img.dataobj._gzip_reader().random_access
 
 
@@ -512,7 +570,7 @@ def test_a_pickled_proxy_reads_in_another_process(server, files, name):
     img = load(server, name)
     want = np.asarray(vp.load(files.path(name)).dataobj[..., 3])
     assert want.tobytes() == np.asarray(nib.load(files.path(name)).dataobj[..., 3]).tobytes()
-    assert img.dataobj[..., 3].tobytes() == want.tobytes()  # the index, if any, now cached
+    assert img.dataobj[..., 3].tobytes() == want.tobytes()
     blob = pickle.dumps(img.dataobj)
     assert len(blob) < 4096
     server.reset()
@@ -521,7 +579,8 @@ def test_a_pickled_proxy_reads_in_another_process(server, files, name):
     assert child.returncode == 0, child.stderr.decode()
     assert child.stdout == want.tobytes()
     # The child opened the same versions (If-Match on every request, its first included) and
-    # found the index in the cache.
+    # read the sidecar's table of contents and the window of the volume's point (nothing of a
+    # sidecar with one is cached).
     log = [r for r in server.log() if not r.path.endswith(".gzidx")]
     assert all(r.headers.get("if-match") == server.etag(r.path) for r in log)
     assert log[0].range == OPEN
@@ -529,7 +588,8 @@ def test_a_pickled_proxy_reads_in_another_process(server, files, name):
         series = Series(files)
         assert [r.range for r in log[:2]] == [OPEN, series.tail()] and len(log) == 3
         series.check_volume_request(log[2], 3)
-        assert server.requests("data/series.nii.gz.gzidx") == 0
+        assert sorted(r.range for r in server.log("data/series.nii.gz.gzidx")) == \
+            sorted([TOC, series.window_request(3)])
 
 
 # ---- a whole large .nii.gz ------------------------------------------------------------------
@@ -575,15 +635,40 @@ def s3(files):
     server.stop()
 
 
-def test_s3_volumes_of_an_indexed_nii_gz_use_the_sidecar_object(s3, files, cache):
+def test_s3_volumes_of_an_indexed_nii_gz_use_the_sidecar_object(s3, files, cache, monkeypatch):
     _, options, _ = s3
     series = Series(files)
     img = vp.load(f"s3://{BUCKET}/data/series.nii.gz", storage_options=options)
-    for t in (6, 0, 11):
+    obstore = pytest.importorskip("obstore")
+    requests = []
+    real_get = obstore.get
+
+    def get(store, path, *, options=None):  # every request voxpipe sends the server
+        result = real_get(store, path, options=options)
+        requests.append((path, (options or {}).get("range"), tuple(result.range)))
+        return result
+
+    monkeypatch.setattr(obstore, "get", get)
+    img = vp.load(f"s3://{BUCKET}/data/series.nii.gz", storage_options=options)
+    assert [r[:2] for r in requests] == [("series.nii.gz", (0, HEAD))]
+    # One volume: the sidecar's table of contents and the object's tail (its check), then the
+    # window of the volume's seek point and the volume's data.
+    del requests[:]
+    assert img.dataobj[..., 6].tobytes() == series.volume(6).tobytes()
+    size = len(series.blob)
+    assert sorted(r[:2] for r in requests[:2]) == [
+        ("series.nii.gz", (size - HEAD, size)), ("series.nii.gz.gzidx", {"suffix": HEAD})]
+    first, n = (int(x) for x in series.window_request(6)[6:].split("-"))
+    assert sorted(r[2] for r in requests[2:] if r[0] == "series.nii.gz.gzidx") == [
+        (first, n + 1)]
+    assert len(requests) == 4
+    for t in (0, 2):
+        del requests[:]
         assert img.dataobj[..., t].tobytes() == series.volume(t).tobytes()
-    # The sidecar next to the object was fetched into the cache entry of this URL and ETag.
-    cached = list(cache.iterdir())
-    assert len(cached) == 1 and cached[0].read_bytes() == series.index
+        assert [r[0] for r in requests if r[0] != "series.nii.gz"] == \
+            (["series.nii.gz.gzidx"] if t else [])  # volume 0 starts at a point without one
+        assert len(requests) <= 2
+    assert not cache.exists()  # read by ranges: nothing kept locally
     assert img.get_fdata().tobytes() == series.ref.get_fdata().tobytes()
 
 

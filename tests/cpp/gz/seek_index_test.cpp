@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <random>
@@ -639,11 +640,29 @@ TEST(IndexStore, SidecarIsFoundUntilTheFileChanges) {
   set_mtime(gzp, 1700000000, 250000);
   EXPECT_TRUE(gz::find_index(gzp));
 
-  // A damaged sidecar is skipped, not returned and not thrown.
-  Bytes idx = read_file(gzp + ".gzidx");
-  idx[idx.size() / 2] ^= 1;
+  // A sidecar whose table of contents (its trailer) is damaged is skipped, not returned and
+  // not thrown.
+  const Bytes good = read_file(gzp + ".gzidx");
+  Bytes idx = good;
+  idx[idx.size() - 10] ^= 1;
   write_file(gzp + ".gzidx", idx);
   EXPECT_FALSE(gz::find_index(gzp));
+  // A damaged window is found when a read starts from its point (the windows are not all read
+  // when an index is loaded): an error naming the sidecar, never the wrong bytes.
+  idx = good;
+  idx[35 + 18 * (index.points.size() + 1) + 100] ^= 1;  // the first window
+  write_file(gzp + ".gzidx", idx);
+  const auto lazy = gz::find_index(gzp);
+  ASSERT_TRUE(lazy);
+  const auto with_window = std::find_if(lazy->points.begin(), lazy->points.end(),
+                                        [](const gz::SeekPoint& p) { return p.has_window(); });
+  ASSERT_NE(with_window, lazy->points.end());
+  const auto err = catch_error([&] {
+    read_range(InputFile(gzp), *lazy, with_window->uncompressed, with_window->uncompressed + 1, 1);
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::corrupt);
+  EXPECT_NE(std::string(err->what()).find(gzp + ".gzidx"), std::string::npos);
 }
 
 TEST(IndexStore, CacheDirectoryFromTheEnvironment) {
