@@ -133,7 +133,9 @@ def test_a_chunk_absent_at_the_open_that_appears_is_an_error(s3, versions):
     _put(s3, url, _chunk(3), versions[0])
     with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
         img.dataobj[..., 3]
-    assert f"{url}/{_chunk(3)}" in str(info.value) and "added" in str(info.value)
+    assert info.value.path == f"{url}/{_chunk(3)}"
+    assert f"{url}: the store changed since it was opened: {_chunk(3)} was added" in \
+        str(info.value)
 
 
 def test_a_chunk_removed_after_the_open_is_an_error(s3, versions):
@@ -142,7 +144,8 @@ def test_a_chunk_removed_after_the_open_is_an_error(s3, versions):
     s3.client.delete_object(Bucket=BUCKET, Key=f"removed.nii.zarr/{_chunk(1)}")
     with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
         img.dataobj[..., 1]
-    assert "removed" in str(info.value)
+    assert f"{url}: the store changed since it was opened: {_chunk(1)} was removed" in \
+        str(info.value)
 
 
 def test_a_dask_graph_over_a_store_rewritten_while_it_computes_raises(s3, versions):
@@ -287,5 +290,21 @@ def test_a_store_over_http_is_pinned_as_first_read_and_to_the_open_time(versions
             server.put(f"d/h.nii.zarr/{_chunk(3)}", (versions[1] / _chunk(3)).read_bytes())
         with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
             img.dataobj[..., 3]
-        assert f"{url}/{_chunk(3)}" in str(info.value) and "after the open" in str(info.value)
+        assert info.value.path == f"{url}/{_chunk(3)}" and url in str(info.value)
+        assert f"{_chunk(3)} was modified at" in str(info.value)
+        assert "after the open" in str(info.value)
         np.testing.assert_array_equal(img.dataobj[..., 1], _data(0)[..., 1])  # unchanged
+
+
+def test_the_listing_of_a_local_store_follows_links_once_and_is_bounded(tmp_path, versions,
+                                                                      monkeypatch):
+    from voxpipe._formats.zarr import local as _local_store
+    from voxpipe.errors import LimitError
+
+    path = _local(tmp_path, versions[0])
+    os.symlink(path, path / "0" / "loop")  # a link back up: walked once, not for ever
+    np.testing.assert_array_equal(vp.load(path).get_fdata(), _data(0))
+    files = sum(len(f) for _, _, f in os.walk(path))
+    monkeypatch.setattr(_local_store, "MAX_LISTED_OBJECTS", files)  # the loop doubles them
+    with pytest.raises(LimitError, match="at most"):
+        vp.load(path)

@@ -91,30 +91,32 @@ def walk(root: str) -> dict[str, Identity]:
     its identity, symbolic links followed as zarr follows them (each folder walked once: a link
     back up is not walked again). LimitError beyond MAX_LISTED_OBJECTS files."""
     files: dict[str, Identity] = {}
-    seen: set[tuple[int, int]] = set()
+    linked: set[tuple[int, int]] = set()  # folders reached through links: each walked once
     todo = [("", root)]
     while todo:
         prefix, folder = todo.pop()
-        st = os.stat(folder)
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
         with os.scandir(folder) as entries:
             for entry in entries:
+                key = prefix + entry.name
                 try:
+                    # The type the folder's entry gives needs no system call but for links.
+                    if entry.is_dir():
+                        if entry.is_symlink():
+                            st = entry.stat()
+                            if (st.st_dev, st.st_ino) in linked:
+                                continue
+                            linked.add((st.st_dev, st.st_ino))
+                        todo.append((key + "/", entry.path))
+                        continue
                     est = entry.stat()
                 except FileNotFoundError:  # a dangling link, or removed while walked: absent
                     continue
-                key = prefix + entry.name
-                if stat.S_ISDIR(est.st_mode):
-                    todo.append((key + "/", entry.path))
-                else:
-                    files[key] = identity_of(est)
-                    if len(files) > MAX_LISTED_OBJECTS:
-                        raise LimitError(f"{root}: expected a store of at most "
-                                         f"{MAX_LISTED_OBJECTS} files, which voxpipe lists to "
-                                         f"pin its reads to the version opened, but it has more",
-                                         path=root, field="listing")
+                files[key] = identity_of(est)
+                if len(files) > MAX_LISTED_OBJECTS:
+                    raise LimitError(f"{root}: expected a store of at most {MAX_LISTED_OBJECTS} "
+                                     f"files, which voxpipe lists to pin its reads to the "
+                                     f"version opened, but it has more", path=root,
+                                     field="listing")
     return files
 
 

@@ -107,9 +107,9 @@ class Listing:
         """Record the first read of ``key`` (None: absent): VoxpipeIOError where it was
         modified after the open, or another read recorded another version of it."""
         if last_modified is not None and last_modified > self.opened_at:
-            raise VoxpipeIOError(f"{where}: the store changed since it was opened: {key} was "
-                                 f"modified at {last_modified.isoformat()}, after the open at "
-                                 f"{self.opened_at.isoformat()}", path=where, field=key)
+            raise VoxpipeIOError(f"{self.url}: the store changed since it was opened: {key} "
+                                 f"was modified at {last_modified.isoformat()}, after the open "
+                                 f"at {self.opened_at.isoformat()}", path=where, field=key)
         with self._lock:
             earlier = self.objects.setdefault(key, seen)
         if earlier != seen:
@@ -117,8 +117,11 @@ class Listing:
 
 
 def _changed(where: str, key: str, was: Listed | None, now: Listed | None) -> VoxpipeIOError:
+    """The error for the object ``key`` (at ``where``: the store's URL, "/", the key) found as
+    ``now`` (None: absent), listed or first read as ``was``."""
     how = "removed" if now is None else "added" if was is None else "rewritten"
-    return VoxpipeIOError(f"{where}: the store changed since it was opened: {key} was {how}",
+    store = where[:-len(key) - 1]
+    return VoxpipeIOError(f"{store}: the store changed since it was opened: {key} was {how}",
                           path=where, field=key)
 
 
