@@ -19,10 +19,12 @@ Over http(s), where a server lists only through WebDAV (static servers answer 40
 the client retries for seconds), there is no listing: each object is pinned to the version its
 first read saw (ETag and size, If-Match on every later read), and that first read must find it
 last modified no later than the open, as this machine's clock tells the time: If-Unmodified-Since
-evaluated on the answer's Last-Modified (obstore exposes no Date header to take the server's
-clock from). So a chunk rewritten more than a second after the open (Last-Modified has whole
-seconds), on a server whose clock agrees with this machine's, is an error; one rewritten within
-that second, or while the clocks disagree by more, is not seen. Objects absent when first read
+evaluated here on the answer's Last-Modified rather than sent (the same comparison, also with
+servers that ignore the header; obstore exposes no Date header to take the server's clock from).
+So a chunk rewritten more than a second after the open (Last-Modified has whole seconds), on a
+server whose clock agrees with this machine's, is an error; one rewritten within that second, or
+while this machine's clock is ahead by more, is not seen; while it is behind, a store written
+less than that difference before the open is refused as changed. Objects absent when first read
 must stay absent.
 
 The digest of the objects known at the end of the open (all of them where listed; the metadata
