@@ -100,6 +100,32 @@ void StagedUpload::upload(bool overwrite) {
   }
 }
 
+void write_nifti_output(const std::string& out, bool overwrite, const NiftiHeader& header,
+                        const std::vector<NiftiExtension>& extensions,
+                        const DataProducer& producer, const WriteOptions& options,
+                        std::uint64_t max_size) {
+  const UrlHandlers& handlers = url_handlers();
+  if (!is_object_url(out) || nifti::file_paths(out).pair || !handlers.open_upload) {
+    std::optional<StagedUpload> staged;
+    write_nifti(output_target(out, staged), header, extensions, producer, options);
+    if (staged) staged->upload(overwrite);
+    return;
+  }
+  try {
+    write_nifti_stream(out, handlers.open_upload(out, overwrite, max_size), header, extensions,
+                       producer, options);
+  } catch (const Error&) {
+    // The conditional create found the object there: made by another writer since the check.
+    bool exists = false;
+    try {
+      exists = !overwrite && handlers.exists && handlers.exists(out);
+    } catch (const Error&) {  // the write's own error says more
+    }
+    if (exists) throw OutputExists(out);
+    throw;
+  }
+}
+
 std::string output_target(const std::string& out, std::optional<StagedUpload>& staged) {
   if (!is_object_url(out)) return out;
   const auto [prefix, name] = split_object_url(out);

@@ -18,6 +18,7 @@
 
 #include "progress.hpp"
 #include "voxpipe/error.hpp"
+#include "voxpipe/nifti.hpp"
 
 namespace voxpipe::cli {
 
@@ -100,6 +101,17 @@ class StagedUpload {
 // (the URL of the folder of the object `url`, with its "/", the object's name): "s3://b/d/x.nii"
 // -> ("s3://b/d/", "x.nii").
 std::pair<std::string, std::string> split_object_url(const std::string& url);
+
+// write_nifti to `out`; for the URL of a single-file output (.nii, .nii.gz), the bytes stream
+// into an upload as they are written (UrlHandlers::open_upload: parts go up while the next are
+// compressed, in bounded memory, and the object appears whole at the end), a .hdr/.img pair
+// through StagedUpload. `max_size`: at most how many bytes the output has (0: unknown), which
+// lets the upload choose how to create the object. Without `overwrite`, an object another
+// writer created since check_overwrite is OutputExists.
+void write_nifti_output(const std::string& out, bool overwrite, const NiftiHeader& header,
+                        const std::vector<NiftiExtension>& extensions,
+                        const DataProducer& producer, const WriteOptions& options,
+                        std::uint64_t max_size);
 
 // Where a command writes its output `out`: `out` itself, or for a URL the local file of
 // `staged` (constructed here) that StagedUpload::upload() then sends to it.

@@ -163,8 +163,6 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     return 0;
   }
   check_nifti_overwrite(paths[1], overwrite);
-  std::optional<StagedUpload> staged;
-  const std::string target = output_target(paths[1], staged);
   threads = resolve_threads(threads);  // one count for every read and the write
   NiftiImage img = open_input(paths[0]);
   check_data_size(img);
@@ -224,8 +222,13 @@ int cmd_convert(const std::vector<std::string>& args, std::ostream& out, std::os
     progress.tick(k);
     return k;
   };
-  write_nifti(target, h, img.extensions, producer, WriteOptions{level, layout, threads});
-  if (staged) staged->upload(overwrite);
+  // At most: the header, extensions and data, and what gzip adds to incompressible data (5
+  // bytes per 64 KiB stored block, a member header per MiB), with room to spare.
+  std::uint64_t max_size = img.voxel_count() * out_item + (1u << 20);
+  for (const NiftiExtension& e : img.extensions) max_size += e.content.size() + 16;
+  max_size += max_size / 1024;
+  write_nifti_output(paths[1], overwrite, h, img.extensions, producer,
+                     WriteOptions{level, layout, threads}, max_size);
   progress.end();
   out << "wrote " << paths[1] << "\n";
   return 0;

@@ -22,6 +22,7 @@
 #include "voxpipe/dtype.hpp"
 #include "voxpipe/file_identity.hpp"
 #include "voxpipe/gzip.hpp"
+#include "voxpipe/output_stream.hpp"
 
 namespace voxpipe {
 
@@ -326,6 +327,14 @@ using DataProducer = std::function<std::size_t(std::span<std::byte> buffer)>;
 void write_nifti(const std::string& path, NiftiHeader header,
                  const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
                  const WriteOptions& options = {});
+
+// write_nifti of one single-file output (.nii, or .nii.gz by `name`'s extension; a .hdr/.img
+// pair is Error(invalid_argument)) into `stream` rather than a file, in the same bytes:
+// stream.commit() once every byte is written; on any failure before that, stream.abort(),
+// then the error. `name` (the destination's URL) stands for the output in errors.
+void write_nifti_stream(const std::string& name, const OutputStream& stream, NiftiHeader header,
+                        const std::vector<NiftiExtension>& extensions,
+                        const DataProducer& producer, const WriteOptions& options = {});
 
 // Helper for in-memory data: a producer over a byte span.
 DataProducer producer_from_bytes(std::span<const std::byte> bytes);

@@ -7,7 +7,10 @@
 // What is fetched is kept in a bounded cache of extents, so that the header, a member table or
 // a seek point's span is requested once however many small reads it serves. Reads that find no
 // cached extent fetch what they miss, growing the request geometrically while they run forward
-// through the object (a sequential decode), up to the cache's bound.
+// through the object (a sequential decode; each of several threads decoding its own part of the
+// object grows its own), up to part_size. A pass over a whole object (a whole read, an index
+// build) is read ahead in part_size requests, several in flight, within a bounded window ahead
+// of the decoder (read_ahead_bytes).
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "voxpipe/output_stream.hpp"
 
 namespace voxpipe {
 
@@ -54,6 +59,11 @@ struct RemoteInputOptions {
   std::uint64_t part_size = 8u << 20;
   // Bytes kept in the cache; prefetches beyond it fetch their first part only, the rest as read.
   std::uint64_t max_cached_bytes = 256u << 20;
+  // A read ahead (a whole-object pass) keeps at most this many bytes fetched or in flight beyond
+  // what its reader has reached (at least one part; at most 8 requests at once): the next part is
+  // requested as the reader reaches one. A pass over an object holds at most this plus
+  // max_cached_bytes, whatever the object's size.
+  std::uint64_t read_ahead_bytes = 64u << 20;
 };
 
 struct RemoteInputStats {
@@ -127,6 +137,12 @@ struct UrlHandlers {
   // conditional: returns false, writing nothing, when the object exists (another writer made it
   // after the command's check); true when written.
   std::function<bool(const std::string& path, const std::string& url, bool overwrite)> upload;
+  // Opens an upload of the object at `url` that a writer streams into (write_nifti_stream): its
+  // bytes go up as they come, in parts, and the object appears at commit, whole; an abandoned
+  // or failed upload is aborted. `max_size`: at most how many bytes will come (0: unknown).
+  // With !overwrite the create is conditional: its commit fails when the object exists.
+  std::function<OutputStream(const std::string& url, bool overwrite, std::uint64_t max_size)>
+      open_upload;
   // Removes what writers that died left under the prefix `url` (temporary objects, incomplete
   // stores, unfinished multipart uploads) older than `older_than_seconds`, or with `dry_run`
   // only lists them: one line per thing ("removed URL (what)" / "would remove URL (what)").

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "voxpipe/dtype.hpp"
 #include "voxpipe/error.hpp"
 #include "voxpipe/nifti.hpp"
+#include "voxpipe/output_stream.hpp"
 
 namespace voxpipe::python {
 
@@ -62,5 +64,12 @@ std::shared_ptr<const void> hold_buffer(nb::handle object, std::span<const std::
 
 // A copy of `bytes` as a Python bytes object.
 nb::bytes to_bytes(std::span<const std::uint8_t> bytes);
+
+// An OutputStream (voxpipe/output_stream.hpp) over a Python object with write(bytes), commit()
+// and abort() (voxpipe/_sources/upload.py StreamingUpload), each called with the GIL taken from
+// whatever thread writes: a Python exception raised by write or commit becomes `failure(e)`
+// (KeyboardInterrupt passes as it is); abort's are dropped. Call with the GIL held.
+OutputStream python_output_stream(nb::handle sink,
+                                  std::function<Error(nb::python_error&)> failure);
 
 }  // namespace voxpipe::python

@@ -223,7 +223,8 @@ void bind_nifti(nb::module_& m) {
       "write",
       [](const std::string& path, const nb::bytes& header,
          const std::vector<std::pair<std::int32_t, nb::bytes>>& extensions,
-         python::ConstByteArray data, int level, const std::string& layout, unsigned threads) {
+         python::ConstByteArray data, int level, const std::string& layout, unsigned threads,
+         nb::handle sink) {
         GzipLayout gz_layout;
         if (layout == "members")
           gz_layout = GzipLayout::members;
@@ -239,11 +240,21 @@ void bind_nifti(nb::module_& m) {
         for (const auto& [code, content] : extensions) exts.push_back({code, from_bytes(content)});
         const DataProducer producer = checking_signals(producer_from_bytes(
             std::span(reinterpret_cast<const std::byte*>(data.data()), data.size())));
+        std::optional<OutputStream> stream;
+        if (!sink.is_none())  // the sink keeps its own exception for the Python layer to raise
+          stream = python::python_output_stream(sink, [path](nb::python_error& e) {
+            return Error(ErrorCode::io, path, "", nb::str(e.value()).c_str());
+          });
         python::GilRelease release;
         NiftiHeader h = decode_nifti_header(hbytes, path);
-        write_nifti(path, h, exts, producer, WriteOptions{level, gz_layout, threads});
+        if (stream)
+          write_nifti_stream(path, *stream, h, exts, producer, WriteOptions{level, gz_layout, threads});
+        else
+          write_nifti(path, h, exts, producer, WriteOptions{level, gz_layout, threads});
       },
       nb::arg("path"), nb::arg("header"), nb::arg("extensions"), nb::arg("data"), nb::arg("level"),
-      nb::arg("layout") = "members", nb::arg("threads") = 0,
-      "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order).");
+      nb::arg("layout") = "members", nb::arg("threads") = 0, nb::arg("sink").none() = nb::none(),
+      "Write header bytes, extensions and F-ordered data bytes (header dtype and byte order); "
+      "with `sink` (write(bytes), commit(), abort()), a .nii/.nii.gz output named `path` into it "
+      "rather than a file.");
 }

@@ -158,11 +158,11 @@ void bind_remote(nb::module_& m) {
       "set_url_handlers",
       [](nb::handle open, nb::handle index_cache_path, nb::handle put, nb::handle fetch_all,
          nb::handle write_zarr, nb::handle zarr_compression, nb::handle exists,
-         nb::handle upload, nb::handle clean) {
+         nb::handle upload, nb::handle clean, nb::handle open_upload) {
         // Module-level functions that live as long as the process: referenced for good, so
         // that nothing is released after the interpreter has gone.
         for (nb::handle h : {open, index_cache_path, put, fetch_all, write_zarr, zarr_compression,
-                             exists, upload, clean})
+                             exists, upload, clean, open_upload})
           h.inc_ref();
         PyObject* o = open.ptr();
         PyObject* c = index_cache_path.ptr();
@@ -261,18 +261,34 @@ void bind_remote(nb::module_& m) {
             }
           };
         }
+        if (!open_upload.is_none()) {
+          PyObject* s = open_upload.ptr();
+          handlers.open_upload = [s](const std::string& url, bool overwrite,
+                                     std::uint64_t max_size) {
+            python::GilAcquire gil;
+            try {
+              nb::object sink = nb::handle(s)(url, overwrite, max_size);
+              return python::python_output_stream(
+                  sink, [url](nb::python_error& e) { return error_of(e, url); });
+            } catch (nb::python_error& ex) {
+              throw error_of(ex, url);
+            }
+          };
+        }
         set_url_handlers(std::move(handlers));
       },
       nb::arg("open"), nb::arg("index_cache_path"), nb::arg("put"), nb::arg("fetch_all"),
       nb::arg("write_zarr"), nb::arg("zarr_compression"), nb::arg("exists") = nb::none(),
       nb::arg("upload") = nb::none(), nb::arg("clean") = nb::none(),
+      nb::arg("open_upload") = nb::none(),
       "Make calls that take paths (open, build_index, the CLI's commands) read URLs and Zarr "
       "stores: open(url_or_store) -> RemoteInput, index_cache_path(url, version) -> str, "
       "put(path, url), fetch_all(url) -> [(url, buffer), ...] (an object, or those under a "
       "prefix), write_zarr(input, output, [(option, value), ...]), zarr_compression(store) -> "
       "str (how its chunks are compressed); writes to object storage: exists(url) -> bool, "
       "upload(path, url, overwrite) -> bool (False: exists), clean(url, older_than_s, dry_run) "
-      "-> [line, ...].");
+      "-> [line, ...], open_upload(url, overwrite, max_size) -> a sink (write(bytes), commit(), "
+      "abort()) that write_nifti_stream writes into.");
 
 #ifdef VOXPIPE_PYTHON_CLI
   m.def(

@@ -159,7 +159,7 @@ def parse_header(header: bytes, path: str = "<header>") -> tuple[bytes, list[str
 # data: a 1-D C-contiguous uint8 view of the F-ordered data (read only).
 def write(path: str, header: bytes, extensions: Sequence[tuple[int, bytes]],
           data: NDArray[numpy.uint8], level: int, layout: str = "members",
-          threads: int = 0) -> None: ...
+          threads: int = 0, sink: object | None = None) -> None: ...
 
 
 # ---- DICOM --------------------------------------------------------------------------------------
@@ -506,7 +506,8 @@ def set_url_handlers(open: Callable[[str], RemoteInput],
                      zarr_compression: Callable[[str], str],
                      exists: Callable[[str], bool] | None = None,
                      upload: Callable[[str, str, bool], bool] | None = None,
-                     clean: Callable[[str, float, bool], list[str]] | None = None) -> None: ...
+                     clean: Callable[[str, float, bool], list[str]] | None = None,
+                     open_upload: Callable[[str, bool, int], object] | None = None) -> None: ...
 # All three present in a build with the command line (CMakeLists.txt: voxpipe_cli_lib), as every
 # build of the package is.
 def cli_dcm2niix(args: Sequence[str]) -> tuple[int, str, str, list[str]]: ...

@@ -226,13 +226,24 @@ AtomicOutputFile::AtomicOutputFile(const std::string& path) : path_(path) {
   ::flock(fd_, LOCK_EX | LOCK_NB);
 }
 
+AtomicOutputFile::AtomicOutputFile(const std::string& name, const OutputStream& stream)
+    : path_(name), stream_(&stream) {}
+
 AtomicOutputFile::~AtomicOutputFile() {
+  if (stream_) {
+    if (!committed_ && stream_->abort) stream_->abort();
+    return;
+  }
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_path_.c_str());
   untrack_temporary(slot_);
 }
 
 void AtomicOutputFile::write(std::span<const std::byte> bytes) {
+  if (stream_) {
+    if (!bytes.empty()) stream_->write(bytes);
+    return;
+  }
   std::size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
@@ -245,6 +256,11 @@ void AtomicOutputFile::write(std::span<const std::byte> bytes) {
 }
 
 void AtomicOutputFile::commit() {
+  if (stream_) {
+    committed_ = true;  // a failed commit leaves nothing to abort: the stream has ended
+    stream_->commit();
+    return;
+  }
   if (::close(fd_) != 0) {
     fd_ = -1;
     throw_errno(path_, "close failed", errno);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "voxpipe/file_identity.hpp"
+#include "voxpipe/output_stream.hpp"
 #include "voxpipe/remote.hpp"
 
 namespace voxpipe::core {
@@ -76,9 +77,14 @@ class InputFile final : public RandomAccessInput {
 // it is written, and the constructor removes the temporaries of `path` that a process which has
 // ended left (killed by SIGKILL, a crash): those whose PID is gone and whose lock is free, among
 // the first 4096 entries of the folder.
+//
+// Or, made with a stream, the bytes go to `stream.write` as they are written instead of a file
+// (an upload, voxpipe/output_stream.hpp): commit() calls stream.commit(), and destruction
+// without commit() calls stream.abort(). `name` stands for the output in errors.
 class AtomicOutputFile {
  public:
   explicit AtomicOutputFile(const std::string& path);
+  AtomicOutputFile(const std::string& name, const OutputStream& stream);
   ~AtomicOutputFile();
   AtomicOutputFile(const AtomicOutputFile&) = delete;
   AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
@@ -93,6 +99,7 @@ class AtomicOutputFile {
   int fd_ = -1;
   int slot_ = -1;  // in the list of discard_unfinished_outputs
   bool committed_ = false;
+  const OutputStream* stream_ = nullptr;
 };
 
 // Removes the temporary file of every AtomicOutputFile of this process that is neither committed

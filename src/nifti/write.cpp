@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/checked.hpp"
 #include "core/file.hpp"
@@ -29,12 +30,15 @@ bool is_gz_name(const std::string& path) {
 // One output file, compressed or not, committed only when complete.
 class Sink {
  public:
-  Sink(const std::string& path, const WriteOptions& options) : file_(path) {
+  // Into `stream` when given (write_nifti_stream), else into a file at `path`.
+  Sink(const std::string& path, const WriteOptions& options, const OutputStream* stream = nullptr)
+      : file_(stream ? std::make_unique<core::AtomicOutputFile>(path, *stream)
+                     : std::make_unique<core::AtomicOutputFile>(path)) {
     if (!is_gz_name(path)) return;
     if (options.gzip_layout == GzipLayout::single)
-      single_.emplace(file_, options.gzip_level);
+      single_.emplace(*file_, options.gzip_level);
     else
-      members_.emplace(file_, options.gzip_level, options.gzip_layout, options.threads);
+      members_.emplace(*file_, options.gzip_level, options.gzip_layout, options.threads);
   }
   void write(std::span<const std::byte> bytes) {
     if (single_)
@@ -42,7 +46,7 @@ class Sink {
     else if (members_)
       members_->write(bytes);
     else
-      file_.write(bytes);
+      file_->write(bytes);
     written_ += bytes.size();
   }
   void zeros(std::uint64_t n) {
@@ -58,10 +62,10 @@ class Sink {
     if (single_) single_->finish();
     if (members_) members_->finish();
   }
-  void commit() { file_.commit(); }
+  void commit() { file_->commit(); }
 
  private:
-  core::AtomicOutputFile file_;
+  std::unique_ptr<core::AtomicOutputFile> file_;
   std::optional<gz::GzipWriter> single_;
   std::optional<gz::MemberWriter> members_;
   std::uint64_t written_ = 0;
@@ -80,13 +84,19 @@ DataProducer producer_from_bytes(std::span<const std::byte> bytes) {
   };
 }
 
-void write_nifti(const std::string& path, NiftiHeader header,
-                 const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
-                 const WriteOptions& given) {
+namespace {
+
+// write_nifti, into `stream` when given (a single-file output only).
+void write_nifti_to(const std::string& path, NiftiHeader header,
+                    const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
+                    const WriteOptions& given, const OutputStream* stream) {
   WriteOptions options = given;  // both files of a pair compress on the one resolved count
   options.threads = resolve_threads(given.threads);
   const nifti::FilePaths paths = nifti::file_paths(path);
   const bool pair = paths.pair;
+  if (pair && stream)
+    throw Error(ErrorCode::invalid_argument, path, "",
+                "a .hdr/.img pair is two outputs: it cannot be written into one stream");
   const bool single = !pair;
   const char v = header.version == 2 ? '2' : '1';
   header.magic = {'n', single ? '+' : 'i', v, '\0'};
@@ -115,7 +125,7 @@ void write_nifti(const std::string& path, NiftiHeader header,
     expected = *m;
   }
 
-  std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options);
+  std::unique_ptr<Sink> hdr_sink = std::make_unique<Sink>(paths.header, options, stream);
   hdr_sink->write(std::as_bytes(std::span(hdr_bytes)));
   hdr_sink->write(std::as_bytes(std::span(ext_bytes)));
   std::unique_ptr<Sink> img_sink;
@@ -144,6 +154,27 @@ void write_nifti(const std::string& path, NiftiHeader header,
   if (img_sink) img_sink->finish();
   hdr_sink->commit();
   if (img_sink) img_sink->commit();
+}
+
+}  // namespace
+
+void write_nifti(const std::string& path, NiftiHeader header,
+                 const std::vector<NiftiExtension>& extensions, const DataProducer& producer,
+                 const WriteOptions& options) {
+  write_nifti_to(path, std::move(header), extensions, producer, options, nullptr);
+}
+
+void write_nifti_stream(const std::string& name, const OutputStream& stream, NiftiHeader header,
+                        const std::vector<NiftiExtension>& extensions,
+                        const DataProducer& producer, const WriteOptions& options) {
+  try {
+    write_nifti_to(name, std::move(header), extensions, producer, options, &stream);
+  } catch (...) {
+    // Failures before the sink existed (a header refused): nothing was sent, but the stream
+    // was opened; abort is idempotent for the streams voxpipe makes.
+    if (stream.abort) stream.abort();
+    throw;
+  }
 }
 
 }  // namespace voxpipe

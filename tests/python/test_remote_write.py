@@ -259,3 +259,49 @@ def test_clean_removes_what_dead_writers_left(s3):
     assert [w.replace("would remove", "removed") for w in would] == \
         upload.clean(url, so, older_than=0)
     assert keys(s3, "dead/") == ["dead/done.nii.zarr/zarr.json", "dead/keep.nii.gz"]
+
+
+def test_save_streams_without_a_local_copy(s3, tmp_path, monkeypatch):
+    """A .nii.gz goes up as the core compresses it: no temporary file, and parts of the
+    configured size (incompressible data: 3 parts of 5 MiB and a last one)."""
+    monkeypatch.setattr(upload, "PART_SIZE", PART)
+    data = np.random.default_rng(8).integers(0, 2**31, (128, 128, 64, 2)).astype(np.int32)
+    img = nib.Nifti1Image(data, np.eye(4))
+    vp.save(img, tmp_path / "s.nii.gz", level=0)
+    monkeypatch.setattr("tempfile.mkdtemp", lambda *a, **k: pytest.fail("a local copy"))
+    vp.save(img, f"s3://{BUCKET}/stream/s.nii.gz", storage_options=s3.storage_options(),
+            level=0)
+    local = (tmp_path / "s.nii.gz").read_bytes()
+    assert body(s3, "stream/s.nii.gz") == local
+    etag = s3.client.head_object(Bucket=BUCKET, Key="stream/s.nii.gz")["ETag"].strip('"')
+    assert etag.endswith(f"-{-(-len(local) // PART)}")
+    assert uploads(s3) == []
+
+
+def test_an_abandoned_stream_leaves_nothing(s3):
+    sink = upload.StreamingUpload(f"s3://{BUCKET}/abandoned/x.nii", s3.storage_options(),
+                                  part_size=PART)
+    for _ in range(3):
+        sink.write(b"\x05" * (3 << 20))
+    sink.abort()
+    sink.abort()  # twice: nothing more
+    assert sink.error is None
+    assert keys(s3, "abandoned/") == []
+    assert uploads(s3) == []
+    with pytest.raises(Exception, match="ended"):
+        sink.write(b"more")
+
+
+def test_a_stream_whose_create_is_refused_raises_at_commit(s3):
+    so = s3.storage_options()
+    s3.client.put_object(Bucket=BUCKET, Key="streamrace/x.nii", Body=b"first writer")
+    for n in (100, 2 * PART + 5):  # one PUT; multipart, then a conditional copy
+        sink = upload.StreamingUpload(f"s3://{BUCKET}/streamrace/x.nii", so, overwrite=False,
+                                      part_size=PART)
+        sink.write(b"\x06" * n)
+        with pytest.raises(FileExistsError):
+            sink.commit()
+        assert isinstance(sink.error, FileExistsError)
+    assert body(s3, "streamrace/x.nii") == b"first writer"
+    assert keys(s3, "streamrace/") == ["streamrace/x.nii"]
+    assert uploads(s3) == []

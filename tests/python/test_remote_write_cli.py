@@ -115,8 +115,6 @@ def test_clean_lists_then_removes_leftovers(s3):
                              Body=b"x")
     server.client.put_object(Bucket=BUCKET, Key="left/b.nii", Body=b"y")
     url = f"s3://{BUCKET}/left/"
-    young = cli(env, "clean", url)
-    assert young.returncode == 0 and "nothing to remove" in young.stdout
     dry = cli(env, "clean", url, "--older-than", "0s", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout == f"would remove {url}a.nii{upload.TEMP_MARK}00ff (temporary object of an upload)\n"

@@ -44,6 +44,10 @@ def _upload_for_core(path: str, url: str, overwrite: bool) -> bool:
     return True
 
 
+def _open_upload_for_core(url: str, overwrite: bool, max_size: int) -> upload.StreamingUpload:
+    return upload.StreamingUpload(url, overwrite=overwrite, max_size=max_size or None)
+
+
 def _clean_for_core(url: str, older_than: float, dry_run: bool) -> list[str]:
     return upload.clean(url, older_than=older_than, dry_run=dry_run)
 
@@ -141,4 +145,5 @@ def install() -> None:
     ``python -m voxpipe``) read URLs, and read and write Zarr stores, through these handlers."""
     _core.set_url_handlers(_open_for_core, remote.index_cache_path, _put_file_for_core,
                            _fetch_all_for_core, _write_zarr_for_core, _zarr.describe_layout,
-                           upload.exists, _upload_for_core, _clean_for_core)
+                           upload.exists, _upload_for_core, _clean_for_core,
+                           _open_upload_for_core)

@@ -34,11 +34,14 @@ died by it.
 
 from __future__ import annotations
 
+import collections
 import datetime
+import itertools
 import json
 import os
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -152,21 +155,35 @@ def upload_file(path: str, url: str, storage_options: Mapping[str, Any] | None =
 
 def upload_stream(data: IO[bytes] | Iterable[Any], url: str,
                   storage_options: Mapping[str, Any] | None = None, *, size: int | None = None,
-                  overwrite: bool = True, part_size: int | None = None,
-                  max_concurrency: int | None = None) -> None:
+                  max_size: int | None = None, overwrite: bool = True,
+                  part_size: int | None = None, max_concurrency: int | None = None) -> None:
     """upload_file for the bytes of a binary file object or an iterable of buffers (read as the
-    upload goes: never more than the parts in flight in memory). ``size`` (when known) chooses
-    between one PUT and multipart and sizes the parts; an exception the input raises aborts the
-    upload and reaches the caller."""
+    upload goes: never more than the parts in flight in memory). ``size`` (when known) sizes
+    the parts; without it, an input that ends within one part goes up in one PUT, a longer one
+    in multipart. ``max_size``: at most how many bytes will come, when ``size`` is not known
+    (how to create a large object without overwrite depends on it, module docstring). An
+    exception the input raises aborts the upload and reaches the caller."""
     if remote.has_query(url):
         raise InvalidArgumentError(f"{redact(url)}: a URL with a query (a presigned URL) "
                                    f"is read, not written, by voxpipe", path=redact(url))
     obstore = remote.client()
     options = _options_for(url, storage_options)
     store, name = remote.store_for(url, options)
-    part = part_size_for(size or 0, part_size)
+    part = part_size_for(size if size is not None else max_size or 0, part_size)
     inflight = MAX_CONCURRENCY if max_concurrency is None else max(1, int(max_concurrency))
     source = _chunks(data, part) if hasattr(data, "read") else iter(data)  # type: ignore[arg-type]
+    if size is None:
+        # Up to one part read ahead: an input that ends there is one PUT.
+        head: list[Any] = []
+        got = 0
+        for chunk in source:
+            head.append(chunk)
+            got += len(chunk)
+            if got > part:
+                break
+        else:
+            size = got
+        source = itertools.chain(head, source)
     if size is not None and size <= part:
         # One PUT: the whole object in memory (at most one part), conditional when creating.
         body = b"".join(source)
@@ -176,8 +193,9 @@ def upload_stream(data: IO[bytes] | Iterable[Any], url: str,
             lambda exc: _write_error(url, exc))
         return
     url_scheme = url.partition("://")[0].lower()
-    conditional_copy = not overwrite and not (url_scheme in ("s3", "s3a") and size is not None
-                                              and size > _MAX_COPY)
+    largest = size if size is not None else max_size
+    conditional_copy = not overwrite and not (url_scheme in ("s3", "s3a") and largest is not None
+                                              and largest > _MAX_COPY)
     if not overwrite and exists(url, storage_options):
         # Checked first in both cases: a refusal costs one HEAD, not an upload.
         raise ObjectExistsError(f"{url}: already exists (overwrite replaces it)", path=url)
@@ -216,6 +234,95 @@ def put_bytes(data: Any, url: str, storage_options: Mapping[str, Any] | None = N
     step = PART_SIZE
     upload_stream((view[i:i + step] for i in range(0, len(view), step)), url, storage_options,
                   size=len(view), overwrite=overwrite)
+
+
+class _Abandoned(Exception):
+    """What the input of an abandoned StreamingUpload raises, so that obstore aborts it."""
+
+
+class StreamingUpload:
+    """A sink that a writer streams an object into (the core's write_nifti_stream: vp.save's
+    .nii/.nii.gz to a URL, ``voxpipe convert IN URL``): write(bytes) hands the bytes to an
+    upload running on its own thread (upload_stream: one PUT, or multipart with parts going up
+    while the writer goes on), and blocks while ``max_buffered`` bytes (default: one part) wait
+    to be taken: memory stays bounded by them and the parts in flight. commit() ends the input
+    and returns once the object is complete; abort() ends it with an error, so that the upload
+    is aborted (and nothing appears). The upload's failure is kept as ``error`` and raised by the
+    next write() or by commit()."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 overwrite: bool = True, max_size: int | None = None,
+                 part_size: int | None = None, max_concurrency: int | None = None,
+                 max_buffered: int | None = None):
+        self.url = url
+        self.error: BaseException | None = None
+        self._limit = max_buffered or part_size_for(max_size or 0, part_size)
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._state = "open"  # then "end" (commit) or "abort"
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._run, name="voxpipe-upload", daemon=True,
+            args=(storage_options, overwrite, max_size, part_size, max_concurrency))
+        self._thread.start()
+
+    def _run(self, storage_options: Mapping[str, Any] | None, overwrite: bool,
+             max_size: int | None, part_size: int | None, max_concurrency: int | None) -> None:
+        try:
+            upload_stream(self._input(), self.url, storage_options, max_size=max_size,
+                          overwrite=overwrite, part_size=part_size,
+                          max_concurrency=max_concurrency)
+        except BaseException as exc:
+            with self._cond:
+                if not isinstance(exc, _Abandoned):
+                    self.error = exc
+                self._state = "abort"
+                self._cond.notify_all()
+
+    def _input(self) -> Iterator[bytes]:
+        while True:
+            with self._cond:
+                while not self._chunks and self._state == "open":
+                    self._cond.wait()
+                if self._chunks:
+                    chunk = self._chunks.popleft()
+                    self._buffered -= len(chunk)
+                    self._cond.notify_all()
+                elif self._state == "end":
+                    return
+                else:
+                    raise _Abandoned(f"{self.url}: the write was abandoned")
+            yield chunk
+
+    def write(self, data: Any) -> None:
+        chunk = bytes(data)
+        with self._cond:
+            while self._buffered >= self._limit and self._state == "open":
+                self._cond.wait()
+            if self._state != "open":
+                raise self.error or _Abandoned(f"{self.url}: the upload has ended")
+            self._chunks.append(chunk)
+            self._buffered += len(chunk)
+            self._cond.notify_all()
+
+    def commit(self) -> None:
+        with self._cond:
+            if self._state == "open":
+                self._state = "end"
+                self._cond.notify_all()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if self._state == "abort":
+            raise _Abandoned(f"{self.url}: the upload was abandoned")
+
+    def abort(self) -> None:
+        with self._cond:
+            if self._state == "open":
+                self._state = "abort"
+                self._chunks.clear()
+                self._cond.notify_all()
+        self._thread.join()
 
 
 class LocalOutput:

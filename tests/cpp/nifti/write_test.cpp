@@ -243,4 +243,70 @@ TEST(WriteNifti, RoundTripOfEveryDtype) {
   }
 }
 
+// An OutputStream that records what it is given and how it ends.
+struct RecordingStream {
+  Bytes bytes;
+  int commits = 0, aborts = 0;
+  voxpipe::OutputStream stream() {
+    return {[this](std::span<const std::byte> b) {
+              const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
+              bytes.insert(bytes.end(), p, p + b.size());
+            },
+            [this] { ++commits; }, [this] { ++aborts; }};
+  }
+};
+
+TEST(WriteNiftiStream, TheStreamGetsTheBytesOfTheFileThenOneCommit) {
+  for (const char* name : {"s.nii", "s.nii.gz"}) {
+    for (voxpipe::GzipLayout layout : {voxpipe::GzipLayout::members, voxpipe::GzipLayout::single}) {
+      SCOPED_TRACE(name);
+      vptest::TempDir dir;
+      const NiftiHeader h = vptest::make_header(1, DType::i16, {64, 64, 40});
+      const Bytes data = vptest::random_bytes(2 * 64 * 64 * 40, 7);
+      const voxpipe::WriteOptions options{1, layout, 2};
+      voxpipe::write_nifti(dir.file(name), h, {{4, {'x', 'y'}}},
+                           voxpipe::producer_from_bytes(vptest::as_bytes(data)), options);
+      RecordingStream out;
+      voxpipe::write_nifti_stream(std::string("s3://b/") + name, out.stream(), h, {{4, {'x', 'y'}}},
+                                  voxpipe::producer_from_bytes(vptest::as_bytes(data)), options);
+      EXPECT_EQ(out.bytes, vptest::read_file(dir.file(name)));
+      EXPECT_EQ(out.commits, 1);
+      EXPECT_EQ(out.aborts, 0);
+    }
+  }
+}
+
+TEST(WriteNiftiStream, AFailedWriteAbortsTheStreamAndNeverCommits) {
+  for (const char* name : {"f.nii", "f.nii.gz"}) {
+    SCOPED_TRACE(name);
+    RecordingStream out;
+    const NiftiHeader h = vptest::make_header(1, DType::f32, {100, 100, 100});
+    EXPECT_THROW(voxpipe::write_nifti_stream(name, out.stream(), h, {}, failing_producer(3000000)),
+                 std::runtime_error);
+    EXPECT_EQ(out.commits, 0);
+    EXPECT_GE(out.aborts, 1);
+  }
+  // A stream whose write fails (the upload failed) ends the write with its error.
+  voxpipe::OutputStream failing{[](std::span<const std::byte>) { throw std::runtime_error("upload failed"); },
+                                [] { FAIL() << "committed"; }, [] {}};
+  const NiftiHeader h = vptest::make_header(1, DType::u8, {4});
+  const Bytes data{1, 2, 3, 4};
+  EXPECT_THROW(voxpipe::write_nifti_stream("x.nii", failing, h, {}, voxpipe::producer_from_bytes(vptest::as_bytes(data))),
+               std::runtime_error);
+}
+
+TEST(WriteNiftiStream, APairIsRefusedBeforeAnythingIsSent) {
+  RecordingStream out;
+  const NiftiHeader h = vptest::make_header(1, DType::u8, {4});
+  const Bytes data{1, 2, 3, 4};
+  try {
+    voxpipe::write_nifti_stream("s3://b/p.hdr", out.stream(), h, {}, voxpipe::producer_from_bytes(vptest::as_bytes(data)));
+    FAIL() << "no error";
+  } catch (const voxpipe::Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  }
+  EXPECT_TRUE(out.bytes.empty());
+  EXPECT_EQ(out.commits, 0);
+}
+
 }  // namespace

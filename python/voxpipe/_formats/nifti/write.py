@@ -68,16 +68,20 @@ def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
          threads: int = 0, overwrite: bool = True, storage_options: Any = None,
          **_: Any) -> None:
     """The NIfTI format's writer (vp.save's for .nii, .nii.gz and .hdr/.img names; options of
-    other formats are ignored, as vp.save has always ignored them). A URL is written into a
-    local temporary file, then uploaded (_sources/upload.py: multipart, visible once complete;
-    a pair's .img object before its .hdr)."""
+    other formats are ignored, as vp.save has always ignored them). A URL of a .nii or .nii.gz
+    object is streamed into an upload as the core writes it (_sources/upload.py
+    StreamingUpload: parts go up while the next are compressed, the object appears whole at
+    the end); a pair is written into a local temporary folder, then uploaded, its .img object
+    before its .hdr."""
     path = os.fspath(filename)
-    if _remote.is_url(path):
+    remote = _remote.is_url(path)
+    pair = bool(_core.is_pair_path(path))
+    if remote and not overwrite and _upload.exists(path, storage_options):
         # Refused before anything is encoded; the upload's own condition holds against a
         # writer that creates the object meanwhile.
-        if not overwrite and _upload.exists(path, storage_options):
-            raise _upload.ObjectExistsError(f"{path}: already exists (overwrite replaces it)",
-                                            path=path)
+        raise _upload.ObjectExistsError(f"{path}: already exists (overwrite replaces it)",
+                                        path=path)
+    if remote and pair:
         with _upload.LocalOutput(path) as out:
             save(img, out.path(), affine, header=header, level=level, version=version,
                  gzip_layout=gzip_layout, threads=threads)
@@ -88,18 +92,31 @@ def save(img: Any, filename: Any, affine: Any = None, *, header: Any = None,
                 _upload.upload_file(os.path.join(out.folder, name), f"{folder}/{name}",
                                     storage_options, overwrite=overwrite)
         return
-    if not overwrite and any(os.path.lexists(p) for p in _pair_paths(path)):
+    if not remote and not overwrite and any(os.path.lexists(p) for p in _pair_paths(path)):
         raise FileExistsError(f"{path}: already exists (overwrite replaces it)")
-    hdr, values, _keeps_stored = prepare(img, affine, header, version,
-                                         bool(_core.is_pair_path(path)))
+    hdr, values, _keeps_stored = prepare(img, affine, header, version, pair)
     # The proxy where its stored values are kept (keeps_stored), else the array.
     data = (values.get_unscaled().astype(hdr.get_data_dtype(), copy=False)
             if isinstance(values, ArrayProxy) else values)
     hdr.set_data_offset(0)
     if not data.flags.f_contiguous:
         data = np.asfortranarray(data)
-    _core.write(path, hdr.binaryblock, [(e.get_code(), e.content) for e in hdr.extensions],
-                as_bytes_view(data), 1 if level is None else level, gzip_layout, threads)
+    extensions = [(e.get_code(), e.content) for e in hdr.extensions]
+    args = (hdr.binaryblock, extensions, as_bytes_view(data), 1 if level is None else level,
+            gzip_layout, threads)
+    if not remote:
+        _core.write(path, *args)
+        return
+    # At most the header, extensions and data, and what gzip adds to incompressible data.
+    bound = data.nbytes + sum(len(c) + 16 for _, c in extensions) + (1 << 20)
+    sink = _upload.StreamingUpload(path, storage_options, overwrite=overwrite,
+                                   max_size=bound + bound // 1024)
+    try:
+        _core.write(path, *args, sink=sink)
+    except BaseException:
+        if sink.error is not None:  # the upload's own failure, as it was raised
+            raise sink.error from None
+        raise
 
 
 def _pair_paths(path: str) -> list[str]:
