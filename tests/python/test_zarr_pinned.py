@@ -124,6 +124,19 @@ def test_an_object_rewritten_after_the_open_is_an_error_naming_it(s3, versions, 
                                       _data(1)[..., 2])
 
 
+def test_a_chunk_rewritten_with_as_many_bytes_is_refused_by_its_etag(s3, versions):
+    """Its size as listed, its bytes not: the If-Match of its GET fails (a 412), before any of
+    its bytes are decoded."""
+    url = _upload(s3, versions[0], "same-size.nii.zarr")
+    img = vp.load(url, storage_options=s3.storage_options())
+    raw = bytearray((versions[0] / _chunk(2)).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    s3.client.put_object(Bucket=BUCKET, Key=f"same-size.nii.zarr/{_chunk(2)}", Body=bytes(raw))
+    with pytest.raises(VoxpipeIOError, match=CHANGED) as info:
+        img.dataobj[..., 2]
+    assert info.value.path == f"{url}/{_chunk(2)}"
+
+
 def test_a_chunk_absent_at_the_open_that_appears_is_an_error(s3, versions):
     url = _upload(s3, versions[0], "appears.nii.zarr")
     key = f"appears.nii.zarr/{_chunk(3)}"
