@@ -305,3 +305,45 @@ def test_a_stream_whose_create_is_refused_raises_at_commit(s3):
     assert body(s3, "streamrace/x.nii") == b"first writer"
     assert keys(s3, "streamrace/") == ["streamrace/x.nii"]
     assert uploads(s3) == []
+
+
+def _through_proxy(s3, **extra):
+    from s3_fault_proxy import S3FaultProxy
+    proxy = S3FaultProxy(s3.endpoint)
+    return proxy, dict(s3.storage_options(), endpoint=proxy.endpoint, **extra)
+
+
+def test_multipart_requests_and_a_503_on_a_part_retried(s3):
+    """One create, one PUT per part (part 2 twice: its 503 retried), one complete; nothing
+    else, and the object whole."""
+    proxy, so = _through_proxy(s3)
+    try:
+        proxy.fail_part(2, 503, times=1)
+        data = bytes(range(256)) * ((3 * PART - 100) // 256)  # 3 parts
+        upload.upload_stream([data], f"s3://{BUCKET}/fault/x.nii", so, size=len(data),
+                             part_size=PART, max_concurrency=2)
+        kinds = [r.kind for r in proxy.log()]
+        assert kinds.count("create") == 1 and kinds.count("complete") == 1
+        assert kinds.count("part") == 4 and kinds.count("abort") == 0
+        assert [r.status for r in proxy.log() if r.kind == "part" and "partNumber=2" in r.path] \
+            == [503, 200]
+        assert len(kinds) == 6
+    finally:
+        proxy.stop()
+    assert body(s3, "fault/x.nii") == data
+    assert uploads(s3) == []
+
+
+def test_a_part_that_keeps_failing_aborts_the_upload(s3):
+    proxy, so = _through_proxy(s3, retry_config={"max_retries": 1})
+    try:
+        proxy.fail_part(2, 503, times=None)
+        data = b"\x07" * (3 * PART)
+        with pytest.raises(OSError, match=r"s3://voxpipe-write/fault/y\.nii: cannot write"):
+            upload.upload_stream([data], f"s3://{BUCKET}/fault/y.nii", so, size=len(data),
+                                 part_size=PART, max_concurrency=2)
+        assert "abort" in [r.kind for r in proxy.log()]
+    finally:
+        proxy.stop()
+    assert keys(s3, "fault/y") == []
+    assert uploads(s3) == []
