@@ -321,3 +321,24 @@ def test_the_listing_of_a_local_store_follows_links_once_and_is_bounded(tmp_path
     monkeypatch.setattr(_local_store, "MAX_LISTED_OBJECTS", files)  # the loop doubles them
     with pytest.raises(LimitError, match="at most"):
         vp.load(path)
+
+
+def test_a_dask_graph_over_a_local_store_rewritten_while_it_computes_raises(tmp_path, versions):
+    """One-volume chunks on one thread; after the first, every chunk is rewritten as zarr
+    writes (a new file renamed over each): the rest are an error, not the new values."""
+    pytest.importorskip("dask")
+    from dask.callbacks import Callback
+
+    path = _local(tmp_path, versions[0])
+    arr = vp.to_dask(vp.load(path), np.float32, chunks=1)
+    done = []
+
+    def rewrite_once(key, result, dsk, state, worker_id):
+        if isinstance(result, np.ndarray) and not done:
+            done.append(key)
+            for t in range(SHAPE[3]):
+                _rewrite(path, _chunk(t), versions[1], "rename")
+
+    with Callback(posttask=rewrite_once), pytest.raises(VoxpipeIOError, match=CHANGED):
+        arr.compute(scheduler="sync")
+    assert done
