@@ -232,6 +232,11 @@ def _store_class() -> type[ObjectStore[Any]]:
             return await asyncio.gather(*(asyncio.to_thread(self._get_pinned, key, prototype, r)
                                           for key, r in key_ranges))
 
+        def with_read_only(self, read_only: bool = False) -> PinnedObjectStore:
+            new = super().with_read_only(read_only)
+            new.listing = self.listing  # the same version, however zarr reopens the store
+            return new
+
         async def exists(self, key: str) -> bool:
             if self.listing.listed:
                 return self.listing.objects.get(key) is not None
