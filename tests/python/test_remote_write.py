@@ -200,8 +200,8 @@ def test_a_store_is_found_only_once_its_root_metadata_is_written(s3, monkeypatch
 
     def watching(path, to, storage_options=None, **kw):
         if to == url + "/zarr.json":  # the last object: everything else is there
-            assert {"store/x.nii.zarr/nifti/zarr.json", "store/x.nii.zarr/0/zarr.json"} <= \
-                set(keys(s3, "store/"))
+            assert {"store/x.nii.zarr/nifti/zarr.json", "store/x.nii.zarr/0/zarr.json"} | \
+                {f"store/x.nii.zarr/0/c/{t}/0/0/0" for t in range(5)} <= set(keys(s3, "store/"))
             assert "store/x.nii.zarr.voxpipe-incomplete" in keys(s3, "store/")
             with pytest.raises(FileNotFoundError):
                 vp.load(url, storage_options=so)
@@ -347,3 +347,18 @@ def test_a_part_that_keeps_failing_aborts_the_upload(s3):
         proxy.stop()
     assert keys(s3, "fault/y") == []
     assert uploads(s3) == []
+
+
+def test_a_store_with_pyramid_levels_reads_back_as_the_local_one(s3, tmp_path):
+    """Coarser levels are computed from level 0 read back: its chunks are then uploaded from
+    the local folder, with the rest."""
+    so = s3.storage_options()
+    img = image(shape=(24, 20, 12, 2), seed=9)
+    vp.save(img, tmp_path / "p.nii.zarr", levels=2)
+    vp.save(img, f"s3://{BUCKET}/levels/p.nii.zarr", storage_options=so, levels=2)
+    local = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert keys(s3, "levels/") == [f"levels/{k}" for k in local]
+    for level in (0, 1):
+        a = vp.load(f"s3://{BUCKET}/levels/p.nii.zarr", storage_options=so, level=level)
+        b = vp.load(tmp_path / "p.nii.zarr", level=level)
+        assert np.array_equal(np.asarray(a.dataobj), np.asarray(b.dataobj))

@@ -23,8 +23,9 @@ one creates NAME and the other gets "already exists". S3 copies at most 5 GiB in
 that, overwrite=False is a check before the upload (two writers racing could both write; the
 last one wins).
 
-A NIfTI-Zarr store on a bucket is written object by object at its final prefix, its root
-metadata (``zarr.json``; ``.zgroup`` and ``.zattrs`` for Zarr v2) last: until then a reader
+A NIfTI-Zarr store on a bucket is written object by object at its final prefix (StoreUpload:
+chunks as the encoder makes them), its root metadata (``zarr.json``; ``.zgroup`` and
+``.zattrs`` for Zarr v2) last: until then a reader
 finds no store there (docs/remote.md, "Writing"). Object stores cannot rename a prefix, and a
 copy of every chunk onto the final prefix would double the store's writes for no gain in what a
 reader sees. While the store is written, a marker object ``STORE.voxpipe-incomplete`` beside it
@@ -370,57 +371,132 @@ def _list(store: Any, prefix: str) -> list[dict[str, Any]]:
     return out
 
 
-def upload_store(folder: str, url: str, storage_options: Mapping[str, Any] | None = None, *,
-                 overwrite: bool = True, max_concurrency: int | None = None) -> None:
-    """The local Zarr store ``folder`` as the store ``url`` (a prefix): a marker object
-    ``URL.voxpipe-incomplete`` first, every object but the root metadata (in parallel, each as
-    upload_file), the root metadata last, then the marker deleted. A reader finds no store
-    until the root metadata is there. An existing store is refused without ``overwrite``
-    (ObjectExistsError); with it, its root metadata is deleted first (from then on there is no
-    store there), then its other objects, then the new store is written. A failure deletes what
-    was written (the marker last); a writer that dies leaves the marker, which clean() finds."""
-    base = url.rstrip("/")
-    if not overwrite and exists(base, storage_options):
-        raise ObjectExistsError(f"{base}: a Zarr store exists there (overwrite replaces it)",
-                                path=base)
-    obstore = remote.client()
-    store, root = remote.store_for(base + "/" + ROOT_METADATA[0], storage_options)
-    prefix_name = root[:-len(ROOT_METADATA[0])]  # "" or "path/in/store/"
-    marker_url = base + INCOMPLETE_MARK
-    marker = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                         "started": datetime.datetime.now(datetime.timezone.utc).isoformat()})
-    put_bytes(marker.encode(), marker_url, storage_options)
-    files = _store_files(folder)
-    written: list[str] = []
-    workers = STORE_CONCURRENCY if max_concurrency is None else max(1, int(max_concurrency))
-    try:
-        if overwrite:
-            _delete_store(store, base, prefix_name)
+class StoreUpload:
+    """A NIfTI-Zarr store written to the prefix ``url`` object by object, its root metadata
+    last. Entering: without ``overwrite`` an existing store is ObjectExistsError; a marker
+    object ``URL.voxpipe-incomplete`` is written; with ``overwrite`` the old store is deleted,
+    its root metadata first (from then on there is no store there). put(key, data) sends one
+    object (a chunk, as the encoder makes it) on an upload pool, from any thread, blocking while
+    ``max_pending`` objects wait or go up (memory: those objects). finish(folder) waits for
+    them, sends the files of the local store ``folder`` not sent yet (the metadata), the root
+    metadata last (now the store exists), and deletes the marker. Leaving on an error deletes
+    what was written, root metadata first, then the marker; a writer that dies leaves the
+    marker, which clean() finds."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 overwrite: bool = True, max_concurrency: int | None = None,
+                 max_pending: int | None = None):
+        self.url = url.rstrip("/")
+        self._options = storage_options
+        self._overwrite = overwrite
+        self._workers = STORE_CONCURRENCY if max_concurrency is None else max(1, int(max_concurrency))
+        self._slots = threading.BoundedSemaphore(max_pending or 2 * self._workers)
+        self._written: list[str] = []
+        self._sent: set[str] = set()
+        self._errors: list[BaseException] = []
+        self._pending: list[Any] = []
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> StoreUpload:
+        base = self.url
+        if not self._overwrite and exists(base, self._options):
+            raise ObjectExistsError(f"{base}: a Zarr store exists there (overwrite replaces it)",
+                                    path=base)
+        self._store, root = remote.store_for(base + "/" + ROOT_METADATA[0], self._options)
+        self._prefix = root[:-len(ROOT_METADATA[0])]  # "" or "path/in/store/"
+        marker = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                             "started": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+        put_bytes(marker.encode(), base + INCOMPLETE_MARK, self._options)
+        try:
+            if self._overwrite:
+                _delete_store(self._store, base, self._prefix)
+        except BaseException:
+            _delete(base + INCOMPLETE_MARK, self._options)
+            raise
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="voxpipe-upload")
+        return self
+
+    def _send(self, key: str, data: Any) -> None:
+        try:
+            put_bytes(data, f"{self.url}/{key}", self._options)
+            with self._lock:
+                self._written.append(key)
+        except BaseException as exc:
+            with self._lock:
+                self._errors.append(exc)
+        finally:
+            self._slots.release()
+
+    def put(self, key: str, data: Any) -> None:
+        """Send ``data`` as the store's object ``key`` ("0/c/3/0/0/0")."""
+        with self._lock:
+            if self._errors:
+                raise self._errors[0]
+            self._sent.add(key)
+        self._slots.acquire()
+        assert self._pool is not None
+        future = self._pool.submit(self._send, key, data)
+        with self._lock:
+            self._pending.append(future)
+
+    def _wait(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
+        if self._errors:
+            raise self._errors[0]
+
+    def finish(self, folder: str) -> None:
+        """Send what the local store ``folder`` holds and put() did not, root metadata last."""
+        self._wait()
+        files = [f for f in _store_files(folder) if f not in self._sent]
         body = [f for f in files if f not in ROOT_METADATA]
         last = [f for f in files if f in ROOT_METADATA]
 
         def one(rel: str) -> None:
-            upload_file(os.path.join(folder, *rel.split("/")), f"{base}/{rel}", storage_options,
-                        max_concurrency=2)
-            written.append(rel)
+            upload_file(os.path.join(folder, *rel.split("/")), f"{self.url}/{rel}",
+                        self._options, max_concurrency=2)
+            with self._lock:
+                self._written.append(rel)
 
-        with ThreadPoolExecutor(workers, thread_name_prefix="voxpipe-upload") as pool:
-            for f in pool.map(one, body):
-                pass
+        assert self._pool is not None
+        for _ in self._pool.map(one, body):
+            pass
         for rel in last:  # zarr.json (v2: .zgroup, .zattrs) last: now the store exists
             one(rel)
-    except BaseException:
+        _delete(self.url + INCOMPLETE_MARK, self._options)
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        assert self._pool is not None
+        if kind is not None:
+            try:
+                self._wait()
+            except BaseException:
+                pass
+        self._pool.shutdown(wait=True)
+        if kind is None:
+            return
         # What this writer put there goes, the root metadata first (no reader meets a store
         # losing its chunks), the marker last; where a delete fails the marker stays, and
         # clean() finds the rest.
+        obstore = remote.client()
         try:
-            for rel in sorted(written, key=lambda r: r not in ROOT_METADATA):
-                obstore.delete(store, prefix_name + rel)
-            _delete(marker_url, storage_options)
+            for rel in sorted(self._written, key=lambda r: r not in ROOT_METADATA):
+                obstore.delete(self._store, self._prefix + rel)
+            _delete(self.url + INCOMPLETE_MARK, self._options)
         except Exception:
             pass
-        raise
-    _delete(marker_url, storage_options)
+
+
+def upload_store(folder: str, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 overwrite: bool = True, max_concurrency: int | None = None) -> None:
+    """The local Zarr store ``folder`` as the store ``url`` (a prefix), as StoreUpload writes
+    one: a reader finds no store there until the root metadata, written last, is there."""
+    with StoreUpload(url, storage_options, overwrite=overwrite,
+                     max_concurrency=max_concurrency) as up:
+        up.finish(folder)
 
 
 def _delete(url: str, storage_options: Mapping[str, Any] | None) -> None:

@@ -192,25 +192,28 @@ def write(path: str, hdr: Nifti1Header, values: ArrayProxy | Array, *,
           chunks: Sequence[int] | int | None = None, shards: Sequence[int] | int | None = None,
           levels: int = 1, codec: Codec = "zstd", level: int | None = None,
           zarr_format: ZarrFormat = 3, threads: int = 0, overwrite: bool = True,
-          storage_options: Mapping[str, Any] | None = None) -> None:
+          storage_options: Mapping[str, Any] | None = None,
+          chunk_sink: Callable[[str, bytes], None] | None = None) -> None:
     """Write the NIfTI-Zarr store ``path``: ``hdr`` (slope/inter already those of the stored
     values) and ``values``, the stored values (an ArrayProxy read unscaled block by block, or an
     array in the header's dtype), with ``levels`` pyramid levels. Written into a temporary
     folder beside ``path`` that replaces it when complete; without ``overwrite`` an existing
     store is FileExistsError.
 
-    A URL ``path`` (a prefix on a bucket, configured by ``storage_options``) is written into a
-    local temporary folder, then uploaded object by object with its root metadata last
-    (_sources/upload.py upload_store: a reader finds no store there until it is complete)."""
+    A URL ``path`` (a prefix on a bucket, configured by ``storage_options``) is written object
+    by object with its root metadata last (_sources/upload.py StoreUpload: a reader finds no
+    store there until it is complete): the chunks of level 0 go up as they are encoded
+    (``chunk_sink(key, bytes)`` in place of their files), the metadata, and the chunks zarr
+    encodes itself (sharded arrays) or reads back (coarser pyramid levels), from a local
+    temporary folder at the end."""
     zarr = zarr_module()
     if _remote.is_url(path):
-        if not overwrite and _upload.exists(path, storage_options):
-            raise _upload.ObjectExistsError(f"{path}: a Zarr store exists there (overwrite "
-                                            f"replaces it)", path=path)
-        with _upload.LocalOutput(path) as out:
+        with _upload.LocalOutput(path) as out, \
+                _upload.StoreUpload(path, storage_options, overwrite=overwrite) as up:
             write(out.path(), hdr, values, chunks=chunks, shards=shards, levels=levels,
-                  codec=codec, level=level, zarr_format=zarr_format, threads=threads)
-            _upload.upload_store(out.path(), path, storage_options, overwrite=overwrite)
+                  codec=codec, level=level, zarr_format=zarr_format, threads=threads,
+                  chunk_sink=up.put if int(levels) == 1 else None)
+            up.finish(out.path())
         return
     if zarr_format not in (2, 3):
         raise InvalidArgumentError(f"expected zarr_format 2 or 3, but received {zarr_format}",
@@ -260,7 +263,7 @@ def write(path: str, hdr: Nifti1Header, values: ArrayProxy | Array, *,
             extra["shards"] = zshards
         arr = group.create_array("0", shape=zshape, chunks=zchunks, dtype=dtype,
                                  compressors=compressors, fill_value=0, **extra)
-        _write_values(arr, tmp, values, nshape, perm, zchunks, dtype, threads)
+        _write_values(arr, tmp, values, nshape, perm, zchunks, dtype, threads, chunk_sink)
         shapes = [zshape]
         nearest = int(hdr["intent_code"]) in (1002, 2001)  # NIFTI_INTENT_LABEL, NEURONAME
         prev = arr
@@ -461,12 +464,13 @@ def _chunk_encoder(arr: ZarrArray) -> Encoder | None:
 
 def _write_values(arr: ZarrArray, root: str, values: ArrayProxy | Array, nshape: list[int],
                   perm: list[int], zchunks: list[int], dtype: np.dtype[Any],
-                  threads: int) -> None:
+                  threads: int, sink: Callable[[str, bytes], None] | None = None) -> None:
     """The stored values into level 0, a block of whole chunks along the slowest axis at a
     time (volumes for 4D/5D, slabs for 3D): each block decoded from the source straight into
     one buffer; its chunks encoded on `threads` threads and written into the store's folder
-    `root` while the next block is read (or, for codecs _chunk_encoder leaves to zarr, handed
-    to zarr). Memory: two blocks."""
+    `root` (or given to `sink` as (the chunk's key in the store, its bytes)) while the next
+    block is read (or, for codecs _chunk_encoder leaves to zarr, handed to zarr). Memory: two
+    blocks, and what `sink` holds."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     lead = perm[0]  # the NIfTI axis of zarr's slowest axis: t (4D/5D) or z (3D)
@@ -495,7 +499,11 @@ def _write_values(arr: ZarrArray, root: str, values: ArrayProxy | Array, nshape:
             chunk = np.zeros(zchunks, stored)
             chunk[tuple(slice(0, e) for e in part.shape)] = part
         data = encode(chunk)
-        path = os.path.join(folder, *arr.metadata.encode_chunk_key(grid).split("/"))
+        key = arr.metadata.encode_chunk_key(grid)
+        if sink is not None:
+            sink(f"{arr.path}/{key}", data)
+            return
+        path = os.path.join(folder, *key.split("/"))
         parent = os.path.dirname(path)
         if parent not in made:
             os.makedirs(parent, exist_ok=True)
