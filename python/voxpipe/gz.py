@@ -53,9 +53,15 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
 
     ``path`` may be the URL of a ``.nii.gz`` object (``s3://``, ``gs://``, ``az://``,
     ``http(s)://``; ``storage_options`` as for ``vp.load``): the object is read once, front to
-    back, and the index goes next to it as the object URL + ``.gzidx`` (one PUT; ``index_path``
-    is then that URL), or only to the local cache with ``cache=True`` (keyed by the URL and the
-    object's ETag), or to the local file ``output``. ``vp.load(url)`` finds the first two.
+    back, as ``vp.load(url).get_fdata()`` reads it (8 MiB ranged GETs, up to 8 in flight and at
+    most 64 MiB ahead of the decoders, decoded as they arrive; about the time of that whole
+    read), every request pinned to the ETag read first, so an object replaced during the build
+    fails it (``VoxpipeIOError``, no index written). With ``exact=True``, an object larger than
+    the read cache (256 MiB) is read twice (the span starts, then the spans); ``exact=False``
+    reads it once. The index goes next to it as the object URL + ``.gzidx`` (one PUT;
+    ``index_path`` is then that URL), or only to the local cache with ``cache=True`` (keyed by
+    the URL and the object's ETag), or to the local file ``output``. ``vp.load(url)`` finds the
+    first two.
 
     Returns a dict: index_path, compressed_size, uncompressed_size, points, index_bytes.
 

@@ -12,6 +12,14 @@
 
 namespace voxpipe::core {
 
+// One read_ahead call: its parts in order, the next to request, and the bytes of its requested
+// parts that no read has reached yet (its window).
+struct RangeInput::AheadJob {
+  std::vector<ByteRange> parts;
+  std::size_t next = 0;
+  std::uint64_t unread = 0;
+};
+
 RangeInput::RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch,
                        FetchedBytes initial, const RemoteInputOptions& options, std::string version)
     : name_(std::move(name)),
@@ -26,8 +34,7 @@ RangeInput::RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch,
     if (initial.bytes.size() > size_) initial.bytes = initial.bytes.first(size_);
     std::lock_guard lock(mutex_);
     insert_locked(0, initial);
-    last_miss_end_ = initial.bytes.size();
-    last_miss_size_ = initial.bytes.size();
+    streams_[0] = {initial.bytes.size(), initial.bytes.size(), 0};
   }
 }
 
@@ -137,22 +144,32 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
           extents_.erase(at);
           cached_bytes_ -= e->length;
         }
+        if (e->ahead) {
+          e->ahead->unread -= e->length;
+          e->ahead.reset();
+        }
         std::rethrow_exception(e->error);
       }
       e->used = now;
     }
     for (const ByteRange& g : gaps_locked(offset, end)) {
-      // A miss where the last one ended continues a front-to-back read: twice its size.
-      std::uint64_t want = options_.min_request;
-      if (g.offset == last_miss_end_)
-        want = std::max(want, std::min(2 * last_miss_size_, options_.part_size));
       auto next = extents_.lower_bound(g.offset + g.size);
       const std::uint64_t limit = next == extents_.end() ? size_ : next->first;
+      const std::uint64_t want = miss_request_locked(g.offset);
       const std::uint64_t req_end = std::min(std::max(g.offset + g.size, g.offset + want), limit);
       requests.push_back({g.offset, req_end - g.offset});
-      last_miss_end_ = req_end;
-      last_miss_size_ = req_end - g.offset;
+      continue_stream_locked(g.offset, req_end);
     }
+    // Parts read_ahead requested, reached: their windows move on (after the gaps are taken:
+    // the parts requested now are not this read's).
+    bool reached = false;
+    for (const ExtentPtr& e : found)
+      if (e->ahead) {
+        e->ahead->unread -= e->length;
+        e->ahead.reset();
+        reached = true;
+      }
+    if (reached) pump_locked();
   }
   auto copy = [&](std::uint64_t begin, std::span<const std::byte> bytes) {
     const std::uint64_t lo = std::max(offset, begin), hi = std::min(end, begin + bytes.size());
@@ -170,7 +187,37 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   return n;
 }
 
-std::vector<ByteRange> RangeInput::plan_parts(std::span<const ByteRange> ranges) const {
+std::uint64_t RangeInput::miss_request_locked(std::uint64_t offset) const {
+  // A miss where a stream's last one ended continues a front-to-back read: twice its size.
+  for (const Stream& st : streams_)
+    if (st.end == offset)
+      return std::max(options_.min_request, std::min(2 * st.size, options_.part_size));
+  return options_.min_request;
+}
+
+void RangeInput::continue_stream_locked(std::uint64_t begin, std::uint64_t end) const {
+  // The stream that ended at `begin` continues to `end`; else a new one replaces the least
+  // recently grown.
+  Stream* slot = nullptr;
+  for (Stream& st : streams_)
+    if (st.end == begin) {
+      slot = &st;
+      break;
+    }
+  if (!slot) {
+    slot = &streams_[0];
+    for (Stream& st : streams_) {
+      if (st.end == UINT64_MAX) {  // an unused slot
+        slot = &st;
+        break;
+      }
+      if (st.used < slot->used) slot = &st;
+    }
+  }
+  *slot = {end, end - begin, clock_};
+}
+
+std::vector<ByteRange> RangeInput::merge_ranges(std::span<const ByteRange> ranges) const {
   std::vector<ByteRange> wanted;
   for (const ByteRange& r : ranges) {
     if (r.offset >= size_ || r.size == 0) continue;
@@ -188,9 +235,13 @@ std::vector<ByteRange> RangeInput::plan_parts(std::span<const ByteRange> ranges)
     else
       merged.push_back(wanted[i]);
   }
+  return merged;
+}
+
+std::vector<ByteRange> RangeInput::plan_parts(std::span<const ByteRange> ranges) const {
   std::vector<ByteRange> parts;
   std::uint64_t budget = options_.max_cached_bytes;  // caller holds mutex_
-  for (const ByteRange& m : merged) {
+  for (const ByteRange& m : merge_ranges(ranges)) {
     for (ByteRange g : gaps_locked(m.offset, m.offset + m.size)) {
       if (budget == 0) break;
       g.size = std::min(g.size, budget);
@@ -215,66 +266,90 @@ void RangeInput::prefetch(std::span<const ByteRange> ranges) const {
   for (std::size_t i = 0; i < parts.size(); ++i) insert_locked(parts[i].offset, got[i]);
   evict_locked(now);
   // A read that continues past the prefetched bytes continues front to back.
-  last_miss_end_ = parts.back().offset + parts.back().size;
-  last_miss_size_ = std::min(options_.part_size, parts.back().size);
+  const ByteRange& last = parts.back();
+  continue_stream_locked(last.offset + last.size - std::min(options_.part_size, last.size),
+                         last.offset + last.size);
 }
 
 void RangeInput::read_ahead(std::span<const ByteRange> ranges) const {
-  std::shared_ptr<const RangeInput> self = weak_from_this().lock();
-  if (!self) {
+  if (weak_from_this().expired()) {
     prefetch(ranges);
     return;
   }
-  struct Job {
-    std::vector<std::shared_ptr<Extent>> parts;
-    std::atomic<std::size_t> next{0};
-  };
-  auto job = std::make_shared<Job>();
-  {
-    std::lock_guard lock(mutex_);
-    for (const ByteRange& p : plan_parts(ranges)) {
-      auto e = std::make_shared<Extent>();
-      e->begin = p.offset;
-      e->length = p.size;
-      e->pending = true;
-      e->used = UINT64_MAX;  // not evicted before it has been read once
-      extents_.emplace(p.offset, e);
-      cached_bytes_ += p.size;
-      job->parts.push_back(std::move(e));
-    }
-    if (!job->parts.empty()) {
-      last_miss_end_ = job->parts.back()->end();
-      last_miss_size_ = std::min(options_.part_size, job->parts.back()->length);
+  auto job = std::make_shared<AheadJob>();
+  // Parts are planned here and requested as the window allows, each less what is cached then
+  // (pump_locked): bytes a reader fetched itself meanwhile are not fetched again.
+  for (const ByteRange& m : merge_ranges(ranges))
+    for (std::uint64_t at = m.offset; at < m.offset + m.size; at += options_.part_size)
+      job->parts.push_back({at, std::min(options_.part_size, m.offset + m.size - at)});
+  if (job->parts.empty()) return;
+  std::lock_guard lock(mutex_);
+  // A read that continues past the read-ahead bytes continues front to back.
+  const ByteRange& last = job->parts.back();
+  continue_stream_locked(last.offset + last.size - std::min(options_.part_size, last.size),
+                         last.offset + last.size);
+  jobs_.push_back(std::move(job));
+  pump_locked();
+}
+
+void RangeInput::pump_locked() const {
+  std::shared_ptr<const RangeInput> self = weak_from_this().lock();
+  if (!self) return;  // being destroyed: nothing more is requested
+  const std::uint64_t window = std::max(options_.read_ahead_bytes, std::uint64_t{1});
+  bool added = false;
+  for (const std::shared_ptr<AheadJob>& job : jobs_) {
+    while (job->next < job->parts.size() && in_flight_ < kReadAheadThreads) {
+      const ByteRange& part = job->parts[job->next];
+      const std::vector<ByteRange> gaps = gaps_locked(part.offset, part.offset + part.size);
+      std::uint64_t bytes = 0;
+      for (const ByteRange& g : gaps) bytes += g.size;
+      // A full window waits for a read to reach one of its parts (one part always goes).
+      if (bytes > 0 && job->unread > 0 && job->unread + bytes > window) break;
+      ++job->next;
+      for (const ByteRange& g : gaps) {
+        auto e = std::make_shared<Extent>();
+        e->begin = g.offset;
+        e->length = g.size;
+        e->pending = true;
+        e->used = UINT64_MAX;  // not evicted before a read has reached it
+        e->ahead = job;
+        extents_.emplace(g.offset, e);
+        cached_bytes_ += g.size;
+        job->unread += g.size;
+        ++in_flight_;
+        added = true;
+        std::thread([self, e] {
+          const ByteRange range{e->begin, e->length};
+          std::vector<FetchedBytes> got;
+          std::exception_ptr error;
+          try {
+            got = self->fetch(std::span(&range, 1));
+          } catch (...) {
+            error = std::current_exception();
+          }
+          {
+            std::lock_guard lock(self->mutex_);
+            e->pending = false;
+            --self->in_flight_;
+            if (error) {
+              // The next read of the part rethrows the error and forgets the part (read_at);
+              // the rest of its read-ahead is not requested (the reads fetch what they need).
+              e->error = error;
+              if (e->ahead) e->ahead->next = e->ahead->parts.size();
+            } else {
+              e->bytes = got[0].bytes;
+              e->owner = std::move(got[0].owner);
+            }
+            self->pump_locked();
+          }
+          self->arrived_.notify_all();
+        }).detach();
+      }
     }
   }
-  const std::size_t n = job->parts.size();
-  const std::size_t threads = std::min<std::size_t>(n, kReadAheadThreads);
-  for (std::size_t t = 0; t < threads; ++t)
-    std::thread([self, job] {
-      for (std::size_t i; (i = job->next.fetch_add(1)) < job->parts.size();) {
-        const std::shared_ptr<Extent>& e = job->parts[i];
-        const ByteRange part{e->begin, e->length};
-        std::vector<FetchedBytes> got;
-        std::exception_ptr error;
-        try {
-          got = self->fetch(std::span(&part, 1));
-        } catch (...) {
-          error = std::current_exception();
-        }
-        {
-          std::lock_guard lock(self->mutex_);
-          e->pending = false;
-          if (error) {
-            // The next read of the part rethrows the error and forgets the part (read_at).
-            e->error = error;
-          } else {
-            e->bytes = got[0].bytes;
-            e->owner = std::move(got[0].owner);
-          }
-        }
-        self->arrived_.notify_all();
-      }
-    }).detach();
+  std::erase_if(jobs_, [](const std::shared_ptr<AheadJob>& j) { return j->next == j->parts.size(); });
+  // The cache makes room for the parts requested (never for those no read has reached).
+  if (added) evict_locked(++clock_);
 }
 
 }  // namespace voxpipe::core

@@ -4,15 +4,22 @@
 // Fetched bytes are kept as extents (the fetcher's buffers, not copied) in a cache bounded by
 // RemoteInputOptions::max_cached_bytes, least recently used first out. A read copies from the
 // extents it finds and fetches what it misses in one fetcher call: each gap grows to at least
-// min_request bytes, and to twice the last miss (up to part_size) when it continues where that
-// miss ended, so that a front-to-back decode makes few, growing requests. prefetch() fetches
-// announced ranges, merged when at most coalesce_gap apart and split into part_size parts that
-// the fetcher may fetch concurrently.
+// min_request bytes, and to twice the last miss of its stream (up to part_size) when it continues
+// where that miss ended, so that a front-to-back decode makes few, growing requests. Up to
+// kMissStreams such streams are followed at once: threads that each decode their own part of the
+// object front to back (a parallel inflate, an index build's spans) each grow their own requests
+// instead of resetting one another's. prefetch() fetches announced ranges, merged when at most
+// coalesce_gap apart and split into part_size parts that the fetcher may fetch concurrently.
 //
-// read_ahead() plans the same parts but returns at once: up to kReadAheadThreads threads fetch
-// them one part per request, each part readable as soon as it has arrived (reads of a part still
-// in flight wait for it), so that a decoder consumes the first parts while the next are fetched.
-// Those threads share ownership of the input until their parts are in.
+// read_ahead() plans the same parts but returns at once: background threads fetch them in order,
+// one part per request, at most kReadAheadThreads at once, each part readable as soon as it has
+// arrived (reads of a part still in flight wait for it), so that a decoder consumes the first
+// parts while the next are fetched. The window is bounded: parts fetched or in flight that no
+// read has reached yet hold at most read_ahead_bytes (at least one part); the next part is
+// requested when a read reaches one of them, so an object of any size streams through
+// read_ahead_bytes plus the cache, and a reader that stops leaves at most that much fetched.
+// Each part is planned when it is requested, less what is cached then. Those threads share
+// ownership of the input until their parts are in.
 //
 // Thread-safety: read_at, prefetch and read_ahead may be called from several threads at once.
 // Two threads missing the same bytes at the same moment may both fetch them; the cache keeps one
@@ -39,6 +46,8 @@ class RangeInput final : public RandomAccessInput,
  public:
   // Parts read_ahead fetches at once.
   static constexpr unsigned kReadAheadThreads = 8;
+  // Front-to-back readers whose misses grow their requests independently.
+  static constexpr unsigned kMissStreams = 16;
 
   RangeInput(std::string name, std::uint64_t size, RangeFetcher fetch, FetchedBytes initial,
              const RemoteInputOptions& options, std::string version = {});
@@ -56,6 +65,7 @@ class RangeInput final : public RandomAccessInput,
   const std::string& version() const noexcept { return version_; }
 
  private:
+  struct AheadJob;
   struct Extent {
     std::uint64_t begin = 0;
     std::uint64_t length = 0;
@@ -66,6 +76,8 @@ class RangeInput final : public RandomAccessInput,
     // read of it rethrows the error and removes the part).
     bool pending = false;
     std::exception_ptr error;
+    // The read_ahead whose window this part counts in until a read reaches it.
+    std::shared_ptr<AheadJob> ahead;
     std::uint64_t end() const noexcept { return begin + length; }
   };
   using ExtentPtr = std::shared_ptr<Extent>;
@@ -78,9 +90,19 @@ class RangeInput final : public RandomAccessInput,
   void evict_locked(std::uint64_t keep_from_clock) const;
   // The gaps of [begin, end) no extent covers. Caller holds mutex_.
   std::vector<ByteRange> gaps_locked(std::uint64_t begin, std::uint64_t end) const;
-  // The parts prefetch and read_ahead fetch for `ranges`: merged, less what is cached, within
-  // the cache's bound, split into part_size pieces.
+  // `ranges` within the object, sorted, merged when at most coalesce_gap apart.
+  std::vector<ByteRange> merge_ranges(std::span<const ByteRange> ranges) const;
+  // The parts prefetch fetches for `ranges`: merged, less what is cached, within the cache's
+  // bound, split into part_size pieces. Caller holds mutex_.
   std::vector<ByteRange> plan_parts(std::span<const ByteRange> ranges) const;
+  // The request size of a miss at `offset` (min_request, or twice the last request of the
+  // stream that ended there, up to part_size), and the stream that a request [begin, end)
+  // continues (or starts). Caller holds mutex_.
+  std::uint64_t miss_request_locked(std::uint64_t offset) const;
+  void continue_stream_locked(std::uint64_t begin, std::uint64_t end) const;
+  // Requests the next parts of the read_ahead jobs that their windows and kReadAheadThreads
+  // allow; forgets the jobs with nothing left to request. Caller holds mutex_.
+  void pump_locked() const;
 
   const std::string name_;
   const std::string version_;
@@ -93,8 +115,16 @@ class RangeInput final : public RandomAccessInput,
   mutable std::map<std::uint64_t, ExtentPtr> extents_;  // by begin; never overlapping
   mutable std::uint64_t cached_bytes_ = 0;
   mutable std::uint64_t clock_ = 0;
-  mutable std::uint64_t last_miss_end_ = UINT64_MAX;  // where the last miss's request ended
-  mutable std::uint64_t last_miss_size_ = 0;
+  // Where the latest misses of up to kMissStreams readers ended, their sizes, and when each
+  // stream last grew (the least recent is replaced by a new stream).
+  struct Stream {
+    std::uint64_t end = UINT64_MAX;
+    std::uint64_t size = 0;
+    std::uint64_t used = 0;
+  };
+  mutable Stream streams_[kMissStreams];
+  mutable std::vector<std::shared_ptr<AheadJob>> jobs_;  // read_aheads with parts to request
+  mutable unsigned in_flight_ = 0;                       // their requests under way
   mutable RemoteInputStats stats_;
 };
 

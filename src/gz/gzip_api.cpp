@@ -14,6 +14,15 @@ namespace voxpipe {
 
 gz::SeekIndex gz::build_index(const core::RandomAccessInput& input, const GzipIndexOptions& options) {
   gz::SeekIndex index;
+  // An object read by ranges: the build passes over all of it front to back (the threads of a
+  // parallel pass a few chunks apart), so it is read ahead whole, in large requests several at
+  // once within a bounded window (core/range_input.hpp), as a whole-object read is; the decoders
+  // read what has arrived while the next parts are fetched. Without it each decoding thread
+  // would fetch its own bytes as it missed them, one request after another.
+  if (input.fetches()) {
+    const ByteRange whole{0, input.size()};
+    input.read_ahead(std::span(&whole, 1));
+  }
   if (options.exact) {
     std::vector<std::uint64_t> wanted = options.wanted;
     std::sort(wanted.begin(), wanted.end());

@@ -576,8 +576,10 @@ std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std
   std::uint64_t total = 0;
   // The progress at the end of the first pass: none when the members' sizes give the spans.
   std::uint64_t first_pass = 0;
+  bool members_given = false;  // no first pass: the caller's read-ahead is still under way
   if (const std::optional<std::vector<Member>> members = read_member_table(file);
       members && members->size() >= 2) {
+    members_given = true;
     // Members that announce their sizes ('VP', BGZF): spans start at members half a chunk or
     // more apart, found from the headers alone.
     std::uint64_t last = 0;
@@ -685,6 +687,13 @@ std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std
     }
     if (next_place > placed_before) progress.at(placed_progress(spans[next_place - 1]));
   };
+  // An object read by ranges is read ahead again for the spans: a no-op when the first pass
+  // left it all in the cache, else its parts are fetched again in large requests, within the
+  // read-ahead window, while the spans decode (core/range_input.hpp).
+  if (file.fetches() && !members_given) {
+    const ByteRange whole{0, file.size()};
+    file.read_ahead(std::span(&whole, 1));
+  }
   core::parallel_for(spans.size(), threads, [&](std::size_t i) {
     Span& s = spans[i];
     const std::uint64_t need = s.start->window.size() + (s.end_u - s.start->uncompressed);

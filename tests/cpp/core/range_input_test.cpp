@@ -4,11 +4,14 @@
 // double up to part_size; prefetches merge ranges closer than coalesce_gap, skip what is held,
 // split into part_size parts and fetch at most max_cached_bytes), least-recently-read eviction
 // within max_cached_bytes, reads at and past the end, the fetcher's failures as errors naming the
-// object (a short body, an exception, the wrong number of buffers), and the right bytes for reads
-// from 8 threads at once while the cache evicts.
+// object (a short body, an exception, the wrong number of buffers), the right bytes for reads
+// from 8 threads at once while the cache evicts, misses of interleaved front-to-back readers
+// growing each its own requests, and read_ahead's window: bounded ahead of the reader, moving as
+// reads reach its parts, through objects larger than the cache.
 #include "core/range_input.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -117,8 +120,8 @@ TEST(RangeInput, ReadAcrossHeldBytesRequestsEveryGapInOneCall) {
   f.clear();
   expect_read(in, f, 4000, 22000);
   // [4000, 5000) stops at the held bytes; [9096, 20000) is longer than min_request; the gap
-  // at the read's end grows to min_request.
-  EXPECT_EQ(f.calls(), (std::vector<Call>{{{4000, 1000}, {9096, 10904}, {24096, 4096}}}));
+  // at the read's end continues the miss that ended there: twice its size.
+  EXPECT_EQ(f.calls(), (std::vector<Call>{{{4000, 1000}, {9096, 10904}, {24096, 8192}}}));
 }
 
 TEST(RangeInput, ConsecutiveMissesDoubleUpToPartSize) {
@@ -454,6 +457,81 @@ TEST(RangeInput, ReadAheadWithoutSharedOwnershipFetchesAtOnce) {
   const std::vector<ByteRange> whole{{0, f.size()}};
   in.read_ahead(whole);
   EXPECT_EQ(f.calls(), (std::vector<Call>{{{0, 50000}, {50000, 50000}}}));
+}
+
+TEST(RangeInput, InterleavedFrontToBackReadersEachGrowTheirOwnRequests) {
+  // Two decoders, each front to back through its own half (a parallel inflate's threads), their
+  // reads interleaved: each doubles its own requests; neither resets the other's.
+  RecordingFetcher f(object_bytes(100000, 34));
+  RangeInput in(f.name(), f.size(), f.fetcher(), {}, options(1000, 1 << 20, 8000, 1 << 20));
+  for (std::uint64_t at : {0u, 1000u, 3000u, 7000u, 15000u}) {
+    expect_read(in, f, at, 10);
+    expect_read(in, f, 50000 + at, 10);
+  }
+  EXPECT_EQ(f.calls(), (std::vector<Call>{{{0, 1000}},
+                                          {{50000, 1000}},
+                                          {{1000, 2000}},
+                                          {{51000, 2000}},
+                                          {{3000, 4000}},
+                                          {{53000, 4000}},
+                                          {{7000, 8000}},
+                                          {{57000, 8000}},
+                                          {{15000, 8000}},
+                                          {{65000, 8000}}}));
+}
+
+// Waits (up to 10 s) until `in` has received `requests` answers.
+bool wait_for_requests(const RangeInput& in, std::uint64_t requests) {
+  for (int i = 0; i < 10000 && in.stats().requests < requests; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return in.stats().requests >= requests;
+}
+
+TEST(RangeInput, ReadAheadKeepsAtMostItsWindowAheadOfTheReader) {
+  // 16 parts, a window of 3: three are fetched before any read, then one more each time a read
+  // reaches a part; a reader that stops leaves three fetched ahead, not the object.
+  RecordingFetcher f(object_bytes(16 * 10000, 35));
+  RemoteInputOptions o = options(100, 1000, 10000, 1 << 20);
+  o.read_ahead_bytes = 30000;
+  auto in = std::make_shared<RangeInput>(f.name(), f.size(), f.fetcher(), voxpipe::FetchedBytes{}, o);
+  const std::vector<ByteRange> whole{{0, f.size()}};
+  in->read_ahead(whole);
+  ASSERT_TRUE(wait_for_requests(*in, 3));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(in->stats().requests, 3u);
+  expect_read(*in, f, 0, 10);
+  ASSERT_TRUE(wait_for_requests(*in, 4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(in->stats().requests, 4u);
+  std::vector<Range> got = f.ranges();
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<Range>{{0, 10000}, {10000, 10000}, {20000, 10000}, {30000, 10000}}));
+  // The rest, read front to back: every part once, in parts, nothing else.
+  for (std::uint64_t at = 10; at < f.size(); at += 2500) expect_read(*in, f, at, 2500);
+  got = f.ranges();
+  std::sort(got.begin(), got.end());
+  std::vector<Range> parts;
+  for (std::uint64_t at = 0; at < f.size(); at += 10000) parts.push_back({at, 10000});
+  EXPECT_EQ(got, parts);
+}
+
+TEST(RangeInput, ReadAheadOfAnObjectLargerThanTheCacheStreamsThroughIt) {
+  // An object eight times the cache, read ahead and read front to back in small reads: every
+  // byte right, each part fetched once as one request of its own, never a small miss.
+  RecordingFetcher f(object_bytes(64 * 4096, 36));
+  RemoteInputOptions o = options(512, 1000, 4096, 8 * 4096);
+  o.read_ahead_bytes = 4 * 4096;
+  auto in = std::make_shared<RangeInput>(f.name(), f.size(), f.fetcher(), voxpipe::FetchedBytes{}, o);
+  const std::vector<ByteRange> whole{{0, f.size()}};
+  in->read_ahead(whole);
+  for (std::uint64_t at = 0; at < f.size(); at += 1024) expect_read(*in, f, at, 1024);
+  std::vector<Range> got = f.ranges();
+  std::sort(got.begin(), got.end());
+  std::vector<Range> parts;
+  for (std::uint64_t at = 0; at < f.size(); at += 4096) parts.push_back({at, 4096});
+  EXPECT_EQ(got, parts);
+  for (const Call& c : f.calls()) EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(in->stats().bytes, f.size());
 }
 
 TEST(RemoteInput, ForwardsToItsRangeInput) {
