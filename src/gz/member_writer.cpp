@@ -144,6 +144,10 @@ void MemberWriter::flush_batch() {
     const std::size_t hi = std::min(lo + member_size_, filled_);
     compress_member(std::span(input_.data() + lo, hi - lo), level_, layout_, current[i]);
   });
+  if (layout_ == GzipLayout::members) {
+    for (std::size_t k = 0; k < count; ++k) sizes_.push_back(static_cast<std::uint32_t>(current[k].size()));
+    if (count > 0) last_uncompressed_ = static_cast<std::uint32_t>(filled_ - (count - 1) * member_size_);
+  }
   pending_ = count;
   current_set_ ^= 1;
   wrote_member_ = wrote_member_ || count > 0;
@@ -156,6 +160,11 @@ void MemberWriter::finish() {
   for (std::size_t k = 0; k < pending_; ++k) out_.write(std::as_bytes(std::span(last[k])));
   pending_ = 0;
   if (layout_ == GzipLayout::bgzf) out_.write(std::as_bytes(std::span(kBgzfEof)));
+  if (layout_ == GzipLayout::members) {
+    const std::vector<std::uint8_t> table =
+        encode_table_member(sizes_, static_cast<std::uint32_t>(member_size_), last_uncompressed_);
+    if (!table.empty()) out_.write(std::as_bytes(std::span(table)));
+  }
 }
 
 }  // namespace voxpipe::gz

@@ -25,8 +25,10 @@ class MemberWriter {
   MemberWriter& operator=(const MemberWriter&) = delete;
 
   void write(std::span<const std::byte> bytes);
-  // Compresses what is buffered and writes the last members (and BGZF's end marker); the file
-  // is not committed. An empty input still gives one (empty) member: a valid gzip file.
+  // Compresses what is buffered and writes the last members, then BGZF's end marker, or for
+  // 'VP' members their table member (members.hpp: a reader by ranges finds every member in one
+  // request); the file is not committed. An empty input still gives one (empty) member: a valid
+  // gzip file.
   void finish();
 
  private:
@@ -45,6 +47,9 @@ class MemberWriter {
   std::size_t current_set_ = 0;
   std::size_t pending_ = 0;
   bool wrote_member_ = false;
+  // The sizes of the 'VP' members written, for their table, and the last one's data size.
+  std::vector<std::uint32_t> sizes_;
+  std::uint32_t last_uncompressed_ = 0;
 };
 
 }  // namespace voxpipe::gz

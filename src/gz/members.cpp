@@ -22,6 +22,8 @@ constexpr std::uint8_t kFlagExtra = 0x04;
 constexpr std::uint32_t kMaxMemberSize = 64u << 20;
 // Header bytes read per member: the fixed part, XLEN and a 'VP' or 'BC' subfield fit easily.
 constexpr std::size_t kHeaderProbe = 64;
+// The smallest 'VP' member: its 24-byte header, an empty block (2 bytes) and the trailer.
+constexpr std::uint64_t kVpMinMember = 24 + 2 + 8;
 
 std::uint32_t le32(const std::uint8_t* p) { return static_cast<std::uint32_t>(core::load_le(p, 4)); }
 std::uint16_t le16(const std::uint8_t* p) { return static_cast<std::uint16_t>(core::load_le(p, 2)); }
@@ -68,9 +70,95 @@ struct Decompressor {
   ~Decompressor() { libdeflate_free_decompressor(d); }
 };
 
+constexpr std::size_t kTableFixed = 58;  // a table member's size less 4 bytes a member
+constexpr std::size_t kTableEnd = 18;    // 'V' 'E' 04 00 u32 | 03 00 | CRC32 | ISIZE
+// What is read of the file's end to find a table member: the whole table of 16,000 members.
+constexpr std::size_t kTableProbe = 64u << 10;
+
+// The members listed by the table member that ends `file`, or nullopt when there is none or it
+// does not add up (the caller then walks the members, which reports what is wrong). A table is
+// only a faster way to the list a walk would find: every length in it is checked against the
+// file, and each member is checked again when it is inflated.
+std::optional<std::vector<Member>> members_from_table(const core::RandomAccessInput& file) {
+  const std::uint64_t file_size = file.size();
+  if (file_size < kTableFixed + 4 + kVpMinMember) return std::nullopt;
+  // Only a file whose first member is 'VP' can end with a table: others (plain gzip, BGZF) are
+  // not asked for their end.
+  std::array<std::uint8_t, kHeaderProbe> head{};
+  const std::size_t got = file.read_at(0, std::as_writable_bytes(std::span(head)));
+  const auto first = parse_sized_header(std::span<const std::uint8_t>(head.data(), got));
+  if (!first || !first->uncompressed_size) return std::nullopt;
+  const std::size_t probe = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kTableProbe));
+  std::vector<std::uint8_t> tail(probe);
+  if (file.read_at(file_size - probe, std::as_writable_bytes(std::span(tail))) != probe)
+    return std::nullopt;
+  const std::uint8_t* end = tail.data() + probe;
+  static constexpr std::uint8_t kClose[10] = {3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (std::memcmp(end - 10, kClose, 10) != 0 || end[-18] != 'V' || end[-17] != 'E' ||
+      end[-16] != 4 || end[-15] != 0)
+    return std::nullopt;
+  const std::uint64_t size = le32(end - 14);
+  if (size < kTableFixed || size > probe || (size - kTableFixed) % 4 != 0) return std::nullopt;
+  const std::uint64_t n = (size - kTableFixed) / 4;
+  const std::uint8_t* t = end - size;
+  static constexpr std::uint8_t kHead[4] = {0x1f, 0x8b, 8, 4};
+  if (n == 0 || n > kMaxTableMembers || std::memcmp(t, kHead, 4) != 0 || le16(t + 10) != size - 22 ||
+      t[12] != 'V' || t[13] != 'P' || le16(t + 14) != 8 || le32(t + 16) != size || le32(t + 20) != 0 ||
+      t[24] != 'V' || t[25] != 'T' || le16(t + 26) != 12 + 4 * n || le32(t + 28) != n)
+    return std::nullopt;
+  const std::uint32_t each = le32(t + 32), last = le32(t + 36);
+  if (each == 0 || each > kMaxMemberSize || last > each) return std::nullopt;
+  const std::uint64_t table_offset = file_size - size;
+  std::vector<Member> members;
+  members.reserve(static_cast<std::size_t>(n) + 1);
+  std::uint64_t offset = 0, uncompressed = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t m = le32(t + 40 + 4 * i);
+    const std::uint32_t usize = i + 1 == n ? last : each;
+    // The smallest member ('VP' header, an empty block, trailer) and deflate's 1032:1 bound.
+    if (m < kVpMinMember || m > table_offset - offset || usize / 1032 > m) return std::nullopt;
+    members.push_back({offset, m, uncompressed, usize});
+    offset += m;
+    uncompressed += usize;
+  }
+  if (offset != table_offset) return std::nullopt;
+  members.push_back({table_offset, size, uncompressed, 0});
+  // The first member's header says the same as the table.
+  if (first->member_size != members[0].size ||
+      *first->uncompressed_size != members[0].uncompressed_size)
+    return std::nullopt;
+  return members;
+}
+
 }  // namespace
 
+std::vector<std::uint8_t> encode_table_member(std::span<const std::uint32_t> sizes,
+                                              std::uint32_t member_uncompressed,
+                                              std::uint32_t last_uncompressed) {
+  if (sizes.empty() || sizes.size() > kMaxTableMembers) return {};
+  const std::size_t size = kTableFixed + 4 * sizes.size();
+  std::vector<std::uint8_t> out(size, 0);
+  std::uint8_t* t = out.data();
+  const std::uint8_t fixed[10] = {0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff};
+  std::memcpy(t, fixed, 10);
+  core::store_le(t + 10, size - 22, 2);
+  t[12] = 'V', t[13] = 'P', t[14] = 8;
+  core::store_le(t + 16, size, 4);
+  t[24] = 'V', t[25] = 'T';
+  core::store_le(t + 26, 12 + 4 * sizes.size(), 2);
+  core::store_le(t + 28, sizes.size(), 4);
+  core::store_le(t + 32, member_uncompressed, 4);
+  core::store_le(t + 36, last_uncompressed, 4);
+  for (std::size_t i = 0; i < sizes.size(); ++i) core::store_le(t + 40 + 4 * i, sizes[i], 4);
+  std::uint8_t* e = t + size - kTableEnd;
+  e[0] = 'V', e[1] = 'E', e[2] = 4;
+  core::store_le(e + 4, size, 4);
+  e[8] = 3;  // an empty final block (fixed Huffman: its end-of-block code), then CRC32 and ISIZE 0
+  return out;
+}
+
 std::optional<std::vector<Member>> read_member_table(const core::RandomAccessInput& file) {
+  if (auto members = members_from_table(file)) return members;
   const std::string& path = file.path();
   const std::uint64_t file_size = file.size();
   std::vector<Member> members;

@@ -454,33 +454,67 @@ def gaps(first, end, spans):
     return out
 
 
-def test_a_sized_member_nii_gz_without_an_index_walks_its_members(server, files):
+def test_a_sized_member_nii_gz_finds_its_members_in_one_request(server, files):
+    # What vp.save writes ends with a table member (src/gz/members.hpp): the member table is one
+    # request of the object's end, whatever the member count.
     key = "data/members.nii.gz"
     blob = files.bytes("members.nii.gz")
     members = vp_members(blob)
-    assert len(members) == 5  # 4 MiB of voxels and a header in 1 MiB members
+    # 4 MiB of voxels and a header in 1 MiB members, then the table member (empty, 58 + 4n bytes).
+    assert len(members) == 6 and members[-1][1:] == (58 + 4 * 5, 4 * 1048576 + 352)
     ref = nib.load(files.path("members.nii.gz"))
     img = load(server, "members.nii.gz")
     server.reset()
     assert img.dataobj[..., 5].tobytes() == np.asarray(ref.dataobj[..., 5]).tobytes()
-    log = [r for r in server.log() if r.path == key]
+    # The index is looked for first (one request: none here), then the table, then the data.
+    assert [(r.path, r.status) for r in server.log() if r.path != key] == [(key + ".gzidx", 404)]
+    log = server.log(key)
     assert all(r.headers.get("if-match") == server.etag(key) for r in log)
-    # The member table is read from the members' headers: one request of 64 KiB for each
-    # member after the first (the previous trailer and the next header), one after another.
-    walk = [(m[0] - 8, min(m[0] - 8 + HEAD, len(blob))) for m in members[1:]]
-    assert [span(r) for r in log[:len(walk)]] == walk
-    # Then the members that hold volume 5, less the bytes the walk brought.
+    tail = (len(blob) - HEAD, len(blob))
+    assert span(log[0]) == tail
+    # Then the members that hold volume 5, in one request.
     vol = 64 * 64 * 64 * 2
     begin, end = ref.dataobj.offset + 5 * vol, ref.dataobj.offset + 6 * vol
     needed = [m for m in members if m[2] < end and begin < m[2] + 1048576]
     assert len(needed) == 2
-    want = gaps(needed[0][0], needed[-1][0] + needed[-1][1], walk)
-    assert sorted(span(r) for r in log[len(walk):]) == want
+    assert [span(r) for r in log[1:]] == gaps(needed[0][0], needed[-1][0] + needed[-1][1],
+                                              [(0, HEAD), tail])
+    assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
+    assert covered([(0, HEAD)] + [span(r) for r in server.log(key)]) == [(0, len(blob))]
+
+
+def test_a_sized_member_nii_gz_without_a_table_walks_its_members(server, files):
+    # A file written before the table member (the same members, without it) reads as before.
+    key = "data/members-old.nii.gz"
+    blob = files.bytes("members.nii.gz")
+    blob = blob[:vp_members(blob)[-1][0]]
+    members = vp_members(blob)
+    assert len(members) == 5
+    server.put(key, blob)
+    ref = nib.load(files.path("members.nii.gz"))
+    img = load(server, "members-old.nii.gz")
+    server.reset()
+    assert img.dataobj[..., 5].tobytes() == np.asarray(ref.dataobj[..., 5]).tobytes()
+    log = [r for r in server.log() if r.path == key]
+    assert all(r.headers.get("if-match") == server.etag(key) for r in log)
+    # The object's end (no table there), then the member table from the members' headers: one
+    # request of 64 KiB for each member after the first (the previous trailer and the next
+    # header), one after another.
+    tail = (len(blob) - HEAD, len(blob))
+    assert span(log[0]) == tail
+    walk = [(m[0] - 8, min(m[0] - 8 + HEAD, len(blob))) for m in members[1:]]
+    walk = [w for w in walk if w[0] < tail[0]]  # the last headers are in the end read
+    assert [span(r) for r in log[1:1 + len(walk)]] == walk
+    # Then the members that hold volume 5, less the bytes already here.
+    vol = 64 * 64 * 64 * 2
+    begin, end = ref.dataobj.offset + 5 * vol, ref.dataobj.offset + 6 * vol
+    needed = [m for m in members if m[2] < end and begin < m[2] + 1048576]
+    assert len(needed) == 2
+    want = gaps(needed[0][0], needed[-1][0] + needed[-1][1], walk + [tail])
+    assert sorted(span(r) for r in log[1 + len(walk):]) == want
     # A whole read then fetches the rest, nothing twice.
     assert img.get_fdata().tobytes() == ref.get_fdata().tobytes()
     assert covered([(0, HEAD)] + [span(r) for r in server.log(key)]) == [(0, len(blob))]
-    # The index is looked for first (one request: with one, no member walk; see below).
-    assert [(r.path, r.status) for r in server.log() if r.path != key] == [(key + ".gzidx", 404)]
 
 
 def test_a_sized_member_nii_gz_with_a_sidecar_reads_a_volume_without_the_member_walk(

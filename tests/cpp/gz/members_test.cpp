@@ -72,7 +72,9 @@ TEST(MemberWriter, HeadersAnnounceTheSizesAndBgzfEndsWithItsMarker) {
   const InputFile vp_file(dir.file("m.gz"));
   const auto members = voxpipe::gz::read_member_table(vp_file);
   ASSERT_TRUE(members);
-  ASSERT_EQ(members->size(), 3u);
+  ASSERT_EQ(members->size(), 4u);  // and the table member, empty, at the end
+  EXPECT_EQ(members->back().uncompressed_size, 0u);
+  EXPECT_EQ(members->back().uncompressed_offset, data.size());
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < 3; ++i) {
     const Member& m = (*members)[i];
@@ -84,7 +86,7 @@ TEST(MemberWriter, HeadersAnnounceTheSizesAndBgzfEndsWithItsMarker) {
     EXPECT_EQ(announced, m.size);
     offset += m.size;
   }
-  EXPECT_EQ(offset, vp.size());
+  EXPECT_EQ(offset + members->back().size, vp.size());
 
   const Bytes bgzf = vptest::read_file(write_members(dir, data, 6, GzipLayout::bgzf, 2));
   const Bytes eof{0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 0xff, 6, 0, 0x42, 0x43, 2, 0, 0x1b, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -217,7 +219,128 @@ TEST(ReadMemberTable, PlainAndConcatenatedFilesAreNotSized) {
   vptest::write_file(dir.file("pad.gz"), vptest::concat({sized, Bytes(100, 0)}));
   const auto padded = voxpipe::gz::read_member_table(InputFile(dir.file("pad.gz")));
   ASSERT_TRUE(padded);
-  EXPECT_EQ(padded->size(), 2u);
+  EXPECT_EQ(padded->size(), 3u);  // two members and the table member, found by a walk
+}
+
+// An input that counts its reads.
+class CountingInput final : public voxpipe::core::RandomAccessInput {
+ public:
+  explicit CountingInput(const std::string& path) : file_(path) {}
+  std::size_t read_at(std::uint64_t offset, std::span<std::byte> dst) const override {
+    ++reads;
+    return file_.read_at(offset, dst);
+  }
+  std::uint64_t size() const noexcept override { return file_.size(); }
+  const std::string& path() const noexcept override { return file_.path(); }
+  mutable int reads = 0;
+
+ private:
+  InputFile file_;
+};
+
+bool same_members(const std::vector<Member>& a, const std::vector<Member>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].offset != b[i].offset || a[i].size != b[i].size ||
+        a[i].uncompressed_offset != b[i].uncompressed_offset ||
+        a[i].uncompressed_size != b[i].uncompressed_size)
+      return false;
+  return true;
+}
+
+// The table member: the file's end and its first header give every member (two reads, however
+// many members), the same list a walk of the headers finds; a table that does not add up is
+// not used (the walk decides); one that adds up but lies about a member is caught when that
+// member is inflated, never read as data.
+TEST(ReadMemberTable, TheTableMemberGivesWhatAWalkFindsInTwoReads) {
+  vptest::TempDir dir;
+  const Bytes data = image_bytes(5 * kMemberSize + 12345, 29);
+  const Bytes good = vptest::read_file(write_members(dir, data, 1, GzipLayout::members, 2));
+  const std::size_t n = 6, table_size = 58 + 4 * n;
+  const std::size_t t = good.size() - table_size;
+  ASSERT_EQ(Bytes(good.begin() + static_cast<std::ptrdiff_t>(t),
+                  good.begin() + static_cast<std::ptrdiff_t>(t) + 4),
+            (Bytes{0x1f, 0x8b, 8, 4}));
+  EXPECT_EQ(good[t + 24], 'V');
+  EXPECT_EQ(good[t + 25], 'T');
+  EXPECT_EQ(vptest::gunzip(good), data);  // an empty member to zlib
+
+  const CountingInput counted(dir.file("m.gz"));
+  const auto from_table = voxpipe::gz::read_member_table(counted);
+  ASSERT_TRUE(from_table);
+  EXPECT_EQ(counted.reads, 2);
+  ASSERT_EQ(from_table->size(), n + 1);
+  EXPECT_EQ(collect(InputFile(dir.file("m.gz")), *from_table, 0, data.size(), 2), data);
+
+  const auto read = [&](const Bytes& b, int* reads = nullptr) {
+    vptest::write_file(dir.file("x.gz"), b);
+    const CountingInput in(dir.file("x.gz"));
+    auto m = voxpipe::gz::read_member_table(in);
+    if (reads) *reads = in.reads;
+    return m;
+  };
+  // Without its end marker the table is not found: the walk finds the same members.
+  Bytes b = good;
+  b[good.size() - 17] = 'X';
+  int reads = 0;
+  auto walked = read(b, &reads);
+  ASSERT_TRUE(walked);
+  EXPECT_TRUE(same_members(*walked, *from_table));
+  EXPECT_GT(reads, 2);
+  // Lies that do not add up: the walk decides (here: the same members).
+  const auto put32 = [](Bytes& x, std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) x[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  };
+  const auto get32 = [](const Bytes& x, std::size_t at) {
+    return static_cast<std::uint32_t>(x[at] | x[at + 1] << 8 | x[at + 2] << 16 |
+                                      static_cast<std::uint32_t>(x[at + 3]) << 24);
+  };
+  for (std::size_t field : {t + 40 + 4 * 2, t + 28, t + 32, t + 40}) {
+    b = good;
+    put32(b, field, get32(b, field) + 1);
+    auto m = read(b, &reads);
+    ASSERT_TRUE(m) << field - t;
+    EXPECT_TRUE(same_members(*m, *from_table)) << field - t;
+    EXPECT_GT(reads, 2) << field - t;
+  }
+  // The table member's own 'VP' size: not a table, and the walk finds it runs past the end.
+  b = good;
+  put32(b, t + 16, get32(b, t + 16) + 1);
+  auto err = vptest::catch_error([&] { read(b); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::truncated);
+  b = good;
+  put32(b, t + 28, 0xffffffffu);  // a member count that would be 16 GiB of sizes
+  auto m = read(b);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(same_members(*m, *from_table));
+  // A lie that adds up (one member 1 byte longer, the next 1 shorter): caught on inflating.
+  b = good;
+  put32(b, t + 40 + 4 * 2, get32(b, t + 40 + 4 * 2) + 1);
+  put32(b, t + 40 + 4 * 3, get32(b, t + 40 + 4 * 3) - 1);
+  m = read(b, &reads);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(reads, 2);
+  err = vptest::catch_error([&] {
+    collect(InputFile(dir.file("x.gz")), *m, 2 * kMemberSize, 3 * kMemberSize, 1);
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::corrupt);
+  // So is a lie about the last member's data size.
+  b = good;
+  put32(b, t + 36, get32(b, t + 36) + 1);
+  m = read(b);
+  ASSERT_TRUE(m);
+  err = vptest::catch_error([&] {
+    collect(InputFile(dir.file("x.gz")), *m, 0, data.size() + 1, 1);
+  });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code(), ErrorCode::corrupt);
+  // A file of more members than a table lists has none, and is walked.
+  const std::vector<std::uint32_t> many(voxpipe::gz::kMaxTableMembers + 1, 100);
+  EXPECT_TRUE(voxpipe::gz::encode_table_member(many, kMemberSize, 1).empty());
+  EXPECT_FALSE(voxpipe::gz::encode_table_member(std::span(many).first(many.size() - 1),
+                                                kMemberSize, 1).empty());
 }
 
 TEST(ReadMemberTable, DamagedFilesAreClearErrors) {
