@@ -31,6 +31,10 @@ included):
   4. obstore against s3fs on one 64 MiB object of random bytes: the whole object, 100 ranged
      reads of 256 KiB one after another, the same 100 in one concurrent call
      (``obstore.get_ranges`` / ``fs.cat_ranges``), and through an s3fs file object.
+  5. the seek index of the series object, ``vp.gz.build_index(url, output=FILE)`` (exact, and
+     ``exact=False``), against a whole read of the same object (``vp.load(url)``: its int16
+     ``dataobj``, and ``get_fdata(dtype=np.float32)``), every row with an empty local index
+     cache; time, requests, bytes, peak memory.
 Every result is checked against the other readers' (CRC-32 of the returned bytes).
 
 Usage: .venv/bin/python bench/bench_remote.py [--repeat N] [--files N] [--quick] [--output PATH]
@@ -70,7 +74,7 @@ N_RANGES = 100
 COUNTERS_PATH = "/_bench/counters"  # not an S3 path: bucket names have no underscores
 # Memory touched in a throwaway process before each child (benchlib.prime_memory): the series
 # and many-files cases allocate GBs, the others a few MB.
-PRIME_MIB = {"volume": 512, "series": 3072, "many": 3072, "raw": 512}
+PRIME_MIB = {"volume": 512, "series": 3072, "many": 3072, "raw": 512, "index": 3072}
 VERSIONED = ("voxpipe", "nibabel", "numpy", "obstore", "s3fs", "fsspec", "aiobotocore",
              "botocore", "moto")
 
@@ -264,11 +268,26 @@ def make_call(spec):
             import obstore  # noqa: F401  (voxpipe imports it on its first URL)
         if case == "volume":
             return lambda: [vp.load(urls[0]).dataobj[..., spec["t"]]]
+        if spec.get("op") == "int16":
+            return lambda: [np.asanyarray(vp.load(u).dataobj) for u in urls]
         if tool == "iter_load":
             return lambda: [sample_crc(a) for a in vp.iter_load(urls)]
         if case == "many":
             return lambda: [sample_crc(vp.load(u).get_fdata(dtype=np.float32)) for u in urls]
         return lambda: [vp.load(u).get_fdata(dtype=np.float32) for u in urls]
+
+    if tool == "build_index":
+        import tempfile
+
+        import obstore  # noqa: F401  (voxpipe imports it on its first URL)
+        import voxpipe as vp
+        out = os.path.join(tempfile.mkdtemp(prefix="voxpipe-bench-index-"), "series.gzidx")
+
+        def call():
+            vp.gz.build_index(urls[0], output=out, exact=spec["exact"])
+            with open(out, "rb") as f:
+                return [gzidx_body(f.read())]
+        return call
 
     key, op = spec["key"], spec["op"]
     starts = spec.get("starts", [])
@@ -309,6 +328,14 @@ def make_call(spec):
                 return out
             return call
     raise ValueError(f"no measurement {case}/{tool}/{spec.get('op')}")
+
+
+def gzidx_body(blob):
+    """A GZIDX index less voxpipe's trailer (which keys it to one file or object: its size, mtime
+    and last 64 KiB): its header, points and windows, which an index of the same bytes built
+    from a file or from an object share."""
+    at = blob.rfind(b"VPKEY")
+    return blob[:at] if blob[:5] == b"GZIDX" and at > 0 else blob
 
 
 def measure(spec):
@@ -493,6 +520,15 @@ def main():
                     for op in ("whole", "ranges_loop", "ranges_concurrent")
                     for tool in ("obstore", "s3fs")]
             + [("s3fs ranges_file", dict(raw_spec, tool="s3fs", op="ranges_file", warm=True))],
+            "index": [("read_int16", {"tool": "voxpipe", "urls": [series_url], "op": "int16",
+                                      "cache": "cold"}),
+                      ("read_f32", {"tool": "voxpipe", "urls": [series_url], "cache": "cold"}),
+                      ("exact", {"tool": "build_index", "urls": [series_url], "exact": True,
+                                 "cache": "cold"}),
+                      ("fast", {"tool": "build_index", "urls": [series_url], "exact": False,
+                                "cache": "cold"}),
+                      ("local_exact", {"tool": "build_index", "urls": [series], "exact": True,
+                                       "cache": "cold"})],
         }
         iter_load_note = try_child(__file__, {"probe": True, "urls": many_urls})
         # The index of this version of the series in the shared cache, as after a first read.
@@ -511,8 +547,11 @@ def main():
     finally:
         server.stop()
     cpu1 = cpu_snapshot()
+    with open(index, "rb") as f:
+        staged_index_crc = crc([gzidx_body(f.read())])
     facts = dict(shape=shape, t=t_mid, series_bytes=os.path.getsize(series),
-                 index_bytes=os.path.getsize(index), files=len(t1_paths),
+                 index_bytes=os.path.getsize(index), staged_index_crc=staged_index_crc,
+                 files=len(t1_paths),
                  many_bytes=sum(os.path.getsize(p) for p in t1_paths),
                  iter_load_note=iter_load_note, elapsed=time.time() - started)
     publish(output, render(args, res, facts, (cpu0, cpu1)), BEGIN, END)
@@ -710,6 +749,53 @@ def render(args, res, facts, cpu):
         targets.append(("obstore vs s3fs, the same operations (issue 20 point 5: choose by "
                         "measurement)", summary, "info"))
 
+    # 5. Seek index of the object.
+    w("### 5. The seek index of the object: `vp.gz.build_index(url)` against a whole read\n")
+    w(f"The series object of 1. and 2. ({facts['series_bytes'] / 1e6:.0f} MB). "
+      "`vp.gz.build_index(url, output=FILE)` (the index to a local file, so that the sidecar "
+      "next to the object stays as the other cases read it; the default writes it next to the "
+      "object with one PUT more), exact (a point per volume, spans inflated in parallel) and "
+      "`exact=False` (the points of one parallel inflate), against a whole read of the same "
+      "object in the same run: `np.asanyarray(vp.load(url).dataobj)` (int16, as stored) and "
+      "`vp.load(url).get_fdata(dtype=np.float32)`. Every row starts with an empty local index "
+      "cache (the whole reads find the sidecar in the bucket). The build reads the object ahead "
+      "in 8 MiB parts, up to 8 in flight and 64 MiB ahead of its decoders, as the whole read "
+      "does.\n")
+    w("| operation | time | requests | MB sent | peak RSS | / whole read (int16) | "
+      "/ `get_fdata` (float32) |")
+    w("|---|---|---|---|---|---|---|")
+    r16, r32 = get("index", "read_int16"), get("index", "read_f32")
+    for label, name in (("read_int16", "whole read, int16 `dataobj`"),
+                        ("read_f32", "whole read, `get_fdata(dtype=np.float32)`"),
+                        ("exact", "`vp.gz.build_index(url)`, exact"),
+                        ("fast", "`vp.gz.build_index(url, exact=False)`"),
+                        ("local_exact", "`vp.gz.build_index(path)`, exact, the same file on "
+                                        "local disk")):
+        e = row_error("index", label)
+        if e:
+            w(f"| {name} | error: `{e['error']}` | | | | | |")
+            continue
+        f = get("index", label)
+        w(f"| {name} | {fmt_t(f)} | {f['requests']:.0f} | {fmt_mb(f['bytes'])} | "
+          f"{f['peak_mib']:.0f} MiB | {fmt_x(ratio(f['median'], r16 and r16['median']))} | "
+          f"{fmt_x(ratio(f['median'], r32 and r32['median']))} |")
+    w("")
+    ex, loc = get("index", "exact"), get("index", "local_exact")
+    x = ratio(ex and ex["median"], loc and loc["median"])
+    w(f"The exact build from the object / the same build from local disk: {fmt_x(x)}. The exact "
+      "build inflates the data twice (a parallel inflate finds where spans start, then the spans "
+      "are inflated again to place every point exactly), wherever the bytes come from; it reads "
+      "the object once (the second pass reads the read cache, up to 256 MiB of object). "
+      "`exact=False` inflates once.\n")
+    for label, name in (("exact", "exact"), ("fast", "exact=False")):
+        f = get("index", label)
+        x = ratio(f and f["median"], r32 and r32["median"])
+        targets.append((f"`build_index(url)` ({name}) <= 1.5x the time of a whole read "
+                        "(`get_fdata`)", fmt_x(x), verdict(x, x is not None and x <= 1.5)))
+        x16 = ratio(f and f["median"], r16 and r16["median"])
+        targets.append((f"`build_index(url)` ({name}) / whole int16 read (no target set)",
+                        fmt_x(x16), "info"))
+
     L += targets_lines("### Targets", targets)
 
     w("### Agreement\n")
@@ -727,6 +813,12 @@ def render(args, res, facts, cpu):
         w(f"- {what}: " + ("every reader returned the same bytes (CRC-32)" if same else
                            "**readers differ**: " + "; ".join(
                                " = ".join(v) for v in groups.values())))
+    built = (res["index"].get("exact") or {}).get("crc")
+    w("- 5. the exact index built from the object: " + (
+        "not built" if built is None else
+        "equals the one built from the same file on local disk (header, points and windows; "
+        "CRC-32)" if built == facts["staged_index_crc"] else
+        "**differs from the one built from the same file on local disk**"))
     w("")
     L += errors_lines("### Errors", errors)
     w(END)
