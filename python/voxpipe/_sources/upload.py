@@ -44,6 +44,7 @@ import socket
 import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
@@ -224,8 +225,14 @@ def upload_stream(data: IO[bytes] | Iterable[Any], url: str,
         remote.unchained(lambda: obstore.copy(store, target, name, overwrite=False),
                          lambda exc: _write_error(url, exc))
     finally:
-        remote.unchained(lambda: obstore.delete(store, target),
-                         lambda exc: _write_error(url, exc, "delete the temporary object of"))
+        # The copy's outcome is what the caller hears; a temporary object that cannot be
+        # deleted is said in a warning (clean() removes it later).
+        try:
+            obstore.delete(store, target)
+        except Exception as exc:
+            error = remote.store_error(f"{url.rsplit('/', 1)[0]}/{target}", exc, None,
+                                       what="delete the temporary object")
+            warnings.warn(f"{error} (`voxpipe clean` removes it)", stacklevel=2)
 
 
 def put_bytes(data: Any, url: str, storage_options: Mapping[str, Any] | None = None, *,
