@@ -69,9 +69,25 @@ namespace {
 // Removes the temporaries of the outputs being written, then ends the process by the same signal
 // with its default action, so that the parent sees how it ended (a shell prints 128 + N). The
 // destinations are untouched: an output replaces its destination only once complete.
+// A signal that arrived while an output was being streamed (an upload): re-raised by run() once
+// the command has returned, its uploads aborted. 0: none.
+volatile std::sig_atomic_t g_pending_signal = 0;
+
 extern "C" void discard_outputs_and_reraise(int sig) {
   core::discard_unfinished_outputs();
+  if (core::interrupt_streams()) {
+    // The writing thread fails at its next write and aborts its upload (a second signal ends
+    // the process at once: SA_RESETHAND restored the default action).
+    g_pending_signal = sig;
+    return;
+  }
   ::raise(sig);  // SA_RESETHAND restored the default action; delivered when the handler returns
+}
+
+// run()'s result, after re-raising a signal that interrupted a streamed output.
+int end_by_pending_signal(int code) {
+  if (const int sig = g_pending_signal) ::raise(sig);
+  return code;
 }
 }  // namespace
 
@@ -95,8 +111,21 @@ void install_signal_handlers() {
   ::signal(SIGXFSZ, SIG_IGN);
 }
 
+namespace {
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal);
+}  // namespace
+
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
         bool err_is_terminal) {
+  const int code = run_command(args, out, err, err_is_terminal);
+  out.flush();
+  return end_by_pending_signal(code);
+}
+
+namespace {
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                bool err_is_terminal) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     (args.empty() ? err : out) << kUsageText;
     return args.empty() ? kUsage : 0;
@@ -130,5 +159,6 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     return kInternal;
   }
 }
+}  // namespace
 
 }  // namespace voxpipe::cli

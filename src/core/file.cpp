@@ -196,6 +196,23 @@ void remove_stale_temporaries(const std::string& path) {
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_live_streams{0};
+std::atomic<bool> g_streams_interrupted{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "read in a signal handler");
+
+void check_not_interrupted(const std::string& name) {
+  if (g_streams_interrupted.load(std::memory_order_relaxed))
+    throw Error(ErrorCode::io, name, "", "interrupted: the upload is aborted");
+}
+}  // namespace
+
+bool interrupt_streams() noexcept {
+  g_streams_interrupted.store(true);
+  return g_live_streams.load() > 0;
+}
+
 void discard_unfinished_outputs() noexcept {
   const int saved = errno;
   const pid_t self = ::getpid();
@@ -227,11 +244,14 @@ AtomicOutputFile::AtomicOutputFile(const std::string& path) : path_(path) {
 }
 
 AtomicOutputFile::AtomicOutputFile(const std::string& name, const OutputStream& stream)
-    : path_(name), stream_(&stream) {}
+    : path_(name), stream_(&stream) {
+  g_live_streams.fetch_add(1);
+}
 
 AtomicOutputFile::~AtomicOutputFile() {
   if (stream_) {
     if (!committed_ && stream_->abort) stream_->abort();
+    g_live_streams.fetch_sub(1);
     return;
   }
   if (fd_ >= 0) ::close(fd_);
@@ -241,6 +261,7 @@ AtomicOutputFile::~AtomicOutputFile() {
 
 void AtomicOutputFile::write(std::span<const std::byte> bytes) {
   if (stream_) {
+    check_not_interrupted(path_);
     if (!bytes.empty()) stream_->write(bytes);
     return;
   }
@@ -257,6 +278,7 @@ void AtomicOutputFile::write(std::span<const std::byte> bytes) {
 
 void AtomicOutputFile::commit() {
   if (stream_) {
+    check_not_interrupted(path_);  // before committing: the destructor then aborts
     committed_ = true;  // a failed commit leaves nothing to abort: the stream has ended
     stream_->commit();
     return;

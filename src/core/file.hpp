@@ -102,6 +102,14 @@ class AtomicOutputFile {
   const OutputStream* stream_ = nullptr;
 };
 
+// Streamed outputs (AtomicOutputFile made with a stream: an upload) cannot be discarded from a
+// signal handler: their abort runs on the writing thread, through the stream. The handler
+// instead calls interrupt_streams(), which returns whether any was being written; if so, each
+// fails at its next write or commit (Error io, "interrupted"), which aborts it, and the handler
+// leaves ending the process to the code that called the writer (the CLI: once the command has
+// returned). Async-signal-safe.
+bool interrupt_streams() noexcept;
+
 // Removes the temporary file of every AtomicOutputFile of this process that is neither committed
 // nor destroyed. Async-signal-safe (no allocation, no lock): for a signal handler that then ends
 // the process (the CLI's, on SIGINT, SIGTERM and SIGHUP). A write that goes on afterwards fails at

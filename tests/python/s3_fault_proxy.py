@@ -47,6 +47,9 @@ class S3FaultProxy:
         self._lock = threading.Lock()
         self._log: list[Request] = []
         self._faults: dict[int, list[int | None]] = {}  # part number -> [status, times left]
+        self._stalls: dict[str, float] = {}  # request kind -> seconds, once
+        self._seen: list[str] = []  # the kinds of the requests received, as they arrive
+        self._stopped = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,6 +61,12 @@ class S3FaultProxy:
             def _forward(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
+                kind = Request(self.command, self.path, 0).kind
+                with proxy._lock:
+                    proxy._seen.append(kind)
+                    stall = proxy._stalls.pop(kind, 0.0)
+                if stall:
+                    proxy._stopped.wait(stall)
                 status = proxy._fault_for(self.command, self.path)
                 if status is not None:
                     self.send_response(status)
@@ -98,6 +107,17 @@ class S3FaultProxy:
         with self._lock:
             self._faults[number] = [status, times]
 
+    def stall(self, kind: str, seconds: float) -> None:
+        """Hold the next request of ``kind`` (Request.kind: "create", "part", ...) ``seconds``
+        before forwarding it (stop() releases it)."""
+        with self._lock:
+            self._stalls[kind] = seconds
+
+    def seen(self) -> list[str]:
+        """The kinds of the requests received so far, answered or not."""
+        with self._lock:
+            return list(self._seen)
+
     def _fault_for(self, method: str, path: str) -> int | None:
         q = parse_qs(urlsplit(path).query)
         if method != "PUT" or "partNumber" not in q:
@@ -119,5 +139,6 @@ class S3FaultProxy:
             return list(self._log)
 
     def stop(self) -> None:
+        self._stopped.set()
         self._server.shutdown()
         self._server.server_close()

@@ -141,3 +141,34 @@ def test_convert_many_and_resample_to_a_prefix(s3, tmp_path):
     assert out.get_filename() == f"s3://{BUCKET}/many/r.nii"
     assert body(server, "many/r.nii") == (tmp_path / "r.nii").read_bytes()
     assert np.array_equal(out.get_fdata(), local.get_fdata())
+
+
+def test_an_interrupted_convert_aborts_its_upload(s3, tmp_path):
+    """SIGTERM while `convert` streams into a multipart upload: the upload is aborted (nothing
+    appears, nothing stays listed) and the command ends by the signal, as it does for a local
+    output. The proxy holds the upload's start, so that the signal comes mid-write."""
+    import signal
+    import time
+    from s3_fault_proxy import S3FaultProxy
+    env, server, _ = s3
+    data = np.random.default_rng(3).integers(0, 2**31, (128, 128, 64, 10)).astype(np.int32)
+    nib.save(nib.Nifti1Image(data, np.eye(4)), tmp_path / "big.nii")  # 42 MB: 3 parts
+    proxy = S3FaultProxy(server.endpoint)
+    try:
+        proxy.stall("create", 4.0)
+        p = subprocess.Popen([str(CLI), "convert", str(tmp_path / "big.nii"),
+                              f"s3://{BUCKET}/intr/big.nii"], env=dict(env, AWS_ENDPOINT_URL=proxy.endpoint),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "create" not in proxy.seen():
+            assert time.monotonic() < deadline and p.poll() is None, p.stderr and p.stderr.read()
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        proxy.stop()
+    assert p.returncode == -signal.SIGTERM, err
+    assert "interrupted" in err
+    assert "abort" in [r.kind for r in proxy.log()]
+    assert keys(server, "intr/") == []
+    assert server.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
