@@ -362,3 +362,13 @@ def test_a_store_with_pyramid_levels_reads_back_as_the_local_one(s3, tmp_path):
         a = vp.load(f"s3://{BUCKET}/levels/p.nii.zarr", storage_options=so, level=level)
         b = vp.load(tmp_path / "p.nii.zarr", level=level)
         assert np.array_equal(np.asarray(a.dataobj), np.asarray(b.dataobj))
+
+
+def test_a_stream_the_server_refuses_fails_the_save_with_its_error(s3, monkeypatch):
+    """The upload fails while the core is still writing (no such bucket): the save ends with
+    the upload's own error, naming the URL, and nothing is left."""
+    monkeypatch.setattr(upload, "PART_SIZE", PART)
+    img = image(shape=(128, 128, 40, 9), seed=10)  # 11 MiB: the failure comes mid-write
+    with pytest.raises(FileNotFoundError, match="s3://voxpipe-missing/x.nii: cannot"):
+        vp.save(img, "s3://voxpipe-missing/x.nii", storage_options=s3.storage_options())
+    assert uploads(s3) == []
