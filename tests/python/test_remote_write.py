@@ -372,3 +372,18 @@ def test_a_stream_the_server_refuses_fails_the_save_with_its_error(s3, monkeypat
     with pytest.raises(FileNotFoundError, match="s3://voxpipe-missing/x.nii: cannot"):
         vp.save(img, "s3://voxpipe-missing/x.nii", storage_options=s3.storage_options())
     assert uploads(s3) == []
+
+
+def test_a_chunk_that_fails_to_go_up_fails_the_store_and_leaves_nothing(s3, monkeypatch):
+    so = s3.storage_options()
+    real = upload.put_bytes
+
+    def failing(data, url, storage_options=None, **kw):
+        if url.endswith("/0/c/3/0/0/0"):
+            raise OSError("the network went away")
+        return real(data, url, storage_options, **kw)
+
+    monkeypatch.setattr(upload, "put_bytes", failing)
+    with pytest.raises(OSError, match="network went away"):
+        vp.save(image(seed=11), f"s3://{BUCKET}/chunkfail/x.nii.zarr", storage_options=so)
+    assert keys(s3, "chunkfail/") == []
