@@ -145,8 +145,10 @@ void MemberWriter::flush_batch() {
     compress_member(std::span(input_.data() + lo, hi - lo), level_, layout_, current[i]);
   });
   if (layout_ == GzipLayout::members) {
-    for (std::size_t k = 0; k < count; ++k) sizes_.push_back(static_cast<std::uint32_t>(current[k].size()));
-    if (count > 0) last_uncompressed_ = static_cast<std::uint32_t>(filled_ - (count - 1) * member_size_);
+    for (std::size_t k = 0; k < count; ++k)
+      sizes_.push_back(static_cast<std::uint32_t>(current[k].size()));
+    if (count > 0)
+      last_uncompressed_ = static_cast<std::uint32_t>(filled_ - (count - 1) * member_size_);
   }
   pending_ = count;
   current_set_ ^= 1;

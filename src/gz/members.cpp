@@ -88,7 +88,7 @@ std::optional<std::vector<Member>> members_from_table(const core::RandomAccessIn
   const std::size_t got = file.read_at(0, std::as_writable_bytes(std::span(head)));
   const auto first = parse_sized_header(std::span<const std::uint8_t>(head.data(), got));
   if (!first || !first->uncompressed_size) return std::nullopt;
-  const std::size_t probe = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kTableProbe));
+  const auto probe = static_cast<std::size_t>(std::min<std::uint64_t>(file_size, kTableProbe));
   std::vector<std::uint8_t> tail(probe);
   if (file.read_at(file_size - probe, std::as_writable_bytes(std::span(tail))) != probe)
     return std::nullopt;
@@ -102,9 +102,10 @@ std::optional<std::vector<Member>> members_from_table(const core::RandomAccessIn
   const std::uint64_t n = (size - kTableFixed) / 4;
   const std::uint8_t* t = end - size;
   static constexpr std::uint8_t kHead[4] = {0x1f, 0x8b, 8, 4};
-  if (n == 0 || n > kMaxTableMembers || std::memcmp(t, kHead, 4) != 0 || le16(t + 10) != size - 22 ||
-      t[12] != 'V' || t[13] != 'P' || le16(t + 14) != 8 || le32(t + 16) != size || le32(t + 20) != 0 ||
-      t[24] != 'V' || t[25] != 'T' || le16(t + 26) != 12 + 4 * n || le32(t + 28) != n)
+  if (n == 0 || n > kMaxTableMembers || std::memcmp(t, kHead, 4) != 0 ||
+      le16(t + 10) != size - 22 || t[12] != 'V' || t[13] != 'P' || le16(t + 14) != 8 ||
+      le32(t + 16) != size || le32(t + 20) != 0 || t[24] != 'V' || t[25] != 'T' ||
+      le16(t + 26) != 12 + 4 * n || le32(t + 28) != n)
     return std::nullopt;
   const std::uint32_t each = le32(t + 32), last = le32(t + 36);
   if (each == 0 || each > kMaxMemberSize || last > each) return std::nullopt;

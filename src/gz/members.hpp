@@ -59,8 +59,9 @@ struct Member {
 // with a table member whose sizes add up to its offset, and whose first entry is the first
 // member's 'VP' size, is read from the table (its first member's header and the file's last
 // 64 KiB: two reads, whatever the member count; the end is read only when the first member is
-// 'VP'; the members themselves are checked when inflated); otherwise the members' headers and trailers are read one after another. Zero
-// bytes after the last member are accepted, as gzip does. Throws Error(truncated) when a member
+// 'VP'; the members themselves are checked when inflated); otherwise the members' headers and
+// trailers are read one after another. Zero bytes after the last member are accepted, as gzip
+// does. Throws Error(truncated) when a member
 // runs past the end of the file and Error(corrupt) when sizes are inconsistent (a member too
 // small, ISIZE not matching 'VP', garbage after the end). The table member is listed too (an
 // empty member), as a walk lists it.

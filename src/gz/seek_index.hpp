@@ -123,8 +123,9 @@ SeekIndex read_gzidx_toc(std::shared_ptr<const core::RandomAccessInput> input,
 // Encodes GZIDX version 1: a window (zero-padded at the front to 32 KiB) for every point with a
 // non-empty window, data flag 0 and no window bytes for points with an empty one (member starts),
 // then an end point at (compressed_size, uncompressed_size) without a window, as rapidgzip
-// writes, then the trailer (version 2) when `key` is given. Error(invalid_argument) if the index breaks the
-// SeekIndex invariants or has more than 2^32 - 1 points.
+// writes, then the trailer (version 2) when `key` is given. Error(invalid_argument) if the
+// index breaks the SeekIndex invariants or has more than 2^32 - 1 points, or its trailer would
+// exceed 64 MiB (3.7 million points).
 std::vector<std::uint8_t> encode_gzidx(const SeekIndex& index,
                                        const std::optional<IndexKey>& key = std::nullopt);
 
