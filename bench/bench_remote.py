@@ -754,8 +754,10 @@ def render(args, res, facts, cpu):
     w(f"The series object of 1. and 2. ({facts['series_bytes'] / 1e6:.0f} MB). "
       "`vp.gz.build_index(url, output=FILE)` (the index to a local file, so that the sidecar "
       "next to the object stays as the other cases read it; the default writes it next to the "
-      "object with one PUT more), exact (a point per volume, spans inflated in parallel) and "
-      "`exact=False` (the points of one parallel inflate), against a whole read of the same "
+      "object with one PUT more), exact (a point per volume, placed as one front-to-back "
+      "inflate places them: for an object read with fewer than 3 threads that one inflate, else "
+      "and for a file the parallel build, which inflates twice) and `exact=False` (the points of "
+      "one parallel inflate), against a whole read of the same "
       "object in the same run: `np.asanyarray(vp.load(url).dataobj)` (int16, as stored) and "
       "`vp.load(url).get_fdata(dtype=np.float32)`. Every row starts with an empty local index "
       "cache (the whole reads find the sidecar in the bucket). The build reads the object ahead "
@@ -782,11 +784,13 @@ def render(args, res, facts, cpu):
     w("")
     ex, loc = get("index", "exact"), get("index", "local_exact")
     x = ratio(ex and ex["median"], loc and loc["median"])
-    w(f"The exact build from the object / the same build from local disk: {fmt_x(x)}. The exact "
-      "build inflates the data twice (a parallel inflate finds where spans start, then the spans "
-      "are inflated again to place every point exactly), wherever the bytes come from; it reads "
-      "the object once (the second pass reads the read cache, up to 256 MiB of object). "
-      "`exact=False` inflates once.\n")
+    w(f"The exact build from the object / the same build from local disk: {fmt_x(x)} "
+      f"({os.cpu_count()} cores here). The parallel exact build inflates the data twice (a "
+      "parallel inflate finds where spans start, then the spans are inflated again to place "
+      "every point exactly); over a network, with fewer than 3 threads, the one front-to-back "
+      "inflate of the sequential build costs less, and is used. Either reads the object once "
+      "(the parallel build's second pass reads the read cache, up to 256 MiB of object). "
+      "`exact=False` inflates once, in parallel.\n")
     for label, name in (("exact", "exact"), ("fast", "exact=False")):
         f = get("index", label)
         x = ratio(f and f["median"], r32 and r32["median"])

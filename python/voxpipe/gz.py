@@ -46,7 +46,8 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
 
     ``exact=True`` places every point exactly: spans of the file are inflated on ``threads``
     threads (0: all cores) and the points placed in stream order, as one front-to-back pass
-    would place them.
+    would place them (this parallel form inflates the data twice; for an object read over the
+    network with fewer than 3 threads, the one front-to-back pass itself is faster and is used).
     ``exact=False`` takes the index from a parallel inflate on ``threads`` threads (0: all
     cores), at almost no cost over the inflate itself: points fall where the parallel chunks
     start (about every 8 MiB of compressed data), not at volume starts.
@@ -56,9 +57,9 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     back, as ``vp.load(url).get_fdata()`` reads it (8 MiB ranged GETs, up to 8 in flight and at
     most 64 MiB ahead of the decoders, decoded as they arrive; about the time of that whole
     read), every request pinned to the ETag read first, so an object replaced during the build
-    fails it (``VoxpipeIOError``, no index written). With ``exact=True``, an object larger than
-    the read cache (256 MiB) is read twice (the span starts, then the spans); ``exact=False``
-    reads it once. The index goes next to it as the object URL + ``.gzidx`` (one PUT;
+    fails it (``VoxpipeIOError``, no index written). With ``exact=True`` and 3 threads or more,
+    an object larger than the read cache (256 MiB) is read twice (the span starts, then the
+    spans); otherwise it is read once. The index goes next to it as the object URL + ``.gzidx`` (one PUT;
     ``index_path`` is then that URL), or only to the local cache with ``cache=True`` (keyed by
     the URL and the object's ETag), or to the local file ``output``. ``vp.load(url)`` finds the
     first two.
