@@ -68,11 +68,13 @@ class S3FaultProxy:
                 if stall:
                     proxy._stopped.wait(stall)
                 status = proxy._fault_for(self.command, self.path)
+                # Each answer is logged before it is sent: once the client has it, the log
+                # holds it.
                 if status is not None:
+                    proxy._record(Request(self.command, self.path, status))
                     self.send_response(status)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                    proxy._record(Request(self.command, self.path, status))
                     return
                 conn = http.client.HTTPConnection(*proxy._target, timeout=30)
                 try:
@@ -83,6 +85,7 @@ class S3FaultProxy:
                     data = answer.read()
                 finally:
                     conn.close()
+                proxy._record(Request(self.command, self.path, answer.status))
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in ("connection", "transfer-encoding", "content-length"):
@@ -91,7 +94,6 @@ class S3FaultProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-                proxy._record(Request(self.command, self.path, answer.status))
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
