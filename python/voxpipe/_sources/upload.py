@@ -10,6 +10,10 @@ write leaves neither an object nor hidden parts. A process killed mid-upload can
 upload stays listed, hidden and billed until ``voxpipe clean`` (clean() below) or a bucket
 lifecycle rule removes it.
 
+Writers stream into an upload (StreamingUpload: the core's write_nifti_stream hands it the bytes
+of a .nii/.nii.gz as it writes them, the upload runs on its own thread, and back-pressure holds
+the writer while one part waits), so an object needs no local copy.
+
 Not replacing an existing object (``overwrite=False``) must hold against a second writer too.
 An object written in one PUT carries ``If-None-Match: *`` (obstore's ``mode="create"``). obstore
 sends a multipart upload's completion without that condition (a non-overwrite mode makes it
@@ -25,8 +29,8 @@ last one wins).
 
 A NIfTI-Zarr store on a bucket is written object by object at its final prefix (StoreUpload:
 chunks as the encoder makes them), its root metadata (``zarr.json``; ``.zgroup`` and
-``.zattrs`` for Zarr v2) last: until then a reader
-finds no store there (docs/remote.md, "Writing"). Object stores cannot rename a prefix, and a
+``.zattrs`` for Zarr v2) last: until then a reader finds no store there (docs/python.md,
+"Writing to object storage"). Object stores cannot rename a prefix, and a
 copy of every chunk onto the final prefix would double the store's writes for no gain in what a
 reader sees. While the store is written, a marker object ``STORE.voxpipe-incomplete`` beside it
 says so (the writer's host, process and start time): clean() finds the stores of writers that
