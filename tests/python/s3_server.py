@@ -32,5 +32,14 @@ class S3Server:
         """voxpipe's storage_options (obstore's keys) that reach the server."""
         return dict(KEYS, endpoint=self.endpoint, allow_http=True)
 
+    def environment(self, **extra: str) -> dict[str, str]:
+        """os.environ plus the variables that point the clouds' tools (and so obstore, and a
+        voxpipe command) at the server with its keys; ``extra`` added."""
+        import os
+        return dict(os.environ, AWS_ENDPOINT_URL=self.endpoint, AWS_ALLOW_HTTP="true",
+                    AWS_ACCESS_KEY_ID=KEYS["access_key_id"],
+                    AWS_SECRET_ACCESS_KEY=KEYS["secret_access_key"],
+                    AWS_DEFAULT_REGION=KEYS["region"], **extra)
+
     def stop(self) -> None:
         self._server.stop()

@@ -21,7 +21,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from s3_server import KEYS, S3Server
+from s3_server import S3Server
 from voxpipe_commands import KINDS, LAUNCHER, command, cxx_program
 
 BUCKET = "voxpipe-isolation"
@@ -60,10 +60,7 @@ def world(tmp_path_factory):
     server.client.upload_file(str(folder / "in.nii.gz"), BUCKET, "sub-01/in.nii.gz")
     for f in sorted((base / "dicom").iterdir()):
         server.client.upload_file(str(f), BUCKET, f"dicom/{f.name}")
-    env = dict(os.environ, AWS_ENDPOINT_URL=server.endpoint, AWS_ALLOW_HTTP="true",
-               AWS_ACCESS_KEY_ID=KEYS["access_key_id"],
-               AWS_SECRET_ACCESS_KEY=KEYS["secret_access_key"],
-               AWS_DEFAULT_REGION=KEYS["region"], VOXPIPE_CACHE_DIR=str(base / "cache"))
+    env = server.environment(VOXPIPE_CACHE_DIR=str(base / "cache"))
     yield World(folder, markers, base / "dicom", env,
                 nib.load(folder / "in.nii.gz").get_fdata())
     server.stop()

@@ -34,10 +34,7 @@ def s3(tmp_path_factory):
     data = np.random.default_rng(8).integers(-500, 500, size=(20, 18, 12, 6), dtype=np.int16)
     nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 3.0, 1.0])), d / "bold.nii.gz")
     client.upload_file(str(d / "bold.nii.gz"), BUCKET, "sub-01/bold.nii.gz")
-    env = dict(os.environ, VOXPIPE_PYTHON=sys.executable, AWS_ENDPOINT_URL=endpoint,
-               AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
-               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-               VOXPIPE_CACHE_DIR=str(d / "cache"))
+    env = server.environment(VOXPIPE_PYTHON=sys.executable, VOXPIPE_CACHE_DIR=str(d / "cache"))
     yield env, client, d
     server.stop()
 

@@ -160,10 +160,7 @@ def test_cli_index_of_an_object_reports_its_progress(series, s3, tmp_path):
     if not cli.is_file():
         pytest.skip(f"{cli} not installed")
     path, _ = series
-    env = dict(os.environ, AWS_ENDPOINT_URL=s3.endpoint, AWS_ALLOW_HTTP="true",
-               AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-               AWS_REGION="us-east-1", VOXPIPE_PROGRESS_INTERVAL="0",
-               VOXPIPE_PYTHON=sys.executable)
+    env = s3.environment(VOXPIPE_PROGRESS_INTERVAL="0", VOXPIPE_PYTHON=sys.executable)
     out = tmp_path / "cli.gzidx"
     r = subprocess.run([str(cli), "index", f"s3://{BUCKET}/series.nii.gz", "-o", str(out),
                         "--progress", "log"], capture_output=True, text=True, env=env,

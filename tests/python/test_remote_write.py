@@ -5,7 +5,6 @@ after the abort or clean(), no upload; overwrite=False refuses an existing objec
 another writer creates it after the check; a store's root metadata is written last."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -120,9 +119,7 @@ _KILLED_WRITER = textwrap.dedent("""
 
 
 def test_a_killed_writer_leaves_no_object_and_clean_aborts_its_upload(s3):
-    env = dict(os.environ, AWS_ENDPOINT_URL=s3.endpoint, AWS_ALLOW_HTTP="true",
-               AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
-               AWS_DEFAULT_REGION="us-east-1")
+    env = s3.environment()
     url = f"s3://{BUCKET}/killed/x.nii"
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url], env=env,
                             stdout=subprocess.PIPE, text=True)

@@ -30,10 +30,7 @@ def s3(tmp_path_factory):
     d = tmp_path_factory.mktemp("write_cli")
     data = np.random.default_rng(9).integers(-500, 500, size=(20, 18, 12, 4), dtype=np.int16)
     nib.save(nib.Nifti1Image(data, np.diag([2.0, 2.0, 3.0, 1.0])), d / "bold.nii.gz")
-    env = dict(os.environ, VOXPIPE_PYTHON=sys.executable, AWS_ENDPOINT_URL=server.endpoint,
-               AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
-               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-               VOXPIPE_CACHE_DIR=str(d / "cache"))
+    env = server.environment(VOXPIPE_PYTHON=sys.executable, VOXPIPE_CACHE_DIR=str(d / "cache"))
     yield env, server, d
     server.stop()
 
