@@ -103,7 +103,11 @@ void RangeInput::insert_locked(std::uint64_t begin, const FetchedBytes& fetched)
 }
 
 void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
-  if (cached_bytes_ <= options_.max_cached_bytes) return;
+  // read_ahead's parts no read has reached yet are on top of the bound (their window bounds
+  // them), and never evicted: only the rest is held to max_cached_bytes, and scanned for
+  // eviction only when it exceeds it (not once per part a read-ahead takes).
+  auto over = [&] { return cached_bytes_ - unreached_bytes_ > options_.max_cached_bytes; };
+  if (!over()) return;
   // Least recently used first (ties: lowest offset first), in one sort: a cache of many small
   // extents is not scanned once per extent evicted.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (used, begin)
@@ -111,7 +115,7 @@ void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
     if (!e->pending && e->used < keep_from_clock) order.emplace_back(e->used, begin);
   std::sort(order.begin(), order.end());
   for (const auto& [used, begin] : order) {
-    if (cached_bytes_ <= options_.max_cached_bytes) return;
+    if (!over()) return;
     auto it = extents_.find(begin);
     cached_bytes_ -= it->second->length;
     extents_.erase(it);
@@ -123,19 +127,35 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
   const std::uint64_t n = std::min<std::uint64_t>(dst.size(), size_ - offset);
   const std::uint64_t end = offset + n;
   std::vector<ExtentPtr> found;
+  std::vector<ExtentPtr> ready;  // found less those pending: what this read copies from
   std::vector<ByteRange> requests;
   {
     std::unique_lock lock(mutex_);
     const std::uint64_t now = ++clock_;
-    auto it = extents_.upper_bound(offset);
-    if (it != extents_.begin()) --it;
-    for (; it != extents_.end() && it->first < end; ++it)
-      if (it->second->end() > offset) found.push_back(it->second);
-    // Parts read_ahead is still fetching: wait for them.
-    arrived_.wait(lock, [&] {
-      return std::none_of(found.begin(), found.end(), [](const ExtentPtr& e) { return e->pending; });
-    });
+    auto collect = [&] {
+      found.clear();
+      auto it = extents_.upper_bound(offset);
+      if (it != extents_.begin()) --it;
+      for (; it != extents_.end() && it->first < end; ++it)
+        if (it->second->end() > offset) found.push_back(it->second);
+    };
+    // Parts read_ahead is still fetching in the read's range: wait for them, once. While the lock
+    // was released, more bytes may have been cached in the range (read_ahead's next parts, other
+    // reads' misses), so the extents are taken again; any of those still pending is not waited
+    // for (a read would chase a read-ahead through its range, one round of parts at a time): its
+    // bytes are fetched by this read as a gap.
+    collect();
+    if (std::any_of(found.begin(), found.end(), [](const ExtentPtr& e) { return e->pending; })) {
+      const std::vector<ExtentPtr> waited = found;
+      arrived_.wait(lock, [&] {
+        return std::none_of(waited.begin(), waited.end(),
+                            [](const ExtentPtr& e) { return e->pending; });
+      });
+      collect();
+    }
     for (const ExtentPtr& e : found) {
+      e->used = now;  // reached (one still pending becomes evictable once it arrives)
+      if (e->pending) continue;
       if (e->error) {
         // A part read_ahead failed to fetch: this read fails with its error, and the part is
         // forgotten, so that a later read fetches the bytes itself.
@@ -146,13 +166,22 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
         }
         if (e->ahead) {
           e->ahead->unread -= e->length;
+          unreached_bytes_ -= e->length;
           e->ahead.reset();
         }
         std::rethrow_exception(e->error);
       }
-      e->used = now;
+      ready.push_back(e);
     }
-    for (const ByteRange& g : gaps_locked(offset, end)) {
+    // The gaps: what no ready extent holds (found is in offset order, extents do not overlap).
+    std::vector<ByteRange> gaps;
+    std::uint64_t pos = offset;
+    for (const ExtentPtr& e : ready) {
+      if (e->begin > pos) gaps.push_back({pos, e->begin - pos});
+      pos = std::max(pos, e->end());
+    }
+    if (pos < end) gaps.push_back({pos, end - pos});
+    for (const ByteRange& g : gaps) {
       auto next = extents_.lower_bound(g.offset + g.size);
       const std::uint64_t limit = next == extents_.end() ? size_ : next->first;
       const std::uint64_t want = miss_request_locked(g.offset);
@@ -166,6 +195,7 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
     for (const ExtentPtr& e : found)
       if (e->ahead) {
         e->ahead->unread -= e->length;
+        unreached_bytes_ -= e->length;
         e->ahead.reset();
         reached = true;
       }
@@ -175,7 +205,7 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
     const std::uint64_t lo = std::max(offset, begin), hi = std::min(end, begin + bytes.size());
     if (lo < hi) std::memcpy(dst.data() + (lo - offset), bytes.data() + (lo - begin), hi - lo);
   };
-  for (const ExtentPtr& e : found) copy(e->begin, e->bytes);
+  for (const ExtentPtr& e : ready) copy(e->begin, e->bytes);
   if (!requests.empty()) {
     const std::vector<FetchedBytes> got = fetch(requests);
     for (std::size_t i = 0; i < requests.size(); ++i) copy(requests[i].offset, got[i].bytes);
@@ -292,13 +322,15 @@ void RangeInput::read_ahead(std::span<const ByteRange> ranges) const {
   pump_locked();
 }
 
-void RangeInput::pump_locked() const {
-  std::shared_ptr<const RangeInput> self = weak_from_this().lock();
-  if (!self) return;  // being destroyed: nothing more is requested
+RangeInput::ExtentPtr RangeInput::take_locked() const {
+  if (!queued_.empty()) {
+    ExtentPtr e = std::move(queued_.front());
+    queued_.erase(queued_.begin());
+    return e;
+  }
   const std::uint64_t window = std::max(options_.read_ahead_bytes, std::uint64_t{1});
-  bool added = false;
   for (const std::shared_ptr<AheadJob>& job : jobs_) {
-    while (job->next < job->parts.size() && in_flight_ < kReadAheadThreads) {
+    while (job->next < job->parts.size()) {
       const ByteRange& part = job->parts[job->next];
       const std::vector<ByteRange> gaps = gaps_locked(part.offset, part.offset + part.size);
       std::uint64_t bytes = 0;
@@ -306,6 +338,7 @@ void RangeInput::pump_locked() const {
       // A full window waits for a read to reach one of its parts (one part always goes).
       if (bytes > 0 && job->unread > 0 && job->unread + bytes > window) break;
       ++job->next;
+      // The part's gaps become pending extents at once (reads wait for them), fetched in turn.
       for (const ByteRange& g : gaps) {
         auto e = std::make_shared<Extent>();
         e->begin = g.offset;
@@ -316,40 +349,60 @@ void RangeInput::pump_locked() const {
         extents_.emplace(g.offset, e);
         cached_bytes_ += g.size;
         job->unread += g.size;
-        ++in_flight_;
-        added = true;
-        std::thread([self, e] {
-          const ByteRange range{e->begin, e->length};
-          std::vector<FetchedBytes> got;
-          std::exception_ptr error;
-          try {
-            got = self->fetch(std::span(&range, 1));
-          } catch (...) {
-            error = std::current_exception();
-          }
-          {
-            std::lock_guard lock(self->mutex_);
-            e->pending = false;
-            --self->in_flight_;
-            if (error) {
-              // The next read of the part rethrows the error and forgets the part (read_at);
-              // the rest of its read-ahead is not requested (the reads fetch what they need).
-              e->error = error;
-              if (e->ahead) e->ahead->next = e->ahead->parts.size();
-            } else {
-              e->bytes = got[0].bytes;
-              e->owner = std::move(got[0].owner);
-            }
-            self->pump_locked();
-          }
-          self->arrived_.notify_all();
-        }).detach();
+        unreached_bytes_ += g.size;
+        queued_.push_back(std::move(e));
+      }
+      if (!queued_.empty()) {
+        // The cache makes room for the parts requested (never for those no read has reached).
+        evict_locked(++clock_);
+        return take_locked();
       }
     }
   }
   std::erase_if(jobs_, [](const std::shared_ptr<AheadJob>& j) { return j->next == j->parts.size(); });
-  // The cache makes room for the parts requested (never for those no read has reached).
-  if (added) evict_locked(++clock_);
+  return nullptr;
+}
+
+void RangeInput::pump_locked() const {
+  std::shared_ptr<const RangeInput> self = weak_from_this().lock();
+  if (!self) return;  // being destroyed: nothing more is requested
+  // At most kReadAheadThreads workers, each fetching one part at a time and taking the next as
+  // long as the windows allow: a thread per worker, not per part (parts may be small).
+  while (workers_ < kReadAheadThreads) {
+    ExtentPtr e = take_locked();
+    if (!e) break;
+    ++workers_;
+    std::thread([self, e]() mutable { self->ahead_worker(std::move(e)); }).detach();
+  }
+}
+
+void RangeInput::ahead_worker(ExtentPtr e) const {
+  while (e) {
+    const ByteRange range{e->begin, e->length};
+    std::vector<FetchedBytes> got;
+    std::exception_ptr error;
+    try {
+      got = fetch(std::span(&range, 1));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      e->pending = false;
+      if (error) {
+        // The next read of the part rethrows the error and forgets the part (read_at); the rest
+        // of its read-ahead is not requested (the reads fetch what they need).
+        e->error = error;
+        if (e->ahead) e->ahead->next = e->ahead->parts.size();
+      } else {
+        e->bytes = got[0].bytes;
+        e->owner = std::move(got[0].owner);
+      }
+      e = take_locked();
+      if (!e) --workers_;
+    }
+    arrived_.notify_all();
+  }
 }
 
 }  // namespace voxpipe::core

@@ -100,9 +100,15 @@ class RangeInput final : public RandomAccessInput,
   // continues (or starts). Caller holds mutex_.
   std::uint64_t miss_request_locked(std::uint64_t offset) const;
   void continue_stream_locked(std::uint64_t begin, std::uint64_t end) const;
-  // Requests the next parts of the read_ahead jobs that their windows and kReadAheadThreads
-  // allow; forgets the jobs with nothing left to request. Caller holds mutex_.
+  // Starts workers (up to kReadAheadThreads) while read_ahead jobs have parts their windows
+  // allow. Caller holds mutex_.
   void pump_locked() const;
+  // The next pending extent a worker fetches: the rest of a part already taken, else the gaps of
+  // the next part a window allows, made pending extents; null when none. Forgets the jobs with
+  // nothing left to request. Caller holds mutex_.
+  ExtentPtr take_locked() const;
+  // A worker's loop: fetches `e`, stores its bytes (or error), takes the next, until none.
+  void ahead_worker(ExtentPtr e) const;
 
   const std::string name_;
   const std::string version_;
@@ -114,6 +120,7 @@ class RangeInput final : public RandomAccessInput,
   mutable std::condition_variable arrived_;  // a pending extent arrived or failed
   mutable std::map<std::uint64_t, ExtentPtr> extents_;  // by begin; never overlapping
   mutable std::uint64_t cached_bytes_ = 0;
+  mutable std::uint64_t unreached_bytes_ = 0;  // of it, read_ahead's parts no read reached
   mutable std::uint64_t clock_ = 0;
   // Where the latest misses of up to kMissStreams readers ended, their sizes, and when each
   // stream last grew (the least recent is replaced by a new stream).
@@ -124,7 +131,8 @@ class RangeInput final : public RandomAccessInput,
   };
   mutable Stream streams_[kMissStreams];
   mutable std::vector<std::shared_ptr<AheadJob>> jobs_;  // read_aheads with parts to request
-  mutable unsigned in_flight_ = 0;                       // their requests under way
+  mutable std::vector<ExtentPtr> queued_;  // pending extents of parts taken, not yet fetched
+  mutable unsigned workers_ = 0;           // threads fetching them (pump_locked)
   mutable RemoteInputStats stats_;
 };
 
