@@ -112,7 +112,7 @@ void RangeInput::evict_locked(std::uint64_t keep_from_clock) const {
   // extents is not scanned once per extent evicted.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (used, begin)
   for (const auto& [begin, e] : extents_)
-    if (!e->pending && e->used < keep_from_clock) order.emplace_back(e->used, begin);
+    if (!e->pending && !e->ahead && e->used < keep_from_clock) order.emplace_back(e->used, begin);
   std::sort(order.begin(), order.end());
   for (const auto& [used, begin] : order) {
     if (!over()) return;
@@ -154,7 +154,6 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
       collect();
     }
     for (const ExtentPtr& e : found) {
-      e->used = now;  // reached (one still pending becomes evictable once it arrives)
       if (e->pending) continue;
       if (e->error) {
         // A part read_ahead failed to fetch: this read fails with its error, and the part is
@@ -171,7 +170,10 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
         }
         std::rethrow_exception(e->error);
       }
-      ready.push_back(e);
+    }
+    for (const ExtentPtr& e : found) {
+      e->used = now;  // reached (one still pending becomes evictable once it arrives)
+      if (!e->pending) ready.push_back(e);
     }
     // The gaps: what no ready extent holds (found is in offset order, extents do not overlap).
     std::vector<ByteRange> gaps;
