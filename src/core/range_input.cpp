@@ -168,7 +168,13 @@ std::size_t RangeInput::read_at(std::uint64_t offset, std::span<std::byte> dst) 
           unreached_bytes_ -= e->length;
           e->ahead.reset();
         }
-        std::rethrow_exception(e->error);
+        // Thrown as a copy made here, under the lock: the part's own exception object may be
+        // released last on its worker's thread, which then must not race this thread's reads of it.
+        try {
+          std::rethrow_exception(e->error);
+        } catch (const Error& error) {
+          throw Error(error);
+        }
       }
     }
     for (const ExtentPtr& e : found) {
@@ -394,7 +400,7 @@ void RangeInput::ahead_worker(ExtentPtr e) const {
       if (error) {
         // The next read of the part rethrows the error and forgets the part (read_at); the rest
         // of its read-ahead is not requested (the reads fetch what they need).
-        e->error = error;
+        e->error = std::move(error);
         if (e->ahead) e->ahead->next = e->ahead->parts.size();
       } else {
         e->bytes = got[0].bytes;
