@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,11 @@ namespace {
 using inflate_detail::RunEnd;
 using inflate_detail::RunOutput;
 using inflate_detail::Segment;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Block starts are searched for only in the first MiB of a chunk: real blocks are far shorter
 // (gzip -6 writes ~16-64 KiB), and a stream without findable starts (one giant block) would
@@ -63,6 +69,9 @@ struct ChunkResult {
   std::vector<Event> events;
   RunEnd end;
   std::uint64_t total() const { return marked + plain; }
+  // With ParallelInflateOptions::stats: the speculative decode's time, and its marker phase's.
+  double seconds = 0;
+  double marker_seconds = 0;
 };
 
 // Thrown when a speculative chunk outgrows its cap.
@@ -203,6 +212,9 @@ class Engine {
   std::deque<Job> jobs_;
   std::deque<std::unique_ptr<Unit>> units_;
   std::vector<SeekPoint> points_;
+  // Under mu_; copied to opts_.stats at the end. timed_: opts_.stats is set.
+  bool timed_ = false;
+  ParallelInflateStats stats_;
 
   // The frontier: everything before it is accepted; only the resolver touches it.
   std::size_t f_chunk_ = 0;
@@ -293,6 +305,7 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   piece_size_ = std::min<std::size_t>(std::size_t{1} << 20, std::max<std::size_t>(chunk_, 65536));
   slots_.reset(new Slot[n_]);
+  timed_ = o.stats != nullptr;
   target_ = [this](std::size_t c) { return start_of(c); };
 }
 
@@ -341,6 +354,7 @@ std::uint64_t Engine::run() {
                   points_.end());
     *opts_.seek_points = std::move(points_);
   }
+  if (opts_.stats) *opts_.stats = stats_;
   return f_offset_;
 }
 
@@ -365,9 +379,12 @@ void Engine::worker() {
         Job job = std::move(jobs_.front());
         jobs_.pop_front();
         lock.unlock();
+        const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
         finalize(job);
         job.result.reset();
+        const double seconds = timed_ ? seconds_since(t0) : 0;
         lock.lock();
+        stats_.finalize_seconds += seconds;
         cv_.notify_all();
         continue;
       }
@@ -380,8 +397,12 @@ void Engine::worker() {
       if (c > f_chunk_) {
         slots_[c].status = kInProgress;
         lock.unlock();
+        const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
         std::unique_ptr<ChunkResult> r = speculate(c);
+        if (timed_) r->seconds = seconds_since(t0);
         lock.lock();
+        ++stats_.speculated_chunks;
+        stats_.speculated_seconds += r->seconds;
         slots_[c].status = kDone;
         // A chunk the frontier has already passed is of no use.
         if (c >= f_chunk_) slots_[c].result = std::move(r);
@@ -443,11 +464,22 @@ void Engine::sequential() {
   Unit* unit = new_unit();
   add_point(f_bit_, f_offset_, f_window_);
   DirectOutput out(*this, *unit);
+  const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
+  auto count = [&](std::size_t end_chunk) {
+    if (!timed_) return;
+    const double seconds = seconds_since(t0);
+    std::lock_guard lock(mu_);
+    ++stats_.known_runs;
+    stats_.known_chunks += std::max<std::size_t>(1, std::min(end_chunk, n_) - f_chunk_);
+    stats_.known_bytes += out.offset() - f_offset_;
+    stats_.known_seconds += seconds;
+  };
   RunEnd end;
   try {
     end = inflate_detail::run_known_window(file_, f_bit_, f_window_, f_chunk_ + 1, n_, target_, out);
   } catch (const Stop&) {
     out.finish();
+    count(f_chunk_ + 1);
     f_offset_ = out.offset();
     std::lock_guard lock(mu_);
     stopped_ = finished_ = true;
@@ -456,6 +488,7 @@ void Engine::sequential() {
     return;
   }
   out.finish();
+  count(end.chunk);
   f_offset_ = out.offset();
   f_window_ = std::move(out.tail());
   advance(end);
@@ -507,6 +540,11 @@ void Engine::accept(std::unique_ptr<ChunkResult> r) {
   const RunEnd end = r->end;
   {
     std::lock_guard lock(mu_);
+    ++stats_.speculative_chunks;
+    stats_.speculative_bytes += total;
+    stats_.marker_bytes += r->marked;
+    stats_.marker_seconds += r->marker_seconds;
+    stats_.speculate_seconds += r->seconds;
     jobs_.push_back(Job{std::move(r), f_window_, f_offset_, unit});
   }
   f_offset_ += total;
@@ -565,6 +603,7 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
   const std::optional<BlockCandidate> cand = start_of(c);
   if (!cand) return r;
   r->start = *cand;
+  const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
   try {
     BitReader reader(
         [this](std::uint64_t offset, std::span<std::uint8_t> dst) {
@@ -579,6 +618,7 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
     auto take_marked = [&] {
       r->marked = dec.size() - 32768;
       r->marked_buffer = dec.take_buffer();
+      if (timed_) r->marker_seconds = seconds_since(t0);
     };
     for (;;) {
       const DecodeStatus s = dec.decode(limit);

@@ -18,6 +18,30 @@
 
 namespace voxpipe::gz {
 
+// Where a parallel inflate's time went, by kind of chunk (for benchmarks: bench/chunk_cost.cpp).
+// Seconds are wall-clock time on the thread that did the work, summed over threads. A chunk's
+// cost per byte of output is comparable across kinds: both kinds include delivering the bytes
+// (the sink's time, CRC32), a speculative one in finalize_seconds, a known one in known_seconds.
+struct ParallelInflateStats {
+  // Speculative chunks whose output was delivered.
+  std::uint64_t speculative_chunks = 0;
+  std::uint64_t speculative_bytes = 0;  // their output
+  std::uint64_t marker_bytes = 0;       // of which decoded in marker mode (16-bit symbols)
+  double marker_seconds = 0;            // decoding those (block search excluded)
+  double speculate_seconds = 0;         // the whole speculative decode (marker mode, then ISA-L)
+  double finalize_seconds = 0;          // markers replaced, bytes delivered to the sink, CRC32
+  // Every speculative decode, including those of no use (a false block start, a chunk over its
+  // cap, one the frontier passed before it was done).
+  std::uint64_t speculated_chunks = 0;
+  double speculated_seconds = 0;
+  // Output the resolver decoded itself, with the known window, sink included: `known_runs`
+  // runs that crossed `known_chunks` chunk starts (a run ends where a chunk it can join begins).
+  std::uint64_t known_runs = 0;
+  std::uint64_t known_chunks = 0;
+  std::uint64_t known_bytes = 0;
+  double known_seconds = 0;
+};
+
 struct ParallelInflateOptions {
   unsigned threads = 1;  // as resolved by the public call (voxpipe/threads.hpp); 0 is taken as 1
   // Compressed bytes per chunk. 8 MiB, measured at 2 threads against single-thread ISA-L
@@ -40,6 +64,9 @@ struct ParallelInflateOptions {
   // Desired uncompressed spacing of seek points. Best effort: points are placed where chunks
   // start, so the spacing follows chunk_size times the compression ratio.
   std::uint64_t seek_spacing = 4 << 20;
+  // When set: filled when the call returns (its figures replace what it held). Null: no clock
+  // is read.
+  ParallelInflateStats* stats = nullptr;
 };
 
 // Decompresses the gzip file (all members; zero padding after the last member is accepted, as

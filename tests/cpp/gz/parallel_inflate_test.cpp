@@ -6,10 +6,12 @@
 
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -466,6 +468,46 @@ TEST(ParallelInflate, MaxOutputAndStopAfter) {
     EXPECT_TRUE(got.tiled);
     ASSERT_GE(got.bytes.size(), o.stop_after);
     EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), data.begin()));
+  }
+}
+
+TEST(ParallelInflate, StatsAccountForEveryByteOnce) {
+  vptest::TempDir dir;
+  const Bytes data = anatomy_int16((2 << 20) / kScale, 91);
+  const std::string path = dir.file("s.gz");
+  vptest::write_file(path, vptest::gzip_compress(data, 6));
+  voxpipe::core::InputFile file(path);
+  for (unsigned threads : {1u, 2u, 4u}) {
+    voxpipe::gz::ParallelInflateStats stats;
+    stats.known_runs = 99;  // replaced, not added to
+    ParallelInflateOptions o;
+    o.threads = threads;
+    o.chunk_size = 64 << 10;
+    o.stats = &stats;
+    // A slow sink holds the resolver back, so that speculative chunks are done before it
+    // arrives and are accepted.
+    const std::uint64_t n = inflate_parallel(
+        file,
+        [](std::uint64_t, std::span<const std::byte>) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        },
+        o);
+    ASSERT_EQ(n, data.size());
+    EXPECT_EQ(stats.speculative_bytes + stats.known_bytes, data.size()) << threads;
+    EXPECT_LE(stats.marker_bytes, stats.speculative_bytes) << threads;
+    EXPECT_LE(stats.speculative_chunks, stats.speculated_chunks) << threads;
+    EXPECT_GE(stats.known_chunks, stats.known_runs) << threads;
+    EXPECT_GT(stats.known_seconds, 0) << threads;
+    if (threads == 1) {
+      EXPECT_EQ(stats.known_runs, 1u);
+      EXPECT_EQ(stats.speculated_chunks, 0u);
+    } else {
+      EXPECT_GT(stats.speculative_chunks, 0u) << threads;
+      EXPECT_GT(stats.marker_bytes, 0u) << threads;
+      EXPECT_GT(stats.speculate_seconds, 0) << threads;
+      EXPECT_GT(stats.finalize_seconds, 0) << threads;
+      EXPECT_GE(stats.speculated_seconds, stats.speculate_seconds) << threads;
+    }
   }
 }
 
