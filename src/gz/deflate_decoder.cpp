@@ -135,26 +135,6 @@ bool HuffmanTable<TableBits, MaxSymbols>::build(const std::uint8_t* lengths, uns
   return true;
 }
 
-template <unsigned TableBits, unsigned MaxSymbols>
-std::uint32_t HuffmanTable<TableBits, MaxSymbols>::decode_long(std::uint64_t bits) const {
-  int code = 0;
-  int first = 0;
-  int index = 0;
-  for (unsigned len = 1; len <= 15; ++len) {
-    code |= static_cast<int>(bits & 1);
-    bits >>= 1;
-    const int n = count[len];
-    if (code - first < n) return (std::uint32_t{sorted[index + code - first]} << 4) | len;
-    index += n;
-    first += n;
-    first <<= 1;
-    code <<= 1;
-  }
-  return 0;
-}
-
-template struct HuffmanTable<13, 288>;
-template struct HuffmanTable<11, 32>;
 template struct HuffmanTable<7, 19>;
 
 namespace {
@@ -173,6 +153,97 @@ constexpr std::uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,
 constexpr std::uint8_t kCodeLengthOrder[19] = {16, 17, 18, 0, 8,  7, 9,  6, 10, 5,
                                                11, 4,  12, 3, 13, 2, 14, 1, 15};
 
+unsigned reverse_bits(unsigned code, unsigned length) {
+  unsigned rev = 0;
+  for (unsigned b = 0; b < length; ++b) rev |= ((code >> b) & 1u) << (length - 1 - b);
+  return rev;
+}
+
+// Fills `t` for the code given by `lengths` (canonical, RFC 1951 3.2.2), each code's entry made
+// by make(symbol, code length). Codes longer than the root go to subtables, each sized for the
+// codes that share its root prefix (zlib's inflate_table rule: canonical order makes them
+// consecutive). Slots no code reaches decode as kInvalid.
+template <unsigned Root, unsigned MaxEntries, class Make>
+bool build_table(DecodeTable<Root, MaxEntries>& t, const std::uint8_t* lengths, unsigned n,
+                 Make make) {
+  using namespace decode_entry;
+  unsigned count[16] = {};
+  for (unsigned s = 0; s < n; ++s) ++count[lengths[s]];
+  count[0] = 0;
+  int left = 1;
+  t.max_length = 0;
+  t.used = 0;
+  for (unsigned len = 1; len <= 15; ++len) {
+    left <<= 1;
+    left -= static_cast<int>(count[len]);
+    if (left < 0) return false;  // over-subscribed
+    if (count[len]) t.max_length = len;
+    t.used += count[len];
+  }
+  t.incomplete = left > 0;
+  unsigned offsets[16];
+  offsets[1] = 0;
+  for (unsigned len = 1; len < 15; ++len) offsets[len + 1] = offsets[len] + count[len];
+  std::uint16_t sorted[288];
+  for (unsigned s = 0; s < n; ++s)
+    if (lengths[s]) sorted[offsets[lengths[s]]++] = static_cast<std::uint16_t>(s);
+  std::fill(t.entries, t.entries + (1u << Root), kInvalid);
+  unsigned remaining[16];
+  std::copy(count, count + 16, remaining);
+  unsigned code = 0;  // canonical code, most significant bit first
+  unsigned index = 0;
+  unsigned next = 1u << Root;  // first free subtable entry
+  unsigned prefix = ~0u;       // root bits of the current subtable's codes
+  unsigned sub_start = 0;
+  unsigned sub_bits = 0;
+  for (unsigned len = 1; len <= t.max_length; ++len) {
+    for (unsigned k = 0; k < count[len]; ++k, ++index, ++code) {
+      const std::uint32_t e = make(sorted[index], len);
+      const unsigned rev = reverse_bits(code, len);
+      if (len <= Root) {
+        for (unsigned i = rev; i < (1u << Root); i += 1u << len) t.entries[i] = e;
+      } else {
+        if ((rev & ((1u << Root) - 1)) != prefix) {
+          prefix = rev & ((1u << Root) - 1);
+          // Enough index bits for the codes left that share this prefix.
+          unsigned bits = len - Root;
+          int room = 1 << bits;
+          while (bits + Root < t.max_length) {
+            room -= static_cast<int>(remaining[bits + Root]);
+            if (room <= 0) break;
+            ++bits;
+            room <<= 1;
+          }
+          sub_start = next;
+          sub_bits = bits;
+          next += 1u << bits;
+          std::fill(t.entries + sub_start, t.entries + next, kInvalid);
+          t.entries[prefix] = kSubtable | (sub_start << 16) | (sub_bits << 8);
+        }
+        for (unsigned i = rev >> Root; i < (1u << sub_bits); i += 1u << (len - Root))
+          t.entries[sub_start + i] = e;
+      }
+      --remaining[len];
+    }
+    code <<= 1;
+  }
+  return true;
+}
+
+std::uint32_t litlen_entry(unsigned sym, unsigned len) {
+  using namespace decode_entry;
+  if (sym < 256) return kLiteral | (sym << 16) | len;
+  if (sym == 256) return kEndOfBlock | len;
+  if (sym > 285) return kInvalid;
+  const unsigned i = sym - 257;
+  return kLength | (std::uint32_t{kLengthBase[i]} << 16) | (len << 8) | (len + kLengthExtra[i]);
+}
+
+std::uint32_t dist_entry(unsigned sym, unsigned len) {
+  if (sym > 29) return decode_entry::kInvalid;
+  return (std::uint32_t{kDistBase[sym]} << 16) | (len << 8) | (len + kDistExtra[sym]);
+}
+
 struct FixedTables {
   LitLenTable lit;
   DistTable dist;
@@ -182,9 +253,9 @@ struct FixedTables {
     std::fill(lengths + 144, lengths + 256, 9);
     std::fill(lengths + 256, lengths + 280, 7);
     std::fill(lengths + 280, lengths + 288, 8);
-    lit.build(lengths, 288);
+    build_litlen_table(lit, lengths, 288);
     std::fill(lengths, lengths + 32, 5);
-    dist.build(lengths, 32);
+    build_dist_table(dist, lengths, 32);
   }
 };
 
@@ -194,6 +265,28 @@ const FixedTables& fixed_tables() {
 }
 
 }  // namespace
+
+bool build_litlen_table(LitLenTable& t, const std::uint8_t* lengths, unsigned n) {
+  using namespace decode_entry;
+  if (!build_table(t, lengths, n, litlen_entry)) return false;
+  // Two literals per entry where both codes fit in the root bits. From the top down: the entry
+  // at i >> l1 (< i) still holds its single symbol when entry i is rewritten.
+  constexpr unsigned kRoot = LitLenTable::kRootBits;
+  for (unsigned i = (1u << kRoot); i-- > 0;) {
+    const std::uint32_t e1 = t.entries[i];
+    if (!(e1 & kLiteral)) continue;
+    const unsigned l1 = e1 & 31;
+    if (l1 >= kRoot) continue;
+    const std::uint32_t e2 = t.entries[i >> l1];
+    if (!(e2 & kLiteral) || l1 + (e2 & 31) > kRoot) continue;
+    t.entries[i] = kLiteral | kTwo | (e1 & 0xff0000u) | ((e2 & 0xff0000u) << 8) | (l1 + (e2 & 31));
+  }
+  return true;
+}
+
+bool build_dist_table(DistTable& t, const std::uint8_t* lengths, unsigned n) {
+  return build_table(t, lengths, n, dist_entry);
+}
 
 // ---------------------------------------------------------------------------------------------
 // DeflateDecoder
@@ -224,7 +317,7 @@ void DeflateDecoder<T>::start_with_markers(std::uint64_t bit, bool fill_markers)
     for (std::size_t i = 0; i < 32768; ++i) out_[i] = static_cast<T>(kMarkerBase + i);
   pos_ = window_size_ = 32768;
   dropped_ = 0;
-  marker_end_ = 32768;
+  marker_end_ = scanned_ = 32768;
   in_block_ = final_ = false;
   error_ = nullptr;
   in_.seek(bit);
@@ -239,7 +332,7 @@ void DeflateDecoder<T>::start_with_window(std::uint64_t bit, std::span<const std
   if (w) std::memcpy(out_.get(), window.data() + window.size() - w, w);
   pos_ = window_size_ = w;
   dropped_ = 0;
-  marker_end_ = 0;
+  marker_end_ = scanned_ = 0;
   in_block_ = final_ = false;
   error_ = nullptr;
   in_.seek(bit);
@@ -332,9 +425,10 @@ DecodeStatus DeflateDecoder<T>::read_dynamic_tables() {
     n += repeat;
   }
   if (lengths[256] == 0) return fail("invalid code -- missing end-of-block");
-  if (!dyn_lit_->build(lengths, nlit) || (dyn_lit_->incomplete && dyn_lit_->max_length != 1))
+  if (!build_litlen_table(*dyn_lit_, lengths, nlit) ||
+      (dyn_lit_->incomplete && dyn_lit_->max_length != 1))
     return fail("invalid literal/lengths set");
-  if (!dyn_dist_->build(lengths + nlit, ndist) ||
+  if (!build_dist_table(*dyn_dist_, lengths + nlit, ndist) ||
       (dyn_dist_->incomplete && dyn_dist_->used > 0 && dyn_dist_->max_length != 1))
     return fail("invalid distances set");
   lit_ = dyn_lit_.get();
@@ -367,9 +461,82 @@ DecodeStatus DeflateDecoder<T>::decode_stored(std::size_t limit) {
 }
 
 template <class T>
+bool DeflateDecoder<T>::window_has_markers() const noexcept {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    return false;
+  } else {
+    const std::uint64_t end = dropped_ + pos_;
+    const std::uint64_t from = std::max<std::uint64_t>({scanned_, dropped_, end >= 32768 ? end - 32768 : 0});
+    // Backwards in groups of 64 (an OR the compiler vectorises); the last marker found is the
+    // one that matters.
+    std::uint64_t at = end;
+    while (at > from) {
+      const std::uint64_t g = at - std::min<std::uint64_t>(64, at - from);
+      const T* p = out_.get() + (g - dropped_);
+      const std::size_t n = static_cast<std::size_t>(at - g);
+      unsigned acc = 0;
+      for (std::size_t i = 0; i < n; ++i) acc |= p[i];
+      if (acc >= 256) {
+        std::size_t i = n;
+        while (p[i - 1] < 256) --i;
+        marker_end_ = std::max(marker_end_, g + i);
+        break;
+      }
+      at = g;
+    }
+    scanned_ = end;
+    return marker_end_ + 32768 > end;
+  }
+}
+
+namespace {
+
+// Stores the one or two literals of a literal entry at `dst` (always two elements: the slack
+// after the output absorbs the second).
+template <class T>
+inline void store_literals(T* dst, std::uint32_t e) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) {
+    const auto v = static_cast<std::uint16_t>(e >> 16);
+    std::memcpy(dst, &v, 2);
+  } else {
+    const std::uint32_t v = ((e >> 16) & 0xffu) | ((e >> 8) & 0xff0000u);
+    std::memcpy(dst, &v, 4);
+  }
+}
+
+// Copies a match of `length` elements from `distance` back. Writes up to 16 bytes past the end:
+// the output keeps that much slack. Word copies read only elements already final: a step of
+// at most `distance` elements never reads what it writes.
+template <class T>
+inline void copy_match(T* dst, std::size_t distance, std::size_t length) {
+  const T* src = dst - distance;
+  constexpr std::size_t kWord = 8 / sizeof(T);    // elements per 8 bytes
+  constexpr std::size_t kWide = 16 / sizeof(T);   // elements per 16 bytes
+  if (distance >= kWide) [[likely]] {
+    std::memcpy(dst, src, 16);
+    for (std::size_t i = kWide; i < length; i += kWide) std::memcpy(dst + i, src + i, 16);
+  } else if (distance >= kWord) {
+    std::memcpy(dst, src, 8);
+    for (std::size_t i = kWord; i < length; i += kWord) std::memcpy(dst + i, src + i, 8);
+  } else if (distance == 1) {
+    // A run of one element: broadcast it to 16 bytes.
+    T run[kWide];
+    for (std::size_t i = 0; i < kWide; ++i) run[i] = *src;
+    for (std::size_t i = 0; i < length; i += kWide) std::memcpy(dst + i, run, 16);
+  } else {
+    for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
+  }
+}
+
+}  // namespace
+
+template <class T>
 DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
-  const LitLenTable& lit = *lit_;
-  const DistTable& dist = *dist_;
+  using namespace decode_entry;
+  const std::uint32_t* const lit = lit_->entries;
+  const std::uint32_t* const dist = dist_->entries;
+  constexpr std::uint64_t kLitMask = (1u << LitLenTable::kRootBits) - 1;
+  constexpr std::uint64_t kDistMask = (1u << DistTable::kRootBits) - 1;
   constexpr std::size_t kSlack = 258 + 16;
   // The hot state lives in locals: stores through T* (uint8_t aliases everything) would
   // otherwise force the reader's fields to be reloaded after every output byte.
@@ -388,15 +555,34 @@ DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
     in.pos_ = ipos;
     pos_ = pos;
   };
-  auto load = [&] {
-    bits = in.bits_;
-    count = in.bitcount_;
-    data = in.data_;
-    ipos = in.pos_;
-    iend = in.end_;
+  // At least 56 bits in `bits`: a whole match (15 + 5 + 15 + 13 bits) or three literal entries.
+  // Bits above `count` are zero until refilled, and a refill leaves the `count` bits below as
+  // they were: an entry looked up with at least 15 valid bits stays valid across a refill.
+  auto refill = [&] {
+    if (iend - ipos >= 8) [[likely]] {
+      std::uint64_t w;
+      std::memcpy(&w, data + ipos, 8);
+      bits |= w << count;
+      ipos += (63 - count) >> 3;
+      count |= 56;
+    } else {
+      save();
+      in.refill_slow();
+      bits = in.bits_;
+      count = in.bitcount_;
+      data = in.data_;
+      ipos = in.pos_;
+      iend = in.end_;
+    }
+  };
+  auto consume = [&](unsigned n) {
+    bits >>= n;
+    count -= n;
   };
   DecodeStatus status;
   const char* message = nullptr;
+  refill();
+  std::uint32_t e = lit[bits & kLitMask];
   for (;;) {
     if (pos + 258 > room) [[unlikely]] {
       if (pos + 258 > limit) {
@@ -408,113 +594,82 @@ DecodeStatus DeflateDecoder<T>::decode_huffman(std::size_t limit) {
       out = out_.get();
       room = std::min(limit, capacity_ - 16);
     }
-    if (iend - ipos >= 8) [[likely]] {
-      std::uint64_t w;
-      std::memcpy(&w, data + ipos, 8);
-      bits |= w << count;
-      ipos += (63 - count) >> 3;
-      count |= 56;
-    } else {
-      save();
-      in.refill_slow();
-      load();
-    }
-    std::uint32_t e = lit.direct[bits & ((1u << 13) - 1)];
-    if (e == 0) [[unlikely]] {
-      e = lit.decode_long(bits);
-      if (e == 0) {
-        message = "invalid literal/length code";
-        status = DecodeStatus::error;
-        break;
-      }
-    }
-    unsigned used = e & 15;
-    const unsigned sym = e >> 4;
-    if (sym < 256) {
-      bits >>= used;
-      count -= used;
-      out[pos++] = static_cast<T>(sym);
-      // A second literal from the same refill (count >= 41 here).
-      const std::uint32_t e2 = lit.direct[bits & ((1u << 13) - 1)];
-      if (e2 != 0 && (e2 >> 4) < 256) {
-        bits >>= (e2 & 15);
-        count -= (e2 & 15);
-        out[pos++] = static_cast<T>(e2 >> 4);
-      }
+    refill();
+    if (e & kLiteral) {
+      // Up to three literal entries (each of at most 15 bits, the later ones from the root
+      // table: at most 11) from one refill.
+      consume(e & 31);
+      store_literals(out + pos, e);
+      pos += 1 + ((e >> 14) & 1);
+      e = lit[bits & kLitMask];
+      if (!(e & kLiteral)) continue;
+      consume(e & 31);
+      store_literals(out + pos, e);
+      pos += 1 + ((e >> 14) & 1);
+      e = lit[bits & kLitMask];
+      if (!(e & kLiteral)) continue;
+      consume(e & 31);
+      store_literals(out + pos, e);
+      pos += 1 + ((e >> 14) & 1);
+      e = lit[bits & kLitMask];
       continue;
     }
-    if (sym == 256) {
-      bits >>= used;
-      count -= used;
-      in_block_ = false;
-      status = DecodeStatus::block_end;
-      break;
-    }
-    if (sym > 285) {
+    if (e & kSpecial) [[unlikely]] {
+      if (e & kSubtable) {
+        // A code longer than the root: its entry in the subtable, then as any other.
+        e = lit[(e >> 16) + ((bits >> LitLenTable::kRootBits) & ((1u << ((e >> 8) & 15)) - 1))];
+        if (e & kLiteral) {
+          consume(e & 31);
+          store_literals(out + pos, e);
+          pos += 1;
+          e = lit[bits & kLitMask];
+          continue;
+        }
+      }
+      if (e & kLength) goto length;
+      if (e & kEndOfBlock) {
+        consume(e & 31);
+        in_block_ = false;
+        status = DecodeStatus::block_end;
+        break;
+      }
       message = "invalid literal/length code";
       status = DecodeStatus::error;
       break;
     }
-    const unsigned li = sym - 257;
-    std::uint64_t b = bits >> used;
-    const unsigned lx = kLengthExtra[li];
-    const std::size_t length = kLengthBase[li] + (b & ((1u << lx) - 1));
-    b >>= lx;
-    used += lx;
-    std::uint32_t d = dist.direct[b & ((1u << 11) - 1)];
-    if (d == 0) [[unlikely]] {
-      d = dist.decode_long(b);
-      if (d == 0) {
+  length:
+    // A length: its base and extra bits, then the distance, from the same 56 bits.
+    const std::uint64_t at_length = bits;
+    const unsigned count_at_length = count;
+    std::uint64_t saved = bits;
+    consume(e & 31);
+    const std::size_t length =
+        (e >> 16) + ((saved & ((std::uint64_t{1} << (e & 31)) - 1)) >> ((e >> 8) & 15));
+    std::uint32_t d = dist[bits & kDistMask];
+    if (d & (kSubtable | kInvalid)) [[unlikely]] {
+      if (d & kSubtable)
+        d = dist[(d >> 16) + ((bits >> DistTable::kRootBits) & ((1u << ((d >> 8) & 15)) - 1))];
+      if (d & kInvalid) {
+        bits = at_length;
+        count = count_at_length;
         message = "invalid distance code";
         status = DecodeStatus::error;
         break;
       }
     }
-    const unsigned dl = d & 15;
-    const unsigned dsym = d >> 4;
-    if (dsym > 29) {
-      message = "invalid distance code";
-      status = DecodeStatus::error;
-      break;
-    }
-    b >>= dl;
-    used += dl;
-    const unsigned dx = kDistExtra[dsym];
-    const std::size_t distance = kDistBase[dsym] + (b & ((1u << dx) - 1));
-    used += dx;
-    bits >>= used;
-    count -= used;
-    if (distance > pos) {
+    saved = bits;
+    consume(d & 31);
+    const std::size_t distance =
+        (d >> 16) + ((saved & ((std::uint64_t{1} << (d & 31)) - 1)) >> ((d >> 8) & 15));
+    if (distance > pos) [[unlikely]] {
       message = "invalid distance too far back";
       status = DecodeStatus::error;
       break;
     }
-    T* dst = out + pos;
-    const T* src = dst - distance;
-    if constexpr (std::is_same_v<T, std::uint8_t>) {
-      if (distance >= 16) {
-        // 16-byte steps: each load reads bytes already final; the slack absorbs the overshoot.
-        for (std::size_t i = 0; i < length; i += 16) std::memcpy(dst + i, src + i, 16);
-      } else if (distance == 1) {
-        std::memset(dst, *src, length);
-      } else if (distance >= 8) {
-        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 8);
-      } else {
-        for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
-      }
-    } else {
-      if (distance >= 8) {
-        for (std::size_t i = 0; i < length; i += 8) std::memcpy(dst + i, src + i, 16);
-      } else {
-        for (std::size_t i = 0; i < length; ++i) dst[i] = src[i];
-      }
-      // A source before the last marker may have copied markers: look (a vectorised OR).
-      if (dropped_ + pos - distance < marker_end_) {
-        unsigned acc = 0;
-        for (std::size_t i = 0; i < length; ++i) acc |= dst[i];
-        if (acc >= 256) marker_end_ = dropped_ + pos + length;
-      }
-    }
+    // The next entry is looked up before the copy, so that its load overlaps the copy.
+    refill();
+    e = lit[bits & kLitMask];
+    copy_match(out + pos, distance, length);
     pos += length;
   }
   save();

@@ -97,8 +97,8 @@ class BitReader {
   bool memory_ = false;
 };
 
-// Canonical Huffman decoding table: a direct lookup of the first kTableBits bits, with codes
-// longer than that decoded bit by bit (they are rare).
+// Canonical Huffman decoding table with a direct lookup of the first TableBits bits and the
+// remaining bits decoded bit by bit (the precode: 19 symbols of at most 7 bits).
 template <unsigned TableBits, unsigned MaxSymbols>
 struct HuffmanTable {
   // entry: (symbol << 4) | code length; 0 for "not in the direct table".
@@ -111,15 +111,54 @@ struct HuffmanTable {
 
   // False when the lengths over-subscribe the code space.
   bool build(const std::uint8_t* lengths, unsigned n);
-  // Decodes a code longer than TableBits from `bits` (LSB-first stream bits); returns
-  // (symbol << 4) | length, or 0 when the bits are no code (incomplete code).
-  std::uint32_t decode_long(std::uint64_t bits) const;
 };
 
-// 13/11 bits: neuroimaging data (int16, float32) has flat literal statistics and many 12-13 bit
-// codes; the bit-by-bit path for them made marker decoding of bold_4d.nii.gz 2x slower.
-using LitLenTable = HuffmanTable<13, 288>;
-using DistTable = HuffmanTable<11, 32>;
+// The literal/length and distance decoding tables of the hot loop, after the fastest software
+// inflaters (libdeflate's decode tables, zlib's root tables with subtables): one 32-bit entry
+// per lookup of the next RootBits stream bits says everything the loop needs, with no further
+// table: a literal's byte (two literals when both codes fit in the root bits), a length's or
+// distance's base and extra-bit count, the bits to consume. Codes longer than RootBits go
+// through one subtable, indexed by the bits after the root.
+//
+// Entry layout (bits):
+//   0-4    bits to consume: the code length, plus the extra bits of a length or distance
+//   8-11   the code length alone (lengths and distances: where their extra bits start)
+//   16-31  literal entries: the first literal byte (16-23) and the second (24-31);
+//          length entries: the base length; distance entries: the base distance;
+//          subtable pointers: the subtable's first index
+// flags below.
+namespace decode_entry {
+inline constexpr std::uint32_t kLiteral = 1u << 15;   // one or two literals
+inline constexpr std::uint32_t kTwo = 1u << 14;       // two literals
+inline constexpr std::uint32_t kLength = 1u << 13;    // a match length
+inline constexpr std::uint32_t kEndOfBlock = 1u << 7;
+inline constexpr std::uint32_t kSubtable = 1u << 6;   // bits 8-11: the subtable's index bits
+inline constexpr std::uint32_t kInvalid = 1u << 5;    // no code (incomplete code, symbol 286+)
+// Entries that leave the fast path (literal/length: neither literal nor length).
+inline constexpr std::uint32_t kSpecial = kSubtable | kInvalid | kEndOfBlock;
+}  // namespace decode_entry
+
+template <unsigned RootBits, unsigned MaxEntries>
+struct DecodeTable {
+  static constexpr unsigned kRootBits = RootBits;
+  std::uint32_t entries[MaxEntries];
+  unsigned max_length = 0;
+  unsigned used = 0;  // symbols with a code
+  bool incomplete = false;
+};
+
+// 11 root bits for literal/length codes: neuroimaging data (int16, float32) has flat literal
+// statistics, with most codes 7-11 bits long; the rest go through a subtable (at most 16
+// entries each). The bound on subtables: each of at most 288 codes longer than the root opens
+// at most one subtable of at most 2^(15 - 11) entries.
+using LitLenTable = DecodeTable<11, (1u << 11) + 288 * 16>;
+using DistTable = DecodeTable<10, (1u << 10) + 32 * 32>;
+
+// Fill a literal/length or distance table from code lengths; false when they over-subscribe
+// the code space. Literal/length symbols 286 and 287 and distance symbols 30 and 31 (the fixed
+// code has them) decode as invalid.
+bool build_litlen_table(LitLenTable& table, const std::uint8_t* lengths, unsigned n);
+bool build_dist_table(DistTable& table, const std::uint8_t* lengths, unsigned n);
 
 enum class DecodeStatus {
   block_end,    // a block ended; block_final() tells whether it was the last of the stream
@@ -174,10 +213,10 @@ class DeflateDecoder {
   bool in_block() const noexcept { return in_block_; }
   // Bit position of the current (or last) block's header.
   std::uint64_t block_start_bit() const noexcept { return block_start_; }
-  // Marker mode: true while the last 32 KiB of the buffer may contain markers.
-  bool window_has_markers() const noexcept {
-    return marker_end_ + 32768 > pos_ + dropped_;
-  }
+  // Marker mode: true while the last 32 KiB of the buffer contains markers. Scans the output
+  // written since the last call (at most 32 KiB of it), from its end: the hot loop keeps no
+  // account of markers.
+  bool window_has_markers() const noexcept;
 
   const char* error_message() const noexcept { return error_; }
   std::uint64_t error_bit() const noexcept { return error_bit_; }
@@ -196,7 +235,10 @@ class DeflateDecoder {
   std::size_t pos_ = 0;
   std::size_t window_size_ = 0;
   std::uint64_t dropped_ = 0;
-  std::uint64_t marker_end_ = 0;  // (absolute) element index just past the last marker written
+  // (Absolute) element index just past the last marker seen, and how far window_has_markers()
+  // has looked.
+  mutable std::uint64_t marker_end_ = 0;
+  mutable std::uint64_t scanned_ = 0;
   bool in_block_ = false;
   bool final_ = false;
   unsigned type_ = 0;
