@@ -8,6 +8,7 @@
 
 #include "core/bytes.hpp"
 #include "gz/deflate_decoder.hpp"
+#include "gz/stream.hpp"
 #include "voxpipe/error.hpp"
 
 #if VOXPIPE_HAVE_ISAL
@@ -26,6 +27,12 @@ constexpr std::size_t kInputBytes = std::size_t{1} << 18;
 // (GzipSource::prefetch_compressed): a smaller piece, so that a read that ends at a seek point
 // needs little fetched beyond it.
 constexpr std::size_t kFetchedInputBytes = std::size_t{1} << 16;
+// Block starts are searched for only in the first MiB of a chunk: real blocks are far shorter
+// (gzip -6 writes ~16-64 KiB), and a stream without findable starts (one giant block) would
+// otherwise cost a full bit-by-bit scan of every chunk.
+constexpr std::uint64_t kMaxSearch = std::uint64_t{1} << 20;
+// Bytes after the searched range given to the finder's trial decode (64 KiB of output).
+constexpr std::uint64_t kTrialMargin = std::uint64_t{128} << 10;
 
 // Sequential byte reads for the few framing bytes.
 class ByteCursor {
@@ -205,6 +212,76 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
   return false;
 }
 
+ByteFetch file_fetch(const core::RandomAccessInput& file) {
+  return [&file](std::uint64_t offset, std::span<std::uint8_t> dst) {
+    return file.read_at(offset, std::as_writable_bytes(dst));
+  };
+}
+
+std::size_t reader_buffer_bytes(const core::RandomAccessInput& file) {
+  return file.fetches() ? kFetchedInputBytes : kInputBytes;
+}
+
+std::optional<BlockCandidate> find_chunk_start(const core::RandomAccessInput& file,
+                                               std::size_t chunk, std::size_t chunk_size) {
+  const std::uint64_t from = std::uint64_t{chunk} * chunk_size;
+  const std::uint64_t search = std::min<std::uint64_t>(chunk_size, kMaxSearch);
+  const std::uint64_t end = std::min(file.size(), from + search + kTrialMargin);
+  if (from >= end) return std::nullopt;
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(end - from));
+  data.resize(file.read_at(from, std::as_writable_bytes(std::span(data))));
+  return find_block_start(data, from, from * 8, (from + search) * 8);
+}
+
+RunEnd run_blocks(const core::RandomAccessInput& file, BitReader& reader,
+                  DeflateDecoder<std::uint8_t>& dec, std::uint64_t bit,
+                  std::span<const std::uint8_t> window, std::size_t chunk, std::size_t chunk_count,
+                  const TargetFn& target, RunOutput& out) {
+  // The decoder's buffer: the 32 KiB of history, then up to 2 x kFlush of output; output is
+  // handed on at every block end (block_start() needs it written) and whenever kFlush is waiting.
+  constexpr std::size_t kFlush = std::size_t{1} << 20;
+  for (;;) {
+    dec.start_with_window(bit, window);
+    std::size_t emitted = dec.window_size();
+    const auto emit = [&] {
+      out.write(std::span<const std::uint8_t>(dec.data() + emitted, dec.size() - emitted));
+      if (dec.size() > kWindowSize + kFlush) dec.discard_front(kWindowSize);
+      emitted = dec.size();
+    };
+    std::uint64_t end_bit = 0;
+    for (;;) {
+      const DecodeStatus s = dec.decode(dec.size() + kFlush);
+      if (s == DecodeStatus::error) {
+        if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
+        throw Error(ErrorCode::corrupt, file.path(), "deflate data",
+                    "bit " + std::to_string(dec.error_bit() % 8) + ": " + dec.error_message(),
+                    dec.error_bit() / 8);
+      }
+      if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
+      if (s == DecodeStatus::output_full) {
+        emit();
+        if (out.done()) return RunEnd{chunk_count, 0};
+        continue;
+      }
+      emit();
+      if (out.done()) return RunEnd{chunk_count, 0};
+      const std::uint64_t at = reader.position();
+      if (dec.block_final()) {
+        end_bit = at;
+        break;
+      }
+      if (lands_on(target, chunk, chunk_count, at)) return RunEnd{chunk, at};
+      out.block_start(at);
+    }
+    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
+    if (!next) return RunEnd{chunk_count, file.size() * 8};
+    bit = *next;
+    window = {};
+    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
+    out.block_start(bit);
+  }
+}
+
 #if VOXPIPE_HAVE_ISAL
 
 RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
@@ -299,52 +376,9 @@ RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
 RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out) {
-  // Output is handed on every kFlush bytes; the last 32 KiB stay for back-references.
-  constexpr std::size_t kFlush = std::size_t{1} << 20;
-  BitReader reader(
-      [&file](std::uint64_t offset, std::span<std::uint8_t> dst) {
-        return file.read_at(offset, std::as_writable_bytes(dst));
-      },
-      file.size());
+  BitReader reader(file_fetch(file), file.size(), reader_buffer_bytes(file));
   DeflateDecoder<std::uint8_t> dec(reader);
-  for (;;) {
-    dec.start_with_window(bit, window);
-    std::size_t emitted = dec.window_size();
-    auto emit = [&] {
-      out.write(std::span<const std::uint8_t>(dec.data() + emitted, dec.size() - emitted));
-      dec.discard_front(32768);
-      emitted = dec.size();
-    };
-    std::uint64_t end_bit = 0;
-    for (;;) {
-      const DecodeStatus s = dec.decode(dec.size() + kFlush);
-      if (s == DecodeStatus::error) {
-        if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
-        throw Error(ErrorCode::corrupt, file.path(), "deflate data",
-                    "bit " + std::to_string(dec.error_bit() % 8) + ": " + dec.error_message(),
-                    dec.error_bit() / 8);
-      }
-      if (reader.overrun()) truncated(file, "deflate data", "more compressed data", file.size());
-      if (s == DecodeStatus::output_full || dec.size() - emitted >= kFlush) emit();
-      if (out.done()) return RunEnd{chunk_count, 0};
-      if (s == DecodeStatus::output_full) continue;
-      const std::uint64_t at = reader.position();
-      if (dec.block_final()) {
-        emit();
-        end_bit = at;
-        break;
-      }
-      if (lands_on(target, chunk, chunk_count, at)) {
-        emit();
-        return RunEnd{chunk, at};
-      }
-    }
-    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
-    if (!next) return RunEnd{chunk_count, file.size() * 8};
-    bit = *next;
-    window = {};
-    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
-  }
+  return run_blocks(file, reader, dec, bit, window, chunk, chunk_count, target, out);
 }
 
 #endif

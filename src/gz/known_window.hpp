@@ -1,7 +1,9 @@
 // The known-window half of the parallel engine: gzip member framing (header, trailer, padding)
 // and a run that inflates from a block start with a known window until it ends a block exactly
-// at one of the chunk start candidates, following members to the end of the file.
-// Internal to inflate_parallel; the functions throw voxpipe::Error naming the file and byte.
+// at one of the chunk start candidates, following members to the end of the file (and one that
+// also reports every block boundary, for the seek index's one-pass build), and the chunks' start
+// candidates. Internal to inflate_parallel and the seek index; the functions throw
+// voxpipe::Error naming the file and byte.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 
 #include "core/file.hpp"
 #include "gz/block_finder.hpp"
+#include "gz/deflate_decoder.hpp"
 
 namespace voxpipe::gz::inflate_detail {
 
@@ -30,6 +33,10 @@ class RunOutput {
   virtual void member_end(std::uint32_t crc, std::uint32_t isize, std::uint64_t trailer_byte) = 0;
   // A new member's first block begins at bit `bit`; output after this has an empty window.
   virtual void member_start(std::uint64_t bit) = 0;
+  // A deflate block begins at bit `bit`, inside the run (neither its first block nor where it
+  // stops), every byte before it written: told by run_blocks only, for each block that is not
+  // after its member's final one (each member's first block included, after member_start).
+  virtual void block_start(std::uint64_t /*bit*/) {}
   // True once the output wants nothing more: the run then returns (inflate_range's runs stop
   // at the end of their range).
   virtual bool done() const { return false; }
@@ -68,6 +75,25 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
 RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
                         std::span<const std::uint8_t> window, std::size_t chunk,
                         std::size_t chunk_count, const TargetFn& target, RunOutput& out);
+
+// As run_known_window, but with our own decoder whatever the build (ISA-L does not stop at block
+// boundaries), telling out.block_start() of every block that begins inside the run. `reader` and
+// `dec` (over `reader`, on `file`) are the caller's, kept across runs so that their buffers stay
+// warm; the run starts `dec` itself.
+RunEnd run_blocks(const core::RandomAccessInput& file, BitReader& reader,
+                  DeflateDecoder<std::uint8_t>& dec, std::uint64_t bit,
+                  std::span<const std::uint8_t> window, std::size_t chunk, std::size_t chunk_count,
+                  const TargetFn& target, RunOutput& out);
+
+// The bytes of `file` for a BitReader, and the size of its buffer (as the runs read: smaller for
+// stored bytes that cost a request per read).
+ByteFetch file_fetch(const core::RandomAccessInput& file);
+std::size_t reader_buffer_bytes(const core::RandomAccessInput& file);
+
+// The start candidate of chunk `chunk` (of `chunk_size` compressed bytes) of `file`: the first
+// block start find_block_start finds in the chunk's first MiB, or nullopt.
+std::optional<BlockCandidate> find_chunk_start(const core::RandomAccessInput& file,
+                                               std::size_t chunk, std::size_t chunk_size);
 
 // CRC32 (gzip's), continued from `crc`.
 std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n);
