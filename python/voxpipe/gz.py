@@ -44,10 +44,10 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     user cache directory (``$VOXPIPE_CACHE_DIR``, ``$XDG_CACHE_HOME/voxpipe`` or
     ``~/.cache/voxpipe``) with ``cache=True``. ``vp.load`` finds either automatically.
 
-    ``exact=True`` places every point exactly: spans of the file are inflated on ``threads``
-    threads (0: all cores) and the points placed in stream order, as one front-to-back pass
-    would place them (this parallel form inflates the data twice; for an object read over the
-    network with fewer than 3 threads, the one front-to-back pass itself is faster and is used).
+    ``exact=True`` places every point exactly: chunks of the file are inflated on ``threads``
+    threads (0: all cores), in one pass, and the points placed in stream order, as one
+    front-to-back pass would place them (an object read over the network with fewer than 3
+    threads takes the front-to-back pass itself).
     ``exact=False`` takes the index from a parallel inflate on ``threads`` threads (0: all
     cores), at almost no cost over the inflate itself: points fall where the parallel chunks
     start (about every 8 MiB of compressed data), not at volume starts.
@@ -57,12 +57,10 @@ def build_index(path: StrPath, *, spacing: int = 4 * 2**20, output: StrPath | No
     back, as ``vp.load(url).get_fdata()`` reads it (8 MiB ranged GETs, up to 8 in flight and at
     most 64 MiB ahead of the decoders, decoded as they arrive; about the time of that whole
     read), every request pinned to the ETag read first, so an object replaced during the build
-    fails it (``VoxpipeIOError``, no index written). With ``exact=True`` and 3 threads or more,
-    an object larger than the read cache (256 MiB) is read twice (the span starts, then the
-    spans); otherwise it is read once. The index goes next to it as the object URL + ``.gzidx`` (one PUT;
-    ``index_path`` is then that URL), or only to the local cache with ``cache=True`` (keyed by
-    the URL and the object's ETag), or to the local file ``output``. ``vp.load(url)`` finds the
-    first two.
+    fails it (``VoxpipeIOError``, no index written). The index goes next to it as the object
+    URL + ``.gzidx`` (one PUT; ``index_path`` is then that URL), or only to the local cache with
+    ``cache=True`` (keyed by the URL and the object's ETag), or to the local file ``output``.
+    ``vp.load(url)`` finds the first two.
 
     Returns a dict: index_path, compressed_size, uncompressed_size, points, index_bytes.
 

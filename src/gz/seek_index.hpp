@@ -145,42 +145,52 @@ void write_gzidx_file(const std::string& path, const SeekIndex& index,
 // Memory: one input buffer, one output buffer and two 32 KiB windows plus the points.
 //
 // With options.threads >= 2 the same index (the same points and windows, so the same GZIDX
-// bytes) is built in parallel. Span starts: for members that announce their sizes ('VP', BGZF)
-// the member starts, from the headers; otherwise the points of a parallel inflate
-// (inflate_parallel: block starts with their windows at chunk starts and member starts).
-// Neighbours closer than half a chunk share a span. The spans are inflated on the threads (zlib,
-// Z_BLOCK, each from its start with its window, as zran.c resumes) to list every block boundary
-// and the CRC32s of their output per member; in stream order the CRC32s are chained against
-// every member's trailer (MemberChecker) and the point rule above runs over the boundaries,
-// which makes the points the sequential ones (the rule depends on the last point placed, so no
-// span can place its own). A span keeps its output (in buffers recycled from span to span)
-// until the spans before it are placed, so that its points' windows are cut from it, within a
-// budget; the windows of points in spans past the budget are decoded again (ISA-L, in
-// parallel) once the points are known. A file of fewer than four chunks (or two spans) is built
-// sequentially: too few spans to gain. When the parallel build meets bad data it builds
-// sequentially instead, so a bad file fails with the sequential build's error (code, field,
-// offset and message). Memory: the budget plus an input and an output buffer per thread.
-// Cost: the parallel inflate (none for sized members) plus zlib's inflate shared out; on 2
-// cores bold_4d.nii.gz (171 MB, gzip -6, 21 spans) 0.98 s against 1.22 s sequentially (1.9
-// CPU-s against 1.2), a 12 MB T1 volume (two spans) no faster, hence the four chunks.
+// bytes) is built in parallel, in one of two ways. Members that announce their sizes ('VP',
+// BGZF): spans start at member starts (from the headers), neighbours closer than half a chunk
+// sharing a span; the spans are inflated on the threads (zlib, Z_BLOCK) to list every block
+// boundary and the CRC32s of their output per member, and in stream order the CRC32s are chained
+// against every member's trailer (MemberChecker) and the point rule above runs over the
+// boundaries, which makes the points the sequential ones (the rule depends on the last point
+// placed, so no span can place its own). A span keeps its output (in buffers recycled from span
+// to span) until the spans before it are placed, so that its points' windows are cut from it,
+// within a budget; the windows of points in spans past the budget are decoded again (ISA-L, in
+// parallel) once the points are known. A file of fewer than four chunks is built sequentially.
+// Any other file of two chunks or more: the one-pass build (seek_index_onepass.cpp). Each chunk
+// is decoded ahead from a block start found in it (as inflate_parallel does: our decoder, in
+// marker mode until the chunk's window is known not to matter, then plain), recording every
+// block boundary; in stream order a chunk is accepted when its predecessor ends a block exactly
+// where it starts (else it is decoded again from there, with the window known), its markers are
+// resolved from the predecessor's last 32 KiB, its CRC32s chained, and its boundaries placed by
+// the point rule with their windows cut from its output. One inflate of the data, shared out.
+// When a parallel build meets bad data it builds sequentially instead, so a bad file fails with
+// the sequential build's error (code, field, offset and message). Memory: for sized members the
+// budget plus an input and an output buffer per thread; for the one-pass build at most
+// 2 x threads chunks in flight, each capped at 16 x chunk_size of output (a chunk that inflates
+// to more is decoded from the frontier, streaming), in 4 MiB pieces recycled through the
+// process's buffer pool. Cost on 2 cores: see docs/gzip.md.
 struct ExactBuildOptions {
   unsigned threads = 1;            // 0 is taken as 1
-  std::size_t chunk_size = 0;      // of the parallel inflate; 0: its default (8 MiB)
-  std::uint64_t keep_budget = 0;   // bytes of span output kept; 0: max(256 MiB, 48 MiB x threads)
+  std::size_t chunk_size = 0;      // compressed bytes per chunk; 0: inflate_parallel's (8 MiB)
+  // Bytes of sized members' span output kept; 0: max(256 MiB, 48 MiB x threads).
+  std::uint64_t keep_budget = 0;
   // When set, told how far the build is: `done` of `total` (the file size). The sequential build
-  // reports the compressed bytes it has read; the parallel one the bytes its first pass (the
-  // parallel inflate that finds the span starts; none for sized members) has read as the first
-  // 40% (its share of the time), then the compressed end of the last span placed as the rest
-  // (the windows decoded again, if any, are not counted). Called one call at a time from the
+  // reports the compressed bytes it has read; the parallel ones the compressed end of what they
+  // have placed (the last span or chunk, or block boundary of a chunk decoded at the frontier;
+  // the windows decoded again, if any, are not counted). Called one call at a time from the
   // building threads, `done` increasing (also across a fall back to the sequential build), and
   // (total, total) last, only once the index is complete. An exception it throws stops the
   // build and is rethrown.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  // For tests: the one-pass build decodes every chunk ahead before the frontier reaches it (on
+  // whichever thread is free, the frontier's own included), so that chunks are accepted however
+  // the threads are scheduled, rather than decoded at the frontier when it gets there first.
+  bool decode_ahead_first = false;
   // When set, told how the index was built (for tests and benchmarks).
   struct Stats {
     bool parallel = false;            // false: sequentially
-    std::size_t spans = 0;            // decoded in parallel
+    std::size_t spans = 0;            // decoded in parallel (spans, or chunks and frontier runs)
     std::size_t redecoded_windows = 0;  // windows decoded again (spans past the budget)
+    std::size_t accepted = 0;         // one-pass build: chunks decoded ahead and accepted
   }* stats = nullptr;
 };
 SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t spacing,

@@ -1,6 +1,7 @@
 // Building a seek index by zlib inflate (Z_BLOCK reports every block boundary; ISA-L has no such
-// stop), front to back or in spans between the points of a parallel inflate. The zran.c method:
-// madler/zlib examples/zran.c, and indexed_gzip's zran.c.
+// stop), front to back, or in spans between the member starts of a file whose members announce
+// their sizes; other files are built in parallel in one pass (seek_index_onepass.cpp). The zran.c
+// method: madler/zlib examples/zran.c, and indexed_gzip's zran.c.
 #include <zlib.h>
 
 #include <algorithm>
@@ -26,69 +27,17 @@ namespace voxpipe::gz {
 namespace {
 
 using index_detail::at_member_start;
+using index_detail::BuildProgress;
 using index_detail::decode_from;
 using index_detail::kOutputChunk;
+using index_detail::PendingWindow;
+using index_detail::PointPicker;
+using index_detail::SpanMismatch;
 
 // The index build reads its input in pieces of this size: large enough that pread costs nothing
 // next to zlib's inflate (~300 MB/s). Ranges decode through the known-window run, which reads
 // its own pieces (256 KiB; known_window.cpp).
 constexpr std::size_t kInputChunk = std::size_t{128} << 10;
-
-// The parallel build's first pass (the parallel inflate that finds the span starts) counts for
-// this share of its progress, the spans for the rest: its share of the build's time at 2 threads
-// on 2 cores (median of interleaved runs), 0.40 on bold_4d.nii.gz (171 MB, gzip -6; 0.36 s of
-// 0.91 s) and 0.43 on its nibabel level-1 copy.
-constexpr double kFirstPassShare = 0.4;
-
-// ExactBuildOptions::progress for one build_seek_index call: `done` increasing across the builds
-// it may run (a parallel build that falls back to the sequential one starts again from the
-// front), held below the total until the index is complete.
-class BuildProgress {
- public:
-  BuildProgress(const std::function<void(std::uint64_t, std::uint64_t)>& report,
-                std::uint64_t total)
-      : report_(report), total_(total) {}
-
-  bool wanted() const { return static_cast<bool>(report_); }
-
-  // `done` bytes of the total; told only when it passes the last report. Once the callback has
-  // thrown (the build is stopping with its exception), never again.
-  void at(std::uint64_t done) {
-    if (!report_) return;
-    std::lock_guard lock(mutex_);
-    done = std::min(done, total_ - 1);  // total_ >= 2: the file starts with the gzip magic
-    if (threw_ || done <= last_) return;
-    call(done);
-  }
-
-  // The index is complete.
-  void complete() {
-    if (!report_) return;
-    std::lock_guard lock(mutex_);
-    if (!threw_) call(total_);
-  }
-
-  // Whether an exception left the callback: the build stops with it rather than trying the
-  // sequential build.
-  bool threw() const {
-    std::lock_guard lock(mutex_);
-    return threw_;
-  }
-
- private:
-  void call(std::uint64_t done) {
-    last_ = done;
-    threw_ = true;
-    report_(done, total_);
-    threw_ = false;
-  }
-
-  const std::function<void(std::uint64_t, std::uint64_t)>& report_;
-  const std::uint64_t total_;
-  mutable std::mutex mutex_;
-  std::uint64_t last_ = 0;
-  bool threw_ = false;
-};
 
 // Compressed input read from the file in pieces, fed to a z_stream.
 class Input {
@@ -184,99 +133,6 @@ bool skip_to_member(Input& in, z_stream& z, const std::string& path) {
               "expected more compressed data, but the file ends inside a gzip member", at);
 }
 
-// A point whose window is not at hand when it is placed (the parallel build decodes it later):
-// index.points[point] needs the `length` bytes of output before it.
-struct PendingWindow {
-  std::size_t point = 0;
-  std::uint32_t length = 0;
-};
-
-// The state of the index while it is built: which boundary to turn into a point. The rule
-// depends on the points before (spacing counts from the last one), so boundaries must come in
-// stream order; the parallel build feeds them in that order after decoding spans out of order.
-class PointPicker {
- public:
-  PointPicker(SeekIndex& index, std::uint64_t spacing, std::span<const std::uint64_t> wanted)
-      : index_(index), spacing_(spacing), wanted_(wanted) {}
-
-  // A deflate block starts at `bit` with `u` bytes of output before it, `window` the last
-  // min(32 KiB, output of this member) of them.
-  void boundary(std::uint64_t bit, std::uint64_t u, std::span<const std::uint8_t> window) {
-    boundary(bit, u, static_cast<std::uint32_t>(window.size()), &window);
-  }
-
-  // The same with the window's length only; `window` null: its bytes are not at hand, and a
-  // point placed here is listed in pending() with an empty window.
-  void boundary(std::uint64_t bit, std::uint64_t u, std::uint32_t window_length,
-                const std::span<const std::uint8_t>* window) {
-    // The wanted offsets before this boundary: the previous boundary is the last at or before
-    // each of them.
-    bool any_before = false;
-    while (next_ < wanted_.size() && wanted_[next_] < u) {
-      any_before = true;
-      ++next_;
-    }
-    if (any_before) emit_candidate();
-    const bool member_start = window_length == 0;
-    bool here = member_start || index_.points.empty() ||
-                (spacing_ != 0 && u - index_.points.back().uncompressed >= spacing_);
-    while (next_ < wanted_.size() && wanted_[next_] == u) {
-      here = true;
-      ++next_;
-    }
-    if (here) {
-      push(SeekPoint{bit, u, window ? std::vector<std::uint8_t>(window->begin(), window->end())
-                                    : std::vector<std::uint8_t>{}},
-           window_length, window != nullptr);
-      candidate_valid_ = false;
-    } else if (next_ < wanted_.size()) {
-      // Keep it in case the next wanted offset comes before the next boundary.
-      candidate_.compressed_bit = bit;
-      candidate_.uncompressed = u;
-      if (window)
-        candidate_.window.assign(window->begin(), window->end());
-      else
-        candidate_.window.clear();
-      candidate_length_ = window_length;
-      candidate_has_window_ = window != nullptr;
-      candidate_valid_ = true;
-    }
-  }
-
-  // The points placed without their window's bytes, in point order.
-  const std::vector<PendingWindow>& pending() const { return pending_; }
-
-  // The end of the data: wanted offsets before it fall in the last block.
-  void finish(std::uint64_t total) {
-    if (next_ < wanted_.size() && wanted_[next_] < total) emit_candidate();
-  }
-
- private:
-  void emit_candidate() {
-    if (!candidate_valid_) return;
-    candidate_valid_ = false;
-    if (candidate_.uncompressed == index_.points.back().uncompressed) return;  // no gain
-    push(std::move(candidate_), candidate_length_, candidate_has_window_);
-    candidate_ = SeekPoint{};
-  }
-
-  void push(SeekPoint p, std::uint32_t window_length, bool has_window) {
-    if (window_length != 0 && !has_window)
-      pending_.push_back({index_.points.size(), window_length});
-    index_.points.push_back(std::move(p));
-  }
-
-  SeekIndex& index_;
-  std::uint64_t spacing_;
-  std::span<const std::uint64_t> wanted_;
-  std::size_t next_ = 0;
-  SeekPoint candidate_;
-  std::uint32_t candidate_length_ = 0;
-  bool candidate_has_window_ = false;
-  bool candidate_valid_ = false;
-  std::vector<PendingWindow> pending_;
-};
-
 // The index by one inflate front to back.
 SeekIndex build_sequential(const core::RandomAccessInput& input, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted, BuildProgress& progress) {
@@ -349,7 +205,7 @@ SeekIndex build_sequential(const core::RandomAccessInput& input, std::uint64_t s
   return index;
 }
 
-// --- The parallel exact build -------------------------------------------------------------------
+// --- The parallel exact build of sized members ---------------------------------------------------
 
 // A block boundary a span's decode saw: the block's first bit, the output before it, and the
 // length of its window (min(32 KiB, output of its member before it); 0 at a member's start).
@@ -359,7 +215,7 @@ struct Boundary {
   std::uint32_t window_length = 0;
 };
 
-// A stretch of the stream between two points of the parallel inflate, decoded by one task.
+// A stretch of the stream between two member starts, decoded by one task.
 struct Span {
   const SeekPoint* start = nullptr;
   std::uint64_t end_bit = UINT64_MAX;  // where the next span starts; UINT64_MAX: at the end
@@ -375,11 +231,6 @@ struct Span {
   bool keep = false;
   bool done = false;
 };
-
-// What the parallel build saw that the sequential one would not: the data is not what the
-// parallel inflate's points promised. Never expected of a file the inflate accepted; the caller
-// builds sequentially instead.
-struct SpanMismatch {};
 
 // finish_member's report of a member's trailer: the span's segment of that member ends.
 class TrailerOutput final : public inflate_detail::RunOutput {
@@ -422,7 +273,7 @@ void decode_span(const core::RandomAccessInput& file, Span& span) {
   std::uint64_t bit = sp.compressed_bit;
   std::uint64_t produced = 0;  // output of the span so far
   // Output of the current member before `bit`, saturated at the window size: the start's window
-  // is min(32 KiB, member output) (the parallel inflate's windows do not reach across members).
+  // is min(32 KiB, member output) (none: spans start at member starts).
   std::uint64_t member_out = lead;
   std::span<const std::uint8_t> dict = sp.window;
   std::uint32_t crc = 0;          // of the member's output in this span
@@ -559,55 +410,35 @@ class WindowCapture {
   std::size_t next_ = 0;
 };
 
-// The parallel build; nullopt when the stream has too few points to split (then the sequential
-// build is as fast). Throws SpanMismatch, or the parallel inflate's errors on bad data.
-std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std::uint64_t spacing,
-                                        std::span<const std::uint64_t> wanted,
-                                        const ExactBuildOptions& opts, BuildProgress& progress) {
+// The parallel build of a file whose members announce their sizes ('VP', BGZF: a member table):
+// spans start at members half a chunk or more apart, found from the headers alone, with no pass
+// over the data first. nullopt when the file has no such table or too few spans (then the
+// one-pass build or the sequential one). Throws SpanMismatch, or Error on bad data.
+std::optional<SeekIndex> build_from_members(const core::RandomAccessInput& file,
+                                            std::uint64_t spacing,
+                                            std::span<const std::uint64_t> wanted,
+                                            const ExactBuildOptions& opts,
+                                            BuildProgress& progress) {
   const unsigned threads = opts.threads;
   SeekIndex fast;
-  ParallelInflateOptions options;
-  options.threads = threads;
-  if (opts.chunk_size) options.chunk_size = opts.chunk_size;
+  const std::size_t chunk_size =
+      opts.chunk_size ? opts.chunk_size : ParallelInflateOptions{}.chunk_size;
   // Fewer than four chunks make at most three spans: the largest then takes about as long as
-  // the sequential build after the parallel inflate (measured on 2 cores: a 12 MB T1 volume,
-  // two spans, 0.093 s against 0.086 s sequentially).
-  if (file.size() < 4 * std::uint64_t{options.chunk_size}) return std::nullopt;
-  std::uint64_t total = 0;
-  // The progress at the end of the first pass: none when the members' sizes give the spans.
-  std::uint64_t first_pass = 0;
-  bool members_given = false;  // no first pass: the caller's read-ahead is still under way
-  if (const std::optional<std::vector<Member>> members = read_member_table(file);
-      members && members->size() >= 2) {
-    members_given = true;
-    // Members that announce their sizes ('VP', BGZF): spans start at members half a chunk or
-    // more apart, found from the headers alone.
-    std::uint64_t last = 0;
-    for (std::size_t k = 0; k < members->size(); ++k) {
-      const Member& m = (*members)[k];
-      if (k == 0 || m.offset - last >= options.chunk_size / 2) {
-        last = m.offset;
-        fast.points.push_back(
-            SeekPoint{inflate_detail::read_gzip_header(file, m.offset, k == 0) * 8,
-                      m.uncompressed_offset, {}});
-      }
+  // the sequential build.
+  if (file.size() < 4 * std::uint64_t{chunk_size}) return std::nullopt;
+  const std::optional<std::vector<Member>> members = read_member_table(file);
+  if (!members || members->size() < 2) return std::nullopt;
+  std::uint64_t last = 0;
+  for (std::size_t k = 0; k < members->size(); ++k) {
+    const Member& m = (*members)[k];
+    if (k == 0 || m.offset - last >= chunk_size / 2) {
+      last = m.offset;
+      fast.points.push_back(SeekPoint{
+          inflate_detail::read_gzip_header(file, m.offset, k == 0) * 8, m.uncompressed_offset, {}});
     }
-    total = members->back().uncompressed_offset + members->back().uncompressed_size;
-  } else {
-    // Span starts: the parallel inflate's points (block starts with their windows, at chunk
-    // starts and member starts).
-    options.seek_points = &fast.points;
-    first_pass = static_cast<std::uint64_t>(static_cast<double>(file.size()) * kFirstPassShare);
-    std::optional<index_detail::ReadProgressInput> reporting;
-    if (progress.wanted())
-      reporting.emplace(file, [&](std::uint64_t furthest) {
-        progress.at(static_cast<std::uint64_t>(static_cast<double>(furthest) * kFirstPassShare));
-      });
-    const core::RandomAccessInput& first_input =
-        reporting ? static_cast<const core::RandomAccessInput&>(*reporting) : file;
-    total = inflate_parallel(first_input, [](std::uint64_t, std::span<const std::byte>) {},
-                             options);
   }
+  const std::uint64_t total =
+      members->back().uncompressed_offset + members->back().uncompressed_size;
   fast.compressed_size = file.size();
   fast.uncompressed_size = total;
   const auto& fp = fast.points;
@@ -615,7 +446,7 @@ std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std
   // Consecutive points closer than half a chunk (small members: BGZF, voxpipe's own) share a
   // span, so that a span is worth a task.
   std::vector<Span> spans;
-  const std::uint64_t min_span_bits = std::uint64_t{options.chunk_size} * 4;
+  const std::uint64_t min_span_bits = std::uint64_t{chunk_size} * 4;
   for (std::size_t k = 0; k < fp.size(); ++k) {
     if (fp[k].window.size() > kWindowSize || fp[k].uncompressed > total) return std::nullopt;
     if (!spans.empty()) {
@@ -656,13 +487,9 @@ std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std
   // Every member's CRC32 and ISIZE, from the spans' segments in stream order (the first span
   // starts at the first member's start).
   inflate_detail::MemberChecker checker(file.path(), true);
-  // The progress once the spans before `s` and `s` are placed: the rest after the first pass, in
-  // proportion to the compressed end of `s`.
+  // The progress once the spans before `s` and `s` are placed: the compressed end of `s`.
   const auto placed_progress = [&](const Span& s) {
-    const std::uint64_t end = s.end_bit == UINT64_MAX ? file.size() : s.end_bit / 8;
-    return first_pass + static_cast<std::uint64_t>(static_cast<double>(end) *
-                                                   static_cast<double>(file.size() - first_pass) /
-                                                   static_cast<double>(file.size()));
+    return s.end_bit == UINT64_MAX ? file.size() : s.end_bit / 8;
   };
   // Places the boundaries of the finished spans in stream order (under `mutex`).
   const auto place_ready = [&] {
@@ -687,13 +514,6 @@ std::optional<SeekIndex> build_parallel(const core::RandomAccessInput& file, std
     }
     if (next_place > placed_before) progress.at(placed_progress(spans[next_place - 1]));
   };
-  // An object read by ranges is read ahead again for the spans: a no-op when the first pass
-  // left it all in the cache, else its parts are fetched again in large requests, within the
-  // read-ahead window, while the spans decode (core/range_input.hpp).
-  if (file.fetches() && !members_given) {
-    const ByteRange whole{0, file.size()};
-    file.read_ahead(std::span(&whole, 1));
-  }
   core::parallel_for(spans.size(), threads, [&](std::size_t i) {
     Span& s = spans[i];
     const std::uint64_t need = s.start->window.size() + (s.end_u - s.start->uncompressed);
@@ -797,17 +617,19 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
   }
   if (options.stats) *options.stats = {};
   BuildProgress progress(options.progress, file.size());
-  // The parallel build inflates the data twice (the span starts, then the spans); the sequential
-  // one once, on one thread. Over a network the fetches take CPU too (the client receiving and
-  // copying the bodies, TLS), and with two threads the parallel build's second pass costs more
-  // than its split saves: measured on 2 cores against a local S3 server (bench_remote.py case 5,
-  // a 171 MB .nii.gz), parallel 2.4 s, sequential 1.6 s, a whole read of the object 1.1 s. From
-  // three threads the parallel build's share per thread is at most half the sequential pass.
+  // Over a network the fetches take CPU too (the client receiving and copying the bodies, TLS):
+  // with two threads the parallel build of an object cost more than it saved, measured on
+  // 2 cores against a local S3 server (bench_remote.py case 5, a 171 MB .nii.gz) when the
+  // parallel build still inflated the data twice: parallel 2.4 s, sequential 1.6 s, a whole read
+  // of the object 1.1 s. Objects keep the sequential build below three threads until the
+  // one-pass build is measured there.
   const unsigned min_parallel_threads = file.fetches() ? 3 : 2;
   if (options.threads >= min_parallel_threads) {
     try {
-      if (std::optional<SeekIndex> index =
-              build_parallel(file, spacing, wanted, options, progress)) {
+      std::optional<SeekIndex> index =
+          build_from_members(file, spacing, wanted, options, progress);
+      if (!index) index = index_detail::build_one_pass(file, spacing, wanted, options, progress);
+      if (index) {
         progress.complete();
         return std::move(*index);
       }
