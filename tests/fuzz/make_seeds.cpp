@@ -1,11 +1,13 @@
 // Writes the seed corpora for the fuzz targets: small valid NIfTI headers and files of every
-// flavour, gzip streams with the features the reader handles, and small DICOM series (sets of
-// files joined by fuzz_dicom_series's separator).
+// flavour, gzip streams with the features the reader handles, small DICOM series (sets of
+// files joined by fuzz_dicom_series's separator), and raw deflate streams that refer into the
+// window fuzz_marker_decoder makes from their parameters.
 //   fuzz_make_seeds tests/fuzz/corpus
 // The output is committed; rerun after changing this file.
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "../cpp/dicom/series_writer.hpp"
+#include "marker_decoder_input.hpp"
 #include "voxpipe/nifti.hpp"
 
 namespace {
@@ -137,6 +140,112 @@ void dicom_series_seeds(const fs::path& dir) {
   }
 }
 
+// ---- Marker decoder (fuzz_marker_decoder) ----------------------------------------------------
+
+// An input whose body is zlib's stream of `data` after the window the parameters make (so that
+// the stream refers into it), compressed with the parameters' level, strategy and memLevel and
+// the given flushes, followed by the parameters.
+Bytes marker_seed(std::array<std::uint8_t, vpfuzz::marker::kParams> params, const Bytes& data,
+                  const std::vector<vpfuzz::marker::Flush>& flushes = {}) {
+  namespace mi = vpfuzz::marker;
+  mi::Input in;
+  std::copy(params.begin(), params.end(), in.p);
+  const Bytes window = mi::make_window(in);  // not made from the body (content kind 3 unused)
+  Bytes out = mi::compress(in, data, window, flushes);
+  out.insert(out.end(), params.begin(), params.end());
+  return out;
+}
+
+void marker_decoder_seeds(const fs::path& dir) {
+  namespace mi = vpfuzz::marker;
+  fs::create_directories(dir);
+  // Each under the 4096 bytes scripts/test.sh fuzzes with (-max_len), or its parameters are cut off.
+  // What the windows below hold, so that data can copy from them.
+  auto window_of = [](std::uint8_t p0, std::uint8_t p1, std::uint8_t p2) {
+    mi::Input in;
+    in.p[0] = p0, in.p[1] = p1, in.p[2] = p2;
+    return mi::make_window(in);
+  };
+  // Data that copies pieces of `window` (far and near), with text and a little noise between.
+  auto refers_into = [](const Bytes& window, std::size_t n, std::uint64_t seed) {
+    mi::Rng rng{seed};
+    Bytes d;
+    while (d.size() < n) {
+      const std::size_t len = 3 + rng.next() % 200;
+      const std::size_t at = window.empty() ? 0 : rng.next() % window.size();
+      for (std::size_t k = 0; k < len && !window.empty(); ++k) d.push_back(window[(at + k) % window.size()]);
+      for (int k = 0; k < 8; ++k) d.push_back(static_cast<std::uint8_t>("voxels, "[k]));
+      if (rng.next() % 4 == 0) d.push_back(static_cast<std::uint8_t>(rng.next()));
+    }
+    return d;
+  };
+  Bytes volume(5000);  // int16 noise around a smooth field, little-endian
+  {
+    mi::Rng rng{7};
+    for (std::size_t i = 0; i + 1 < volume.size(); i += 2) {
+      const int v = static_cast<int>(400 + (i / 2) % 97 * 3) + static_cast<int>(rng.next() % 17) - 8;
+      volume[i] = static_cast<std::uint8_t>(v), volume[i + 1] = static_cast<std::uint8_t>(v >> 8);
+    }
+  }
+  Bytes skewed(12000);
+  {
+    mi::Rng rng{9};
+    for (auto& b : skewed) b = mi::skewed_byte(rng);
+  }
+  const Bytes text_window = window_of(0x04, 0, 0);     // 32 KiB of text
+  const Bytes random_window = window_of(0x00, 1, 2);   // 32 KiB pseudo-random
+  const Bytes short_window = window_of(0x06, 100, 0);  // 101 bytes of text
+  // p: window, seed, seed, level + 10 * strategy, memLevel and options, bit and drives, seed, pick
+  save(dir / "level6_text_window", marker_seed({0x04, 0, 0, 6, 0x08, 0x08, 1, 3}, refers_into(text_window, 20000, 1)));
+  save(dir / "level1_random_window", marker_seed({0x00, 1, 2, 1, 0x08, 0x30, 2, 5}, refers_into(random_window, 9000, 2)));
+  save(dir / "level9_memlevel1_volume", marker_seed({0x01, 0, 0, 9, 0x09, 0x48, 3, 7}, volume));
+  save(dir / "short_window", marker_seed({0x06, 100, 0, 6, 0x38, 0x50, 4, 9}, refers_into(short_window, 5000, 3)));
+  save(dir / "fixed", marker_seed({0x04, 0, 0, 46, 0x00, 0x18, 5, 0}, refers_into(text_window, 8000, 4)));
+  save(dir / "rle_volume", marker_seed({0x01, 0, 0, 36, 0x00, 0x28, 6, 0}, volume));
+  save(dir / "huffman_only_skewed", marker_seed({0x09, 3, 4, 26, 0x06, 0x00, 7, 0}, skewed));
+  {
+    // Stored blocks, some of a few bytes, between sync and full flushes.
+    const Bytes d = refers_into(text_window, 3000, 5);
+    std::vector<mi::Flush> f;
+    for (std::size_t at : {1, 3, 6, 10, 700, 701, 2000})
+      f.push_back(mi::Flush{at, at % 2 ? Z_SYNC_FLUSH : Z_FULL_FLUSH});
+    save(dir / "stored_flushes", marker_seed({0x04, 0, 0, 0, 0x08, 0xe8, 8, 2}, d, f));
+  }
+  {
+    // A change of level and strategy mid-stream, and Z_BLOCK / partial flushes.
+    const Bytes d = refers_into(random_window, 8000, 6);
+    std::vector<mi::Flush> f = {{1500, Z_BLOCK}, {3000, -1, 1, Z_FIXED}, {4500, Z_PARTIAL_FLUSH},
+                                {6000, -1, 9, Z_DEFAULT_STRATEGY}, {7000, -1, 0, Z_DEFAULT_STRATEGY}};
+    save(dir / "params_changes", marker_seed({0x00, 1, 2, 6, 0x28, 0x88, 9, 4}, d, f));
+  }
+  {
+    // A fixed block whose match reaches 200 bytes back, after a window of 101: too far for zlib,
+    // a marker for an unknown byte in marker mode. Bits: final, fixed, literal 'a' (0x30 + 'a',
+    // 8 bits), length 3 (code 257: 7 bits 0000001), distance 200 (code 15: 01111 + 6 extra
+    // bits 200 - 193 = 7), end of block (7 zero bits).
+    Bytes b;
+    std::uint64_t acc = 0;
+    unsigned n = 0;
+    auto put = [&](std::uint32_t v, unsigned bits) {
+      acc |= std::uint64_t{v} << n, n += bits;
+      while (n >= 8) b.push_back(static_cast<std::uint8_t>(acc)), acc >>= 8, n -= 8;
+    };
+    auto code = [&](std::uint32_t c, unsigned len) {
+      for (unsigned i = len; i-- > 0;) put((c >> i) & 1, 1);
+    };
+    put(1, 1), put(1, 2);
+    code(0x30 + 'a', 8), code(1, 7), code(15, 5), put(7, 6), code(0, 7);
+    if (n) b.push_back(static_cast<std::uint8_t>(acc));
+    const std::uint8_t p[8] = {0x06, 100, 0, 6, 0x00, 0x60, 0, 0};
+    b.insert(b.end(), p, p + 8);
+    save(dir / "too_far_for_short_window", b);
+  }
+  // A program rather than a stream: copy 43 window bytes, 4 literals, a sync flush, a repeat
+  // from 16 back, 384 skewed bytes, new parameters (level 1, RLE), 256 random bytes, a run.
+  save(dir / "program", Bytes{0x45, 0x00, 0x10, 0x03, 'a', 'b', 'c', 'd', 0xc2, 0x6f, 0x10, 0x00, 0xe5,
+                              0xc5, 31, 0xa3, 0x84, 0x41, 0x04, 0, 0, 9, 0x38, 0x70, 10, 1});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -227,6 +336,7 @@ int main(int argc, char** argv) {
     save(g / "header_fields.gz", gzip(payload, 6, &head));
   }
   dicom_series_seeds(root / "fuzz_dicom_series");
+  marker_decoder_seeds(root / "fuzz_marker_decoder");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }
