@@ -126,7 +126,7 @@ stage_fuzz() {
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$SANITIZER_FLAGS" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="$SANITIZER_FLAGS" -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
-  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_gzidx fuzz_dicom fuzz_dicom_rle fuzz_dicom_jpeg_lossless fuzz_dicom_jpeg fuzz_dicom_jpegls fuzz_dicom_j2k fuzz_dicom_series fuzz_dicom_csa fuzz_transform fuzz_zarr_chunk fuzz_zarr_meta fuzz_range_input) pids=() t dict failed=0 inputs
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_marker_decoder fuzz_gzidx fuzz_dicom fuzz_dicom_rle fuzz_dicom_jpeg_lossless fuzz_dicom_jpeg fuzz_dicom_jpegls fuzz_dicom_j2k fuzz_dicom_series fuzz_dicom_csa fuzz_transform fuzz_zarr_chunk fuzz_zarr_meta fuzz_range_input) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
   # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each, each within
   # 5 s (some failed by taking seconds).
@@ -152,6 +152,7 @@ stage_fuzz() {
     [ "$t" = fuzz_zarr_chunk ] && dict=tests/fuzz/zarr_chunk.dict
     [ "$t" = fuzz_dicom_series ] && dict=tests/fuzz/dicom_series.dict
     [ "$t" = fuzz_dicom_csa ] && dict=tests/fuzz/dicom_csa.dict
+    [ "$t" = fuzz_marker_decoder ] && dict=tests/fuzz/deflate.dict
     mkdir -p "build/fuzz/work/$t"
     "build/fuzz/tests/$t" -max_total_time="$FUZZ_SECONDS" -max_len=4096 -timeout=10 \
       ${dict:+-dict="$dict"} -artifact_prefix="build/fuzz/artifacts/$t-" -print_final_stats=1 \
