@@ -77,8 +77,10 @@ void BitReader::copy_bytes(std::uint8_t* dst, std::size_t n) {
     consume(8);
     --n;
   }
-  // bits_ may still hold stale copies of the bytes about to be skipped; they must not be OR-ed
-  // into later refills.
+  if (n == 0) return;  // the copy ended inside the buffered bits: they stay for what follows
+  // The buffered bits are used up (bitcount_ is 0 after align_to_byte()), but bits_ may still
+  // hold stale copies of the bytes about to be skipped; they must not be OR-ed into later
+  // refills.
   bits_ = 0;
   while (n > 0) {
     if (pos_ == end_) load();
