@@ -135,14 +135,17 @@ void write_gzidx_file(const std::string& path, const SeekIndex& index,
 
 // --- Building an index (seek_index_build.cpp) --------------------------------------------------
 
-// Builds an index by inflating the whole file once (zlib, Z_BLOCK, as zran.c): a point at every
+// Builds an index by inflating the whole file once (our decoder, which stops at every deflate
+// block as zlib's Z_BLOCK does in zran.c, at about twice zlib's speed): a point at every
 // member's first block (empty window); a point at the last block boundary at or before each
 // offset in `wanted` (sorted ascending; offsets at or past the end are ignored); otherwise a
 // point at the first block boundary at least `spacing` bytes of output after the previous point
 // (spacing 0: no such points). Verifies every member's CRC32 and ISIZE. Zero bytes between
 // members are skipped, as Python's gzip does; other data there is Error(corrupt). Throws
 // Error(corrupt / truncated / format) naming the file and the compressed byte offset.
-// Memory: one input buffer, one output buffer and two 32 KiB windows plus the points.
+// Memory: an input buffer, the decoder's buffer (32 KiB and up to 2 MiB of output), an output
+// buffer and 32 KiB windows, plus the points. A file our decoder rejects is inflated again with
+// zlib (ExactBuildOptions::zlib_reference), whose error is thrown: the one a caller sees.
 //
 // With options.threads >= 2 the same index (the same points and windows, so the same GZIDX
 // bytes) is built in parallel, in one of two ways. Members that announce their sizes ('VP',
@@ -162,8 +165,8 @@ void write_gzidx_file(const std::string& path, const SeekIndex& index,
 // where it starts (else it is decoded again from there, with the window known), its markers are
 // resolved from the predecessor's last 32 KiB, its CRC32s chained, and its boundaries placed by
 // the point rule with their windows cut from its output. One inflate of the data, shared out.
-// When a parallel build meets bad data it builds sequentially instead, so a bad file fails with
-// the sequential build's error (code, field, offset and message). Memory: for sized members the
+// When a parallel build meets bad data zlib's build runs instead, so a bad file fails with the
+// error of the one-thread build (code, field, offset and message). Memory: for sized members the
 // budget plus an input and an output buffer per thread; for the one-pass build at most
 // 2 x threads chunks in flight, each capped at 16 x chunk_size of output (a chunk that inflates
 // to more is decoded from the frontier, streaming), in 4 MiB pieces recycled through the
@@ -185,6 +188,9 @@ struct ExactBuildOptions {
   // whichever thread is free, the frontier's own included), so that chunks are accepted however
   // the threads are scheduled, rather than decoded at the frontier when it gets there first.
   bool decode_ahead_first = false;
+  // For tests: the build with zlib's inflate front to back (Z_BLOCK), whatever the threads: the
+  // reference the other builds must equal byte for byte, and the build that reports bad data.
+  bool zlib_reference = false;
   // When set, told how the index was built (for tests and benchmarks).
   struct Stats {
     bool parallel = false;            // false: sequentially

@@ -1,7 +1,9 @@
 // Building a seek index by zlib inflate (Z_BLOCK reports every block boundary; ISA-L has no such
 // stop), front to back, or in spans between the member starts of a file whose members announce
-// their sizes; other files are built in parallel in one pass (seek_index_onepass.cpp). The zran.c
-// method: madler/zlib examples/zran.c, and indexed_gzip's zran.c.
+// their sizes; other files are built in parallel in one pass, and on one thread in one run of
+// our decoder (seek_index_onepass.cpp), with the zlib build front to back as the reference and
+// the reporter of bad data. The zran.c method: madler/zlib examples/zran.c, and indexed_gzip's
+// zran.c.
 #include <zlib.h>
 
 #include <algorithm>
@@ -133,7 +135,8 @@ bool skip_to_member(Input& in, z_stream& z, const std::string& path) {
               "expected more compressed data, but the file ends inside a gzip member", at);
 }
 
-// The index by one inflate front to back.
+// The index by one zlib inflate front to back: the reference the other builds equal, and the
+// build that reports what is wrong with bad data (zlib's messages, at the byte zlib stops).
 SeekIndex build_sequential(const core::RandomAccessInput& input, std::uint64_t spacing,
                            std::span<const std::uint64_t> wanted, BuildProgress& progress) {
   // Read front to back: the furthest byte read is the progress.
@@ -617,6 +620,11 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
   }
   if (options.stats) *options.stats = {};
   BuildProgress progress(options.progress, file.size());
+  if (options.zlib_reference) {
+    SeekIndex index = build_sequential(file, spacing, wanted, progress);
+    progress.complete();
+    return index;
+  }
   // Over a network the fetches take CPU too (the client receiving and copying the bodies, TLS):
   // with two threads the parallel build of an object cost more than it saved, measured on
   // 2 cores against a local S3 server (bench_remote.py case 5, a 171 MB .nii.gz) when the
@@ -624,25 +632,24 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
   // of the object 1.1 s. Objects keep the sequential build below three threads until the
   // one-pass build is measured there.
   const unsigned min_parallel_threads = file.fetches() ? 3 : 2;
-  if (options.threads >= min_parallel_threads) {
-    try {
-      std::optional<SeekIndex> index =
-          build_from_members(file, spacing, wanted, options, progress);
+  try {
+    std::optional<SeekIndex> index;
+    if (options.threads >= min_parallel_threads) {
+      index = build_from_members(file, spacing, wanted, options, progress);
       if (!index) index = index_detail::build_one_pass(file, spacing, wanted, options, progress);
-      if (index) {
-        progress.complete();
-        return std::move(*index);
-      }
-    } catch (const SpanMismatch&) {
-      // Below: the sequential build says what is wrong, or builds the index.
-    } catch (const Error& e) {
-      // Bad data: the sequential build fails with its own error (the one a caller of either
-      // build sees), naming the first bad byte as zlib finds it. An error from the progress
-      // callback stops the build.
-      if (progress.threw() || (e.code() != ErrorCode::corrupt &&
-                               e.code() != ErrorCode::truncated && e.code() != ErrorCode::format))
-        throw;
     }
+    if (!index) index = index_detail::build_in_order(file, spacing, wanted, options, progress);
+    progress.complete();
+    return std::move(*index);
+  } catch (const SpanMismatch&) {
+    // Below: zlib's build says what is wrong, or builds the index.
+  } catch (const Error& e) {
+    // Bad data: zlib's build fails with its own error (the one a caller sees whichever build
+    // ran), naming the first bad byte as zlib finds it. An error from the progress callback
+    // stops the build.
+    if (progress.threw() || (e.code() != ErrorCode::corrupt && e.code() != ErrorCode::truncated &&
+                             e.code() != ErrorCode::format))
+      throw;
   }
   SeekIndex index = build_sequential(file, spacing, wanted, progress);
   progress.complete();

@@ -227,4 +227,13 @@ std::optional<SeekIndex> build_one_pass(const core::RandomAccessInput& file, std
                                         std::span<const std::uint64_t> wanted,
                                         const ExactBuildOptions& options, BuildProgress& progress);
 
+// The same index on one thread (seek_index_onepass.cpp): one run of our decoder from the first
+// block to the end of the file, each block boundary placed as it passes, with its window from
+// the last 32 KiB of output (zlib's Z_BLOCK inflate, which the build used before, is about half
+// as fast). Throws voxpipe::Error on bad data (the caller then builds with zlib, which reports
+// its own error), SpanMismatch if the run stops short of the end.
+SeekIndex build_in_order(const core::RandomAccessInput& file, std::uint64_t spacing,
+                         std::span<const std::uint64_t> wanted, const ExactBuildOptions& options,
+                         BuildProgress& progress);
+
 }  // namespace voxpipe::gz::index_detail

@@ -240,6 +240,8 @@ class OnePassBuild {
                BuildProgress& progress);
   // nullopt when the file has fewer than two chunks.
   std::optional<SeekIndex> run();
+  // The same index on the calling thread alone: one run from the first block to the end.
+  SeekIndex run_in_order();
 
  private:
   enum Status { kUnclaimed, kInProgress, kDone, kTaken };
@@ -253,6 +255,7 @@ class OnePassBuild {
   class FrontierOutput;
 
   std::optional<BlockCandidate> start_of(std::size_t c);
+  SeekIndex finish_index();
   void worker();
   void resolve(Decoders& d);
   std::unique_ptr<Chunk> speculate(Decoders& d, std::size_t c);
@@ -401,17 +404,35 @@ std::optional<SeekIndex> OnePassBuild::run() {
   core::parallel_for(workers, workers, [this](std::size_t) { worker(); });
   if (error_) std::rethrow_exception(error_);
   if (!finished_ || f_chunk_ < n_) throw SpanMismatch{};
+  if (options_.stats) {
+    options_.stats->parallel = true;
+    options_.stats->spans = accepted_ + runs_;
+    options_.stats->accepted = accepted_;
+  }
+  return finish_index();
+}
+
+SeekIndex OnePassBuild::run_in_order() {
+  // One chunk: the run has no chunk start to stop at and goes through every member to the end.
+  n_ = 1;
+  f_bit_ = inflate_detail::read_gzip_header(file_, 0, true) * 8;
+  Decoders d(file_);
+  FrontierOutput out(*this);
+  out.block_start(f_bit_);
+  const RunEnd end =
+      inflate_detail::run_blocks(file_, d.reader, d.plain, f_bit_, {}, 1, n_, target_, out);
+  out.finish();
+  if (end.chunk != n_) throw SpanMismatch{};
+  return finish_index();
+}
+
+SeekIndex OnePassBuild::finish_index() {
   const std::uint64_t total = f_offset_;
   picker_.finish(total);
   // A block boundary at the very end (an empty last block) has nothing to inflate after it.
   while (!index_.points.empty() && index_.points.back().uncompressed == total)
     index_.points.pop_back();
   index_.uncompressed_size = total;
-  if (options_.stats) {
-    options_.stats->parallel = true;
-    options_.stats->spans = accepted_ + runs_;
-    options_.stats->accepted = accepted_;
-  }
   return std::move(index_);
 }
 
@@ -686,6 +707,13 @@ std::optional<SeekIndex> build_one_pass(const core::RandomAccessInput& file, std
                                         const ExactBuildOptions& options, BuildProgress& progress) {
   OnePassBuild build(file, spacing, wanted, options, progress);
   return build.run();
+}
+
+SeekIndex build_in_order(const core::RandomAccessInput& file, std::uint64_t spacing,
+                         std::span<const std::uint64_t> wanted, const ExactBuildOptions& options,
+                         BuildProgress& progress) {
+  OnePassBuild build(file, spacing, wanted, options, progress);
+  return build.run_in_order();
 }
 
 }  // namespace voxpipe::gz::index_detail
