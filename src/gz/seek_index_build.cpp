@@ -628,9 +628,12 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
   // Over a network the fetches take CPU too (the client receiving and copying the bodies, TLS):
   // with two threads the parallel build of an object cost more than it saved, measured on
   // 2 cores against a local S3 server (bench_remote.py case 5, a 171 MB .nii.gz) when the
-  // parallel build still inflated the data twice: parallel 2.4 s, sequential 1.6 s, a whole read
-  // of the object 1.1 s. Objects keep the sequential build below three threads until the
-  // one-pass build is measured there.
+  // parallel build still inflated the data twice: parallel 2.4 s, sequential (zlib) 1.6 s, a
+  // whole read of the object 1.1 s. With the one-pass build and the one-thread build on our
+  // decoder, the same case (medians of 5, interleaved, other work on the cores): one-pass on
+  // 2 threads 1.04 s, one thread 1.04 s, a whole read (get_fdata float32) 0.90 s; the one-pass
+  // build saves nothing there and costs a second core and 76 MiB more peak memory. Objects keep
+  // the one-thread build below three threads.
   const unsigned min_parallel_threads = file.fetches() ? 3 : 2;
   try {
     std::optional<SeekIndex> index;
