@@ -127,14 +127,18 @@ int run(int argc, char** argv) {
       const ParallelInflateStats& s = round.s;
       std::printf("round %u threads=%u %.3f s  spec %llu chunks %.1f MB (marker %.1f MB in %.3f s) "
                   "%.3f+%.3f s, %llu decoded in all (%.3f s); known %llu runs %llu chunks "
-                  "%.1f MB %.3f s\n",
+                  "%.1f MB %.3f s; decoders %llu made %llu reused, pieces %llu made %llu reused, "
+                  "%.1f MB trimmed\n",
                   r + 1, threads[t], round.wall,
                   static_cast<unsigned long long>(s.speculative_chunks), s.speculative_bytes / 1e6,
                   s.marker_bytes / 1e6, s.marker_seconds, s.speculate_seconds, s.finalize_seconds,
                   static_cast<unsigned long long>(s.speculated_chunks), s.speculated_seconds,
                   static_cast<unsigned long long>(s.known_runs),
                   static_cast<unsigned long long>(s.known_chunks), s.known_bytes / 1e6,
-                  s.known_seconds);
+                  s.known_seconds, static_cast<unsigned long long>(s.decoders_made),
+                  static_cast<unsigned long long>(s.decoders_reused),
+                  static_cast<unsigned long long>(s.pieces_made),
+                  static_cast<unsigned long long>(s.pieces_reused), s.trimmed_bytes / 1e6);
       std::fflush(stdout);
       results[t].push_back(round);
     }

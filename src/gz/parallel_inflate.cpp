@@ -1,5 +1,7 @@
 #include "gz/parallel_inflate.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,19 +53,130 @@ struct Event {
   std::uint64_t bit = 0;  // member start: first block
 };
 
-struct Piece {
+// Objects of one kind handed out to many threads and taken back for the next user, within one
+// inflate. Memory the kernel gives a process is zeroed on first touch, page by page: in a
+// 2-thread read of bold_4d.nii.gz (171 MB, gzip -6) to float32, 26.6% of all cycles were the
+// kernel clearing pages, the output array's (unavoidable) and those of the buffers every
+// speculative chunk allocated afresh (its 128 MB marker buffer, a fresh mapping each time, and
+// its 1 MiB pieces). Recycled buffers cost only their writes. At most `keep` idle objects are
+// kept (set_keep lowers it as the work left shrinks), and none that `retain` refuses; the rest
+// are freed.
+template <class T>
+class Recycler {
+ public:
+  struct Return {
+    Recycler* owner = nullptr;
+    void operator()(T* p) const { owner->put(p); }
+  };
+  // Goes back to its recycler when dropped; the recycler must outlive it.
+  using Lease = std::unique_ptr<T, Return>;
+
+  Recycler(std::size_t keep, std::function<std::unique_ptr<T>()> make,
+           std::function<bool(T&)> retain = {})
+      : keep_(keep), make_(std::move(make)), retain_(std::move(retain)) {}
+  Lease get() {
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        T* p = idle_.back().release();
+        idle_.pop_back();
+        ++reused_;
+        return Lease(p, Return{this});
+      }
+      ++made_;
+    }
+    return Lease(make_().release(), Return{this});
+  }
+  // Objects made afresh, and handed out again, so far.
+  std::uint64_t made() {
+    std::lock_guard lock(mu_);
+    return made_;
+  }
+  std::uint64_t reused() {
+    std::lock_guard lock(mu_);
+    return reused_;
+  }
+  void set_keep(std::size_t keep) {
+    std::vector<std::unique_ptr<T>> excess;  // freed after the lock is released
+    std::lock_guard lock(mu_);
+    keep_ = keep;
+    while (idle_.size() > keep_) {
+      excess.push_back(std::move(idle_.back()));
+      idle_.pop_back();
+    }
+  }
+
+ private:
+  void put(T* p) {
+    std::unique_ptr<T> owned(p);  // freed after the lock is released, unless kept
+    if (retain_ && !retain_(*p)) return;
+    std::lock_guard lock(mu_);
+    if (idle_.size() < keep_) idle_.push_back(std::move(owned));
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<T>> idle_;
+  std::uint64_t made_ = 0;
+  std::uint64_t reused_ = 0;
+  std::size_t keep_;
+  std::function<std::unique_ptr<T>()> make_;
+  std::function<bool(T&)> retain_;
+};
+
+struct Bytes {
+  explicit Bytes(std::size_t n) : data(new std::uint8_t[n]) {}
   std::unique_ptr<std::uint8_t[]> data;
+};
+using BytesLease = Recycler<Bytes>::Lease;
+
+// A speculative decoder with its reader: kept whole between chunks, its output buffer (window
+// and marker-mode output) stays mapped and is written again by the next chunk.
+struct MarkerDecoder {
+  MarkerDecoder(ByteFetch fetch, std::uint64_t stream_size)
+      : reader(std::move(fetch), stream_size), dec(reader) {}
+  // The chunk's marker phase is over and wrote dec.size() elements: pages that earlier chunks
+  // touched beyond them (more than `slack` bytes) go back to the kernel, so that a chunk waiting
+  // for its window holds what it uses, not the most any chunk used (level-1 fMRI chunks use
+  // 4-29 MB of 16-bit symbols, one after the other in any order). The buffer's content past
+  // size() is never read before it is written again. Returns the bytes given back.
+  std::size_t trim(std::size_t slack) {
+    const std::size_t used = dec.size();
+    static const std::size_t page = [] {
+      const long p = sysconf(_SC_PAGESIZE);
+      return p > 0 ? static_cast<std::size_t>(p) : std::size_t{4096};
+    }();
+    const auto from = reinterpret_cast<std::uintptr_t>(dec.data() + used);
+    const auto to = reinterpret_cast<std::uintptr_t>(dec.data() + touched);
+    if (touched > used && to - from > slack) {
+      const std::uintptr_t first = (from + page - 1) / page * page, last = to / page * page;
+      touched = used;
+      // Advice only: where it fails the pages stay, as they would in the pool.
+      if (last > first && madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) == 0)
+        return last - first;
+      return 0;
+    }
+    touched = std::max(touched, used);
+    return 0;
+  }
+  BitReader reader;
+  DeflateDecoder<std::uint16_t> dec;
+  std::size_t touched = 0;  // elements of dec's buffer written (and not trimmed) so far
+};
+
+struct Piece {
+  BytesLease bytes;
   std::size_t used = 0;
+  std::uint8_t* data() const { return bytes->data.get(); }
 };
 
 // What a speculative decode of one chunk produced.
 struct ChunkResult {
   bool ok = false;
   BlockCandidate start;
-  // First output, with markers for the unknown window: marked_buffer[32768, 32768 + marked).
-  std::unique_ptr<std::uint16_t[]> marked_buffer;
+  // First output, with markers for the unknown window: the decoder's buffer holds 32768
+  // markers, then these `marked` symbols.
+  Recycler<MarkerDecoder>::Lease marker;
   std::size_t marked = 0;
-  const std::uint16_t* marked_data() const { return marked_buffer.get() + 32768; }
+  const std::uint16_t* marked_data() const { return marker->dec.data() + 32768; }
   std::vector<Piece> pieces;          // the rest, plain bytes
   std::size_t piece_size = 0;
   std::uint64_t plain = 0;
@@ -81,13 +195,14 @@ struct Stop {};
 
 class BufferOutput final : public RunOutput {
  public:
-  BufferOutput(ChunkResult& r, std::uint64_t cap, const std::atomic<bool>& cancel)
-      : r_(r), cap_(cap), cancel_(cancel) {}
+  BufferOutput(ChunkResult& r, Recycler<Bytes>& pieces, std::uint64_t cap,
+               const std::atomic<bool>& cancel)
+      : r_(r), pieces_(pieces), cap_(cap), cancel_(cancel) {}
   std::span<std::uint8_t> space() override {
     if (r_.pieces.empty() || r_.pieces.back().used == r_.piece_size)
-      r_.pieces.push_back(Piece{std::unique_ptr<std::uint8_t[]>(new std::uint8_t[r_.piece_size]), 0});
+      r_.pieces.push_back(Piece{pieces_.get(), 0});
     Piece& p = r_.pieces.back();
-    return {p.data.get() + p.used, r_.piece_size - p.used};
+    return {p.data() + p.used, r_.piece_size - p.used};
   }
   void commit(std::size_t n) override {
     r_.pieces.back().used += n;
@@ -103,6 +218,7 @@ class BufferOutput final : public RunOutput {
 
  private:
   ChunkResult& r_;
+  Recycler<Bytes>& pieces_;
   std::uint64_t cap_;
   const std::atomic<bool>& cancel_;
 };
@@ -180,6 +296,7 @@ class Engine {
   void accept(std::unique_ptr<ChunkResult> r);
   void sequential();
   void advance(RunEnd end);
+  void set_pool_limits();
   std::unique_ptr<ChunkResult> speculate(std::size_t c);
   void finalize(Job& job);
   std::vector<std::uint8_t> tail_of(const ChunkResult& r, const std::vector<std::uint8_t>& prev);
@@ -198,6 +315,11 @@ class Engine {
   std::size_t ahead_;
   std::uint64_t cap_;
   std::size_t piece_size_;
+  std::size_t search_size_;
+  // Before everything that holds their leases: they are destroyed after it.
+  std::optional<Recycler<Bytes>> pieces_;        // piece_size_: chunk output, DirectOutput
+  std::optional<Recycler<Bytes>> searches_;      // search_size_: block finder input
+  std::optional<Recycler<MarkerDecoder>> decoders_;
   std::unique_ptr<Slot[]> slots_;
 
   std::mutex mu_;
@@ -212,6 +334,8 @@ class Engine {
   std::deque<Job> jobs_;
   std::deque<std::unique_ptr<Unit>> units_;
   std::vector<SeekPoint> points_;
+  std::size_t most_pieces_ = 0;  // the most pieces a speculative chunk has used (under mu_)
+  std::atomic<std::uint64_t> trimmed_{0};
   // Under mu_; copied to opts_.stats at the end. timed_: opts_.stats is set.
   bool timed_ = false;
   ParallelInflateStats stats_;
@@ -226,15 +350,14 @@ class Engine {
 // Output at a known offset: straight to the sink, CRC32 on the way.
 class Engine::DirectOutput final : public RunOutput {
  public:
-  DirectOutput(Engine& e, Unit& unit) : e_(e), unit_(unit), offset_(e.f_offset_), tail_(e.f_window_) {
-    buffer_.reset(new std::uint8_t[kBuffer]);
-  }
+  DirectOutput(Engine& e, Unit& unit)
+      : e_(e), unit_(unit), offset_(e.f_offset_), tail_(e.f_window_), buffer_(e.pieces_->get()) {}
   // Once stop_after is reached, a little room only: enough to see whether the member ends here
   // (then its trailer is checked) or goes on (then the run stops).
   std::span<std::uint8_t> space() override {
-    return {buffer_.get(), offset_ >= e_.opts_.stop_after ? kPeek : kBuffer};
+    return {buffer_->data.get(), offset_ >= e_.opts_.stop_after ? kPeek : e_.piece_size_};
   }
-  void commit(std::size_t n) override { write({buffer_.get(), n}); }
+  void commit(std::size_t n) override { write({buffer_->data.get(), n}); }
   void write(std::span<const std::uint8_t> b) override {
     if (b.empty()) return;
     if (offset_ + b.size() > e_.opts_.max_output)
@@ -273,13 +396,12 @@ class Engine::DirectOutput final : public RunOutput {
   std::vector<std::uint8_t>& tail() { return tail_; }
 
  private:
-  static constexpr std::size_t kBuffer = std::size_t{1} << 20;
   static constexpr std::size_t kPeek = 4096;
   Engine& e_;
   Unit& unit_;
   std::uint64_t offset_;
   std::vector<std::uint8_t> tail_;
-  std::unique_ptr<std::uint8_t[]> buffer_;
+  BytesLease buffer_;
   std::uint32_t crc_ = 0;
   std::uint64_t length_ = 0;
 };
@@ -304,6 +426,32 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   // cap; for those the sequential path (ISA-L at GB/s on such data) is the better use anyway.
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   piece_size_ = std::min<std::size_t>(std::size_t{1} << 20, std::max<std::size_t>(chunk_, 65536));
+  search_size_ = static_cast<std::size_t>(std::min<std::uint64_t>(chunk_, kMaxSearch) + kTrialMargin);
+  // Idle buffers kept: what the chunks in flight (at most 2 x threads, each inflating to about
+  // 4x its compressed size on neuroimaging data) hold at once, so that the pools keep no more
+  // than the engine held at its busiest moment.
+  const std::size_t in_flight = 2 * std::size_t{threads_};
+  pieces_.emplace(in_flight * (4 * chunk_ / piece_size_ + 1),
+                  [this] { return std::make_unique<Bytes>(piece_size_); });
+  searches_.emplace(threads_, [this] { return std::make_unique<Bytes>(search_size_); });
+  // A decoder whose buffer a chunk filled beyond 4 x chunk_ bytes (a chunk of near-constant
+  // data that kept markers in its window for long) is freed rather than kept mapped: the chunks
+  // of fMRI data that follow use a fraction of that (bold_4d.nii.gz, 8 MiB chunks: 2.4 MB of
+  // marker-mode output per chunk on average at gzip -6, 7.7 MB at zlib level 1).
+  const std::size_t retain = 32768 + 2 * chunk_;
+  decoders_.emplace(
+      in_flight,
+      [this] {
+        return std::make_unique<MarkerDecoder>(
+            [this](std::uint64_t offset, std::span<std::uint8_t> dst) {
+              return file_.read_at(offset, std::as_writable_bytes(dst));
+            },
+            file_.size());
+      },
+      [retain](MarkerDecoder& m) {
+        m.touched = std::max(m.touched, m.dec.size());
+        return m.touched <= retain;
+      });
   slots_.reset(new Slot[n_]);
   timed_ = o.stats != nullptr;
   target_ = [this](std::size_t c) { return start_of(c); };
@@ -318,8 +466,9 @@ std::optional<BlockCandidate> Engine::start_of(std::size_t c) {
   const std::uint64_t search = std::min<std::uint64_t>(chunk_, kMaxSearch);
   const std::uint64_t end = std::min(file_.size(), from + search + kTrialMargin);
   if (from >= end) return std::nullopt;
-  std::vector<std::uint8_t> data(static_cast<std::size_t>(end - from));
-  data.resize(file_.read_at(from, std::as_writable_bytes(std::span(data))));
+  const BytesLease buffer = searches_->get();
+  std::span<std::uint8_t> data(buffer->data.get(), static_cast<std::size_t>(end - from));
+  data = data.first(file_.read_at(from, std::as_writable_bytes(data)));
   s.candidate = find_block_start(data, from, from * 8, (from + search) * 8);
   return s.candidate;
 }
@@ -354,7 +503,14 @@ std::uint64_t Engine::run() {
                   points_.end());
     *opts_.seek_points = std::move(points_);
   }
-  if (opts_.stats) *opts_.stats = stats_;
+  if (opts_.stats) {
+    stats_.decoders_made = decoders_->made();
+    stats_.decoders_reused = decoders_->reused();
+    stats_.pieces_made = pieces_->made();
+    stats_.pieces_reused = pieces_->reused();
+    stats_.trimmed_bytes = trimmed_.load();
+    *opts_.stats = stats_;
+  }
   return f_offset_;
 }
 
@@ -403,6 +559,7 @@ void Engine::worker() {
         lock.lock();
         ++stats_.speculated_chunks;
         stats_.speculated_seconds += r->seconds;
+        most_pieces_ = std::max(most_pieces_, r->pieces.size());
         slots_[c].status = kDone;
         // A chunk the frontier has already passed is of no use.
         if (c >= f_chunk_) slots_[c].result = std::move(r);
@@ -446,18 +603,38 @@ void Engine::resolve() {
 }
 
 void Engine::advance(RunEnd end) {
-  std::lock_guard lock(mu_);
-  for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) slots_[c].result.reset();
-  f_chunk_ = end.chunk;
-  f_bit_ = end.bit;
-  if (f_chunk_ >= n_) {
-    finished_ = true;
-  } else if (f_offset_ > opts_.stop_after) {
-    // At == stop_after the next chunk may still end the member: its trailer gets checked.
-    finished_ = stopped_ = true;
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) slots_[c].result.reset();
+    f_chunk_ = end.chunk;
+    f_bit_ = end.bit;
+    if (f_chunk_ >= n_) {
+      finished_ = true;
+    } else if (f_offset_ > opts_.stop_after) {
+      // At == stop_after the next chunk may still end the member: its trailer gets checked.
+      finished_ = stopped_ = true;
+    }
+    if (finished_) cancel_ = true;
+    cv_.notify_all();
   }
-  if (finished_) cancel_ = true;
-  cv_.notify_all();
+  set_pool_limits();
+}
+
+void Engine::set_pool_limits() {
+  // A read's peak memory comes at its end, where the output is all written: idle buffers kept
+  // there would add to it (a 2-thread read of bold_4d.nii.gz to float32 ended 49 MiB over its
+  // output with the pools full, 13 MiB without pools). So the pools keep only what the chunks
+  // left to speculate can use: none once the frontier is within their reach.
+  std::size_t chunks, pieces;
+  {
+    std::lock_guard lock(mu_);
+    const std::size_t left = finished_ || f_chunk_ >= n_ ? 0 : std::min(ahead_, n_ - 1 - f_chunk_);
+    chunks = left;
+    pieces = left * most_pieces_ + (finished_ ? 0 : 1);  // + DirectOutput's
+  }
+  decoders_->set_keep(std::min(chunks, 2 * std::size_t{threads_}));
+  pieces_->set_keep(pieces);
+  searches_->set_keep(chunks ? threads_ : 0);
 }
 
 void Engine::sequential() {
@@ -481,10 +658,13 @@ void Engine::sequential() {
     out.finish();
     count(f_chunk_ + 1);
     f_offset_ = out.offset();
-    std::lock_guard lock(mu_);
-    stopped_ = finished_ = true;
-    cancel_ = true;
-    cv_.notify_all();
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = finished_ = true;
+      cancel_ = true;
+      cv_.notify_all();
+    }
+    set_pool_limits();
     return;
   }
   out.finish();
@@ -520,7 +700,7 @@ std::vector<std::uint8_t> Engine::tail_of(const ChunkResult& r, const std::vecto
       w[k] = resolve_marker(r.marked_data()[i], prev);
     } else {
       const std::uint64_t j = i - r.marked;
-      w[k] = r.pieces[j / r.piece_size].data[j % r.piece_size];
+      w[k] = r.pieces[j / r.piece_size].data()[j % r.piece_size];
     }
   }
   return w;
@@ -593,7 +773,7 @@ void Engine::finalize(Job& job) {
       deliver(bytes.data(), n);
     }
   }
-  for (const Piece& p : r.pieces) deliver(p.data.get(), p.used);
+  for (const Piece& p : r.pieces) deliver(p.data(), p.used);
   tracker.finish();
 }
 
@@ -605,26 +785,27 @@ std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
   r->start = *cand;
   const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
   try {
-    BitReader reader(
-        [this](std::uint64_t offset, std::span<std::uint8_t> dst) {
-          return file_.read_at(offset, std::as_writable_bytes(dst));
-        },
-        file_.size());
-    DeflateDecoder<std::uint16_t> dec(reader);
+    Recycler<MarkerDecoder>::Lease m = decoders_->get();
+    DeflateDecoder<std::uint16_t>& dec = m->dec;
+    const BitReader& reader = m->reader;
     const std::size_t limit = 32768 + static_cast<std::size_t>(cap_ / 2);
+    // Address space only: pages are touched as output reaches them (a recycled decoder has its
+    // buffer already).
     dec.reserve_output(limit + 512);
     dec.start_with_markers(cand->last_bit);
     std::size_t j = c + 1;
     auto take_marked = [&] {
       r->marked = dec.size() - 32768;
-      r->marked_buffer = dec.take_buffer();
+      // Slack: 1 MiB at the default chunk size.
+      trimmed_.fetch_add(m->trim(chunk_ / 8), std::memory_order_relaxed);
+      r->marker = std::move(m);
       if (timed_) r->marker_seconds = seconds_since(t0);
     };
     for (;;) {
       const DecodeStatus s = dec.decode(limit);
       if (s != DecodeStatus::block_end || reader.overrun()) return std::make_unique<ChunkResult>();
       const std::uint64_t at = reader.position();
-      BufferOutput out(*r, cap_, cancel_);
+      BufferOutput out(*r, *pieces_, cap_, cancel_);
       if (cancel_.load(std::memory_order_relaxed)) return std::make_unique<ChunkResult>();
       if (dec.block_final()) {
         take_marked();

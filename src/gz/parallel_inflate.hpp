@@ -40,6 +40,14 @@ struct ParallelInflateStats {
   std::uint64_t known_chunks = 0;
   std::uint64_t known_bytes = 0;
   double known_seconds = 0;
+  // Memory: speculative decoders (each with its buffer of 16-bit symbols) and output pieces
+  // made afresh and handed out again within the call, and the bytes of decoder buffers given
+  // back to the kernel where a chunk used much less of its buffer than an earlier one.
+  std::uint64_t decoders_made = 0;
+  std::uint64_t decoders_reused = 0;
+  std::uint64_t pieces_made = 0;
+  std::uint64_t pieces_reused = 0;
+  std::uint64_t trimmed_bytes = 0;
 };
 
 struct ParallelInflateOptions {
@@ -79,7 +87,9 @@ struct ParallelInflateOptions {
 // rethrown. Bytes may have reached the sink before an error is thrown.
 // Memory: at most 2 x threads chunks in flight, each capped at 16 x chunk_size of output (a
 // chunk that inflates to more, such as a mask, is decoded sequentially instead), plus 32 KiB
-// windows and I/O buffers; never proportional to the file size.
+// windows and I/O buffers; never proportional to the file size. The chunks' buffers are
+// recycled from chunk to chunk within the call (fresh memory costs a page fault per page) and
+// freed as the work left shrinks, so that the call ends holding none of them.
 std::uint64_t inflate_parallel(const core::RandomAccessInput& file, const Sink& sink,
                                const ParallelInflateOptions& options);
 

@@ -511,6 +511,59 @@ TEST(ParallelInflate, StatsAccountForEveryByteOnce) {
   }
 }
 
+// Text made of words that all stand in the window keeps a speculative chunk's unknown window
+// bytes in play (each word is copied from an earlier copy) until a stretch of random bytes
+// pushes them out: segments of varying length give chunks marker phases of every length, so
+// recycled decoders meet chunks that use much less of their buffer than the one before
+// (trimmed), and more than a decoder is kept for (freed).
+Bytes window_bound_text(std::size_t n_bytes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> words(600);
+  for (std::string& w : words)
+    for (std::size_t k = 3 + rng() % 9; k > 0; --k) w.push_back(static_cast<char>('a' + rng() % 26));
+  Bytes out;
+  const std::size_t segments[] = {48 << 10, 900 << 10, 64 << 10, 400 << 10, 1500 << 10, 96 << 10};
+  for (std::size_t i = 0; out.size() < n_bytes; ++i) {
+    const std::size_t end = out.size() + segments[i % std::size(segments)] / kScale;
+    while (out.size() < end) {
+      const std::string& w = words[rng() % words.size()];
+      out.insert(out.end(), w.begin(), w.end());
+      out.push_back(' ');
+    }
+    for (int k = 0; k < 40 << 10; ++k) out.push_back(static_cast<std::uint8_t>(rng()));
+  }
+  return out;
+}
+
+TEST(ParallelInflate, RecycledChunkBuffersMatchZlib) {
+  vptest::TempDir dir;
+  const Bytes data = window_bound_text(std::size_t{8 << 20} / kScale, 95);
+  voxpipe::gz::ParallelInflateStats all;
+  for (int level : {1, 6}) {
+    const std::string path = dir.file("t" + std::to_string(level) + ".gz");
+    vptest::write_file(path, vptest::gzip_compress(data, level));
+    for (unsigned threads : {2u, 3u, 4u}) {
+      voxpipe::gz::ParallelInflateStats stats;
+      ParallelInflateOptions o;
+      o.threads = threads;
+      o.chunk_size = 64 << 10;
+      o.stats = &stats;
+      const Collected got = run(path, o);
+      EXPECT_TRUE(got.tiled) << level << " " << threads;
+      EXPECT_TRUE(got.bytes == data) << level << " " << threads;
+      all.marker_bytes += stats.marker_bytes;
+      all.decoders_reused += stats.decoders_reused;
+      all.pieces_reused += stats.pieces_reused;
+      all.trimmed_bytes += stats.trimmed_bytes;
+    }
+  }
+  // The paths this test is for were taken.
+  EXPECT_GT(all.marker_bytes, 0u);
+  EXPECT_GT(all.decoders_reused, 0u);
+  EXPECT_GT(all.pieces_reused, 0u);
+  EXPECT_GT(all.trimmed_bytes, 0u);
+}
+
 TEST(ParallelInflate, SinkExceptionPropagates) {
   vptest::TempDir dir;
   const Bytes data = anatomy_int16((2 << 20) / kScale, 81);
