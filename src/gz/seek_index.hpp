@@ -197,6 +197,7 @@ struct ExactBuildOptions {
     std::size_t spans = 0;            // decoded in parallel (spans, or chunks and frontier runs)
     std::size_t redecoded_windows = 0;  // windows decoded again (spans past the budget)
     std::size_t accepted = 0;         // one-pass build: chunks decoded ahead and accepted
+    bool zlib_fallback = false;       // zlib's build ran after the others met bad data
   }* stats = nullptr;
 };
 SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t spacing,

@@ -654,6 +654,7 @@ SeekIndex build_seek_index(const core::RandomAccessInput& file, std::uint64_t sp
                              e.code() != ErrorCode::format))
       throw;
   }
+  if (options.stats) options.stats->zlib_fallback = true;
   SeekIndex index = build_sequential(file, spacing, wanted, progress);
   progress.complete();
   return index;
