@@ -608,6 +608,9 @@ std::span<const std::uint8_t> OnePassBuild::window_of(const Chunk& r, std::uint6
   const std::vector<std::uint8_t>& prev = f_window_;
   const auto length = static_cast<std::size_t>(std::min<std::uint64_t>(
       kWindowSize, member_u == kInherited ? prev.size() + u : u - member_u));
+  // A member's first block (or its first byte, at the chunk's end): no window. Looked up, it
+  // would name a piece past the last when the part ends on a piece boundary (or has none).
+  if (length == 0) return {};
   const auto from_prev = static_cast<std::size_t>(length > u ? length - u : 0);
   const std::size_t from_chunk = length - from_prev;
   const std::uint64_t first = u - from_chunk;
