@@ -126,7 +126,7 @@ stage_fuzz() {
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$SANITIZER_FLAGS" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="$SANITIZER_FLAGS" -DVOXPIPE_BUILD_FUZZERS=ON -DVOXPIPE_SANITIZE=ON \
     -DVOXPIPE_BUILD_TESTS=OFF -DVOXPIPE_BUILD_CLI=OFF
-  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_marker_decoder fuzz_gzidx fuzz_dicom fuzz_dicom_rle fuzz_dicom_jpeg_lossless fuzz_dicom_jpeg fuzz_dicom_jpegls fuzz_dicom_j2k fuzz_dicom_series fuzz_dicom_csa fuzz_transform fuzz_zarr_chunk fuzz_zarr_meta fuzz_range_input) pids=() t dict failed=0 inputs
+  local targets=(fuzz_nifti_header fuzz_nifti_file fuzz_gzip fuzz_gzip_members fuzz_inflate_parallel fuzz_marker_decoder fuzz_index_build fuzz_gzidx fuzz_dicom fuzz_dicom_rle fuzz_dicom_jpeg_lossless fuzz_dicom_jpeg fuzz_dicom_jpegls fuzz_dicom_j2k fuzz_dicom_series fuzz_dicom_csa fuzz_transform fuzz_zarr_chunk fuzz_zarr_meta fuzz_range_input) pids=() t dict failed=0 inputs
   mkdir -p build/fuzz/artifacts build/fuzz/logs
   # Inputs that once failed (tests/fuzz/regressions/<target>/) run first, once each, each within
   # 5 s (some failed by taking seconds).
@@ -145,7 +145,7 @@ stage_fuzz() {
   # committed seeds in tests/fuzz/corpus/<target> are only read.
   for t in "${targets[@]}"; do
     dict=tests/fuzz/nifti.dict
-    case $t in fuzz_gzip | fuzz_gzip_members | fuzz_inflate_parallel) dict=tests/fuzz/gzip.dict ;; esac
+    case $t in fuzz_gzip | fuzz_gzip_members | fuzz_inflate_parallel | fuzz_index_build) dict=tests/fuzz/gzip.dict ;; esac
     [ "$t" = fuzz_gzidx ] && dict=
     [ "$t" = fuzz_dicom ] && dict=
     [ "$t" = fuzz_range_input ] && dict=

@@ -1,7 +1,8 @@
 // Writes the seed corpora for the fuzz targets: small valid NIfTI headers and files of every
 // flavour, gzip streams with the features the reader handles, small DICOM series (sets of
 // files joined by fuzz_dicom_series's separator), and raw deflate streams that refer into the
-// window fuzz_marker_decoder makes from their parameters.
+// window fuzz_marker_decoder makes from their parameters, and programs for the gzip members
+// fuzz_index_build compresses.
 //   fuzz_make_seeds tests/fuzz/corpus
 // The output is committed; rerun after changing this file.
 #include <zlib.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../cpp/dicom/series_writer.hpp"
+#include "index_build_input.hpp"
 #include "marker_decoder_input.hpp"
 #include "voxpipe/nifti.hpp"
 
@@ -248,6 +250,52 @@ void marker_decoder_seeds(const fs::path& dir) {
 
 }  // namespace
 
+// ---- Index build (fuzz_index_build) ----------------------------------------------------------
+
+// An input of fuzz_index_build: mode, 4 parameter bytes, body (index_build_input.hpp).
+Bytes index_seed(std::uint8_t mode, std::array<std::uint8_t, 4> p, const Bytes& body) {
+  Bytes out{mode};
+  out.insert(out.end(), p.begin(), p.end());
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+void index_build_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  // Programs (marker_decoder_input.hpp's decode_program) whose members compress to more than
+  // 4 KiB, the smallest chunk of the two-thread build: several chunks each.
+  const std::uint8_t random2k = 0xbf, skewed2k = 0xff, sync = 0xc2, full = 0xc3, block = 0xc4;
+  const Bytes mixed{random2k, 0x9f, 'x', random2k, sync, 0x7f, 0x10, 0x00, random2k, full,
+                    0x0f, 't', 'h', 'e', ' ', 'v', 'o', 'x', 'e', 'l', 's', ' ', 'o', 'f', ' ',
+                    't', 'h', 0x7f, 0x20, 0x00, random2k, block, random2k, 0xc5, 23, random2k,
+                    skewed2k, random2k};
+  const Bytes skewed{skewed2k, skewed2k, skewed2k, sync, skewed2k, skewed2k, 0x9f, 0, skewed2k,
+                     skewed2k, full, skewed2k, skewed2k};
+  const Bytes stored{random2k, sync, 0x9f, 'a', random2k, sync, random2k, full, 0x9f, 'b'};
+  // mode: 1 program, bits 1-2 spacing (0, 1, 1000, 32768), 3-4 wanted offsets, 5 ahead first.
+  // p[0]: members - 1 (of 3) and padding; p[1]: level + 10 * strategy; p[2]: memLevel, window
+  // bits, damage; p[3]: cuts, damage position, wanted offsets.
+  save(dir / "three_members_level6", index_seed(0x1 | 2 << 1 | 2 << 3, {2 | 4 | 8, 6, 6 << 3, 7}, mixed));
+  save(dir / "one_member_level1_ahead", index_seed(0x1 | 3 << 1 | 0x20, {0, 1, 6 << 3, 0}, mixed));
+  save(dir / "every_block_level9_w9", index_seed(0x1 | 1 << 1, {1, 9, 0, 3}, mixed));
+  save(dir / "stored_flushes", index_seed(0x1 | 2 << 1 | 1 << 3 | 0x20, {1 | 4, 0, 6 << 3, 5}, stored));
+  save(dir / "rle_memlevel1", index_seed(0x1 | 3 << 1 | 3 << 3, {0, 31, 1 | 6 << 3, 9}, mixed));
+  save(dir / "huffman_only_skewed", index_seed(0x1 | 2 << 1 | 0x20, {2, 29, 2 | 5 << 3, 11}, skewed));
+  save(dir / "fixed", index_seed(0x1 | 2 << 1, {1, 46, 6 << 3, 13}, mixed));
+  save(dir / "bit_flipped", index_seed(0x1 | 2 << 1 | 0x20, {1, 6, 1 << 6 | 6 << 3, 77}, mixed));
+  save(dir / "cut_short", index_seed(0x1 | 2 << 1, {2, 6, 2 << 6 | 6 << 3, 100}, mixed));
+  // The body as the gzip file: two members with zero padding between.
+  Bytes text;
+  for (int i = 0; i < 40; ++i)
+    for (const char c : std::string("the voxels of the mask, the volume of the brain. "))
+      text.push_back(static_cast<std::uint8_t>(c));
+  Bytes file = gzip(text, 6);
+  file.insert(file.end(), 5, 0);
+  const Bytes second = gzip(Bytes(text.begin(), text.begin() + 300), 1);
+  file.insert(file.end(), second.begin(), second.end());
+  save(dir / "gzip_file_two_members", index_seed(1 << 1 | 1 << 3, {0, 0, 0, 3}, file));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
@@ -337,6 +385,7 @@ int main(int argc, char** argv) {
   }
   dicom_series_seeds(root / "fuzz_dicom_series");
   marker_decoder_seeds(root / "fuzz_marker_decoder");
+  index_build_seeds(root / "fuzz_index_build");
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }
