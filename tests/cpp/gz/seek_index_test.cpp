@@ -1087,6 +1087,45 @@ TEST(OnePassBuild, TinyChunksGiveTheSequentialIndex) {
   }
 }
 
+// A chunk whose first block is a member's first, where the run before it stopped (no window
+// carried over), and whose output starts empty: an empty stored block (a sync flush before any
+// data) then an empty final block. Its points take an empty window without looking into its
+// output, which holds nothing yet (fuzz_index_build found the lookup out of bounds).
+TEST(OnePassBuild, ChunkStartingAtAnEmptyMember) {
+  TempDir dir;
+  // One final stored block across the first 4 KiB chunk's end, so that the next member's first
+  // block is the first block start in the second chunk.
+  const Bytes first = gzip_compress(random_bytes(4200, 5), 0);
+  Bytes empty;
+  {
+    z_stream z{};
+    ASSERT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    empty.resize(256);
+    z.next_out = empty.data();
+    z.avail_out = static_cast<uInt>(empty.size());
+    ASSERT_EQ(deflate(&z, Z_SYNC_FLUSH), Z_OK);
+    ASSERT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+    empty.resize(z.total_out);
+    deflateEnd(&z);
+  }
+  const Bytes gzdata = concat({first, empty, gzip_compress(mixed_payload(96 * 1024, 11), 6)});
+  write_file(dir.file("e.gz"), gzdata);
+  const InputFile file(dir.file("e.gz"));
+  const Bytes want = gz::encode_gzidx(zlib_index(file, 1000));
+  for (int run = 0; run < (kTsan ? 2 : 8); ++run) {
+    gz::ExactBuildOptions::Stats stats;
+    gz::ExactBuildOptions options;
+    options.threads = 2;
+    options.chunk_size = 4096;
+    options.decode_ahead_first = true;
+    options.stats = &stats;
+    const gz::SeekIndex par = gz::build_seek_index(file, 1000, {}, options);
+    EXPECT_TRUE(stats.parallel);
+    EXPECT_FALSE(stats.zlib_fallback);
+    EXPECT_TRUE(gz::encode_gzidx(par) == want) << run;
+  }
+}
+
 // --- Progress of the parallel exact build -----------------------------------------------------
 
 // Counts the bytes read through it: how much of its work a build had done when it reported.
