@@ -21,6 +21,7 @@
 #include "gz/block_finder.hpp"
 #include "gz/deflate_decoder.hpp"
 #include "gz/known_window.hpp"
+#include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/error.hpp"
 
 namespace voxpipe::gz {
@@ -122,9 +123,20 @@ class Recycler {
   std::function<bool(T&)> retain_;
 };
 
-struct Bytes {
-  explicit Bytes(std::size_t n) : data(new std::uint8_t[n]) {}
-  std::unique_ptr<std::uint8_t[]> data;
+// Mapped, not from the heap: a mapping is given back to the kernel when it is freed, where
+// malloc keeps freed 1 MiB blocks of its arenas resident. A 2-thread read of bold_4d.nii.gz to
+// float32 peaked 37 MiB (median; 51 max) over its output with heap pieces, 20 (31) mapped,
+// 27 (38) before the pools.
+class Bytes {
+ public:
+  explicit Bytes(std::size_t n) : block_(map_buffer(n)) {}
+  ~Bytes() { unmap_buffer(block_); }
+  Bytes(const Bytes&) = delete;
+  Bytes& operator=(const Bytes&) = delete;
+  std::uint8_t* data() const { return reinterpret_cast<std::uint8_t*>(block_.data); }
+
+ private:
+  BufferPool::Block block_;
 };
 using BytesLease = Recycler<Bytes>::Lease;
 
@@ -165,7 +177,7 @@ struct MarkerDecoder {
 struct Piece {
   BytesLease bytes;
   std::size_t used = 0;
-  std::uint8_t* data() const { return bytes->data.get(); }
+  std::uint8_t* data() const { return bytes->data(); }
 };
 
 // What a speculative decode of one chunk produced.
@@ -355,9 +367,9 @@ class Engine::DirectOutput final : public RunOutput {
   // Once stop_after is reached, a little room only: enough to see whether the member ends here
   // (then its trailer is checked) or goes on (then the run stops).
   std::span<std::uint8_t> space() override {
-    return {buffer_->data.get(), offset_ >= e_.opts_.stop_after ? kPeek : e_.piece_size_};
+    return {buffer_->data(), offset_ >= e_.opts_.stop_after ? kPeek : e_.piece_size_};
   }
-  void commit(std::size_t n) override { write({buffer_->data.get(), n}); }
+  void commit(std::size_t n) override { write({buffer_->data(), n}); }
   void write(std::span<const std::uint8_t> b) override {
     if (b.empty()) return;
     if (offset_ + b.size() > e_.opts_.max_output)
@@ -467,7 +479,7 @@ std::optional<BlockCandidate> Engine::start_of(std::size_t c) {
   const std::uint64_t end = std::min(file_.size(), from + search + kTrialMargin);
   if (from >= end) return std::nullopt;
   const BytesLease buffer = searches_->get();
-  std::span<std::uint8_t> data(buffer->data.get(), static_cast<std::size_t>(end - from));
+  std::span<std::uint8_t> data(buffer->data(), static_cast<std::size_t>(end - from));
   data = data.first(file_.read_at(from, std::as_writable_bytes(data)));
   s.candidate = find_block_start(data, from, from * 8, (from + search) * 8);
   return s.candidate;
