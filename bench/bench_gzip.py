@@ -6,7 +6,8 @@ left as it is) and prints it.
 
 Inputs, all holding bench/data/bold_4d.nii (96x96x60x300 int16, scaled; bench/make_data.py):
   gzip6   bold_4d.nii.gz as `gzip -6` made it (one member)
-  nib1    the same data through Python's gzip at level 1 (what nibabel writes)
+  nib1    the same data written by nibabel's own gzip writer (nibabel.openers.Opener, its
+          default level 1; write_as_nibabel)
   pigz    `pigz -6` (one member of 128 KiB sync-flushed pieces, as dcm2niix writes)
   vp1     voxpipe's default output: 1 MiB sized members, libdeflate level 1
 These are made here, in bench/data/gz/, when missing.
@@ -33,7 +34,7 @@ GZ = os.path.join(DATA, "gz")
 RAW = os.path.join(DATA, "bold_4d.nii")
 INPUTS = {
     "gzip6": os.path.join(DATA, "bold_4d.nii.gz"),
-    "nib1": os.path.join(GZ, "bold_nib1.nii.gz"),
+    "nib1": os.path.join(GZ, "bold_4d_nib1.nii.gz"),
     "pigz": os.path.join(GZ, "bold_pigz.nii.gz"),
     "vp1": os.path.join(GZ, "bold_vp1.nii.gz"),
 }
@@ -137,13 +138,42 @@ def measure(spec, repeat):
     return med
 
 
+def nib1_path(src):
+    """Where write_as_nibabel's copy of `src` (a .nii or .nii.gz under bench/data) lives."""
+    name = os.path.basename(src)
+    for suffix in (".gz", ".nii"):
+        name = name[:-len(suffix)] if name.endswith(suffix) else name
+    return os.path.join(GZ, name + "_nib1.nii.gz")
+
+
+def write_as_nibabel(src, dst=None):
+    """The bytes of `src` (a .nii, or a .nii.gz inflated first) written to `dst` (default
+    nib1_path(src)) through nibabel's own gzip writer, as nib.save writes a .nii.gz: its Opener
+    at its default level (1), mtime 0, no name in the gzip header. Made when missing, in a
+    scratch folder beside it and renamed into place, so that an interrupted write leaves nothing
+    a later run would take for the file. Returns dst."""
+    from nibabel.openers import Opener
+    dst = dst or nib1_path(src)
+    if os.path.exists(dst):
+        return dst
+    part = os.path.join(os.path.dirname(dst), f".partial-{os.getpid()}")
+    os.makedirs(part, exist_ok=True)
+    tmp = os.path.join(part, os.path.basename(dst))
+    try:
+        print(f"writing {dst} (nibabel's writer) ...", flush=True)
+        with (gzip.open if src.endswith(".gz") else open)(src, "rb") as f, Opener(tmp, "wb") as g:
+            shutil.copyfileobj(f, g, 16 * MIB)
+        os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+    return dst
+
+
 def make_inputs():
     os.makedirs(GZ, exist_ok=True)
     if not os.path.exists(RAW):
         sys.exit("bench/data/bold_4d.nii is missing: run .venv/bin/python bench/make_data.py")
-    if not os.path.exists(INPUTS["nib1"]):
-        with open(RAW, "rb") as f, gzip.GzipFile(INPUTS["nib1"], "wb", compresslevel=1, mtime=0) as g:
-            shutil.copyfileobj(f, g, 16 * MIB)
+    write_as_nibabel(RAW, INPUTS["nib1"])
     if not os.path.exists(INPUTS["pigz"]):
         with open(INPUTS["pigz"], "wb") as f:
             subprocess.run(["pigz", "-6", "-c", RAW], stdout=f, check=True)
@@ -260,7 +290,7 @@ def report(res, rep):
              f"{stamp()}; medians of {rep} fresh processes, memory primed before each. "
              + versions_text(tool_versions()) + ".",
              "", "Input: bench/data/bold_4d.nii (96x96x60x300 int16, 316 MiB, scaled) compressed by "
-             "`gzip -6` (gzip6), Python's gzip at level 1 as nibabel writes (nib1), `pigz -6` (pigz) "
+             "`gzip -6` (gzip6), nibabel's own writer (nib1: its gzip Opener, level 1), `pigz -6` (pigz) "
              "and `vp.save` (vp1: voxpipe's sized members, level 1). Sizes: " +
              ", ".join(f"{k} {os.path.getsize(v) / MIB:.1f} MiB" for k, v in INPUTS.items()) + ".",
              "", "### Full decompression to a float32 array", "",

@@ -11,6 +11,10 @@ Cases, each with threads=k:
             vp.load(path, threads=k, index=False).get_fdata(dtype=float32). The file:
             bench/data/bold_4d.nii.gz (make_data.py, gzip -6, 171 MB), or t1_3d.nii.gz (12 MB)
             with --quick, or --plain PATH.
+  decode_nib1  the same on the same data as nibabel writes it (nibabel's own gzip writer, zlib
+            level 1: bench_gzip.write_as_nibabel, bench/data/gz/<name>_nib1.nii.gz, made when
+            missing). Level-1 streams keep unknown window bytes in play far longer than gzip -6
+            ones, so the parallel inflate scales differently on them.
   many      bench_many.py's T1-size .nii.gz files (nibabel level 1, 12 MB each) through
             vp.iter_load(paths, threads=k), each array dropped after one look: --files (40;
             --quick 8).
@@ -33,7 +37,8 @@ other processes used during the run are reported with the table: on a machine sh
 other work the high thread counts lose first.
 
 Usage: .venv/bin/python bench/scaling.py [--quick] [--repeat R] [--threads 1,2,4]
-       [--cases decode,many,index,resample,dicom] [--plain PATH] [--wait-idle] [--output PATH]
+       [--cases decode,decode_nib1,many,index,index_fast,resample,dicom] [--plain PATH]
+       [--wait-idle] [--output PATH]
 --quick: small inputs and 2 rounds, a few minutes on 2 cores; the default is 3 rounds on the
 full inputs.
 """
@@ -47,9 +52,10 @@ import time
 from benchlib import (HERE, REPO, Parser, cpu_snapshot, git_state, memory_bytes, other_work,
                       other_work_brief, publish, run_child, settle, stamp, versions_text)
 
-CASES = ("decode", "many", "index", "index_fast", "resample", "dicom")
+CASES = ("decode", "decode_nib1", "many", "index", "index_fast", "resample", "dicom")
 LABELS = {
     "decode": "plain .nii.gz -> float32 (vp.load(index=False).get_fdata)",
+    "decode_nib1": "the same, written by nibabel (level 1)",
     "many": "many files: vp.iter_load",
     "index": "exact seek index: vp.gz.build_index(exact=True)",
     "index_fast": "fast seek index: vp.gz.build_index(exact=False)",
@@ -57,7 +63,8 @@ LABELS = {
     "dicom": "DICOM series -> float32: vp.load_dicom",
 }
 # Timed calls per child (after the untimed one): more for the short calls.
-INNER = {"decode": 3, "many": 1, "index": 2, "index_fast": 2, "resample": 2, "dicom": 3}
+INNER = {"decode": 3, "decode_nib1": 3, "many": 1, "index": 2, "index_fast": 2, "resample": 2,
+         "dicom": 3}
 
 
 def markers(cores):
@@ -115,8 +122,15 @@ def plain_file(args):
 
 def make_inputs(args, cases):
     inputs = {}
-    if {"decode", "index", "index_fast"} & set(cases):
+    if {"decode", "decode_nib1", "index", "index_fast"} & set(cases):
         inputs["plain"] = plain_file(args)
+    if "decode_nib1" in cases:
+        import bench_gzip
+        # From the .nii beside the .nii.gz when there is one (the same bytes, no inflate).
+        plain = inputs["plain"]
+        nii = plain[:-3] if plain.endswith(".nii.gz") else None
+        src = nii if nii and os.path.exists(nii) else plain
+        inputs["plain_nib1"] = bench_gzip.write_as_nibabel(src, bench_gzip.nib1_path(plain))
     if "many" in cases:
         ensure_t1()
         import bench_many
@@ -137,9 +151,10 @@ def input_sizes(inputs):
     def mb(n):
         return f"{n / 1e6:.0f} MB" if n >= 1e7 else f"{n / 1e6:.1f} MB"
     out = {}
-    if "plain" in inputs:
-        p = inputs["plain"]
-        out["plain"] = f"`{os.path.relpath(p, REPO)}` ({mb(os.path.getsize(p))})"
+    for key in ("plain", "plain_nib1"):
+        if key in inputs:
+            p = inputs[key]
+            out[key] = f"`{os.path.relpath(p, REPO)}` ({mb(os.path.getsize(p))})"
     if "many" in inputs:
         paths = inputs["many"]
         out["many"] = f"{len(paths)} files, {mb(sum(os.path.getsize(p) for p in paths))} in all"
@@ -164,7 +179,7 @@ def child(spec):
     import voxpipe as vp
 
     case, k = spec["case"], spec["threads"]
-    if case == "decode":
+    if case in ("decode", "decode_nib1"):
         path = spec["path"]
 
         def call():
@@ -249,6 +264,8 @@ def main():
                 spec = {"case": c, "inner": INNER[c], "tmp": tmp}
                 if c in ("decode", "index", "index_fast"):
                     spec["path"] = inputs["plain"]
+                elif c == "decode_nib1":
+                    spec["path"] = inputs["plain_nib1"]
                 elif c == "many":
                     spec["paths"] = inputs["many"]
                 elif c == "resample":
@@ -293,7 +310,8 @@ def report(args, cases, ks, med, runs, sizes, cores, waited, loads, cpu, total):
                 if use["share"] > 15 or loads[0][0] > 0.5 * cores + 0.5 else ""),
              "", "Inputs: " + "; ".join(
                  f"{name} {desc}" for name, desc in
-                 (("decode/index:", sizes.get("plain")), ("many:", sizes.get("many")),
+                 (("decode/index:", sizes.get("plain")),
+                  ("decode (nibabel):", sizes.get("plain_nib1")), ("many:", sizes.get("many")),
                   ("resample:", sizes.get("resample")), ("dicom:", sizes.get("dicom")))
                  if desc) + ".", "",
              "| case | " + " | ".join(f"{k} thread{'s' if k > 1 else ''}" for k in ks) + " |",
