@@ -156,7 +156,8 @@ int run(int argc, char** argv) {
       spec.push_back(r.spec_ns());
       if (r.s.known_bytes) ratio.push_back(r.spec_ns() / r.known_ns());
       share.push_back(static_cast<double>(r.s.marker_bytes) / r.s.speculative_bytes);
-      if (r.s.marker_seconds > 0) marker_rate.push_back(r.s.marker_bytes / r.s.marker_seconds / 1e6);
+      if (r.s.marker_seconds > 0)
+        marker_rate.push_back(r.s.marker_bytes / r.s.marker_seconds / 1e6);
       wasted.push_back(static_cast<double>(r.s.speculated_chunks) /
                        static_cast<double>(r.s.speculative_chunks));
     }

@@ -438,7 +438,8 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   // cap; for those the sequential path (ISA-L at GB/s on such data) is the better use anyway.
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   piece_size_ = std::min<std::size_t>(std::size_t{1} << 20, std::max<std::size_t>(chunk_, 65536));
-  search_size_ = static_cast<std::size_t>(std::min<std::uint64_t>(chunk_, kMaxSearch) + kTrialMargin);
+  search_size_ =
+      static_cast<std::size_t>(std::min<std::uint64_t>(chunk_, kMaxSearch) + kTrialMargin);
   // Idle buffers kept: what the chunks in flight (at most 2 x threads, each inflating to about
   // 4x its compressed size on neuroimaging data) hold at once, so that the pools keep no more
   // than the engine held at its busiest moment.

@@ -520,7 +520,8 @@ Bytes window_bound_text(std::size_t n_bytes, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::string> words(600);
   for (std::string& w : words)
-    for (std::size_t k = 3 + rng() % 9; k > 0; --k) w.push_back(static_cast<char>('a' + rng() % 26));
+    for (std::size_t k = 3 + rng() % 9; k > 0; --k)
+      w.push_back(static_cast<char>('a' + rng() % 26));
   Bytes out;
   const std::size_t segments[] = {48 << 10, 900 << 10, 64 << 10, 400 << 10, 1500 << 10, 96 << 10};
   for (std::size_t i = 0; out.size() < n_bytes; ++i) {
