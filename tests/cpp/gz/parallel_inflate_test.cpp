@@ -506,7 +506,8 @@ TEST(ParallelInflate, StatsAccountForEveryByteOnce) {
       EXPECT_GT(stats.marker_bytes, 0u) << threads;
       EXPECT_GT(stats.speculate_seconds, 0) << threads;
       EXPECT_GT(stats.finalize_seconds, 0) << threads;
-      EXPECT_GE(stats.speculated_seconds, stats.speculate_seconds) << threads;
+      // The same times summed in another order: equal up to rounding when none was wasted.
+      EXPECT_LE(stats.speculate_seconds, stats.speculated_seconds * (1 + 1e-9)) << threads;
     }
   }
 }
