@@ -19,8 +19,9 @@ Cases, each with threads=k:
             vp.iter_load(paths, threads=k), each array dropped after one look: --files (40;
             --quick 8).
   index     vp.gz.build_index(file of decode, exact=True, threads=k): the exact seek index
-            (points placed by the sequential rule, built in parallel from the points of a
-            parallel inflate), and exact=False (the points of a parallel inflate).
+            (points placed by the sequential rule; one pass of voxpipe's decoder, in chunks
+            decoded ahead on several threads), and exact=False (the points of a parallel
+            inflate).
   resample  vp.resample of bench_resample.py's series (--volumes, 60; --quick 12 volumes of
             96x96x60 int16, one rigid affine each) onto its oblique reference, order 3, float32.
   dicom     vp.load_dicom(bench_dicom.py's Explicit VR series of 176 slices, float32).
@@ -330,9 +331,9 @@ def report(args, cases, ks, med, runs, sizes, cores, waited, loads, cpu, total):
     lines += ["", "Rounds (s): " + "; ".join(
         f"{c} " + ", ".join(f"{k}t " + "/".join(f"{x:.2f}" for x in runs[(c, k)]) for k in ks)
         for c in cases) + ".", "",
-        f"Whole run {total:.0f} s. The exact index is built sequentially on one thread and from "
-        "spans on several (the same index, docs/gzip.md); the fast one comes from the parallel "
-        "inflate.", "", end, ""]
+        f"Whole run {total:.0f} s. The exact index is built in one pass of voxpipe's decoder, "
+        "front to back on one thread and in chunks decoded ahead on several (the same index, "
+        "docs/gzip.md); the fast one comes from the parallel inflate.", "", end, ""]
     return "\n".join(lines)
 
 

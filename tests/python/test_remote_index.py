@@ -84,9 +84,8 @@ def spans(log):
 
 @pytest.mark.parametrize("exact, threads", [(True, 0), (True, 4), (False, 0)])
 def test_an_index_build_reads_the_object_once_in_large_parts(series, tmp_path, exact, threads):
-    # exact with 4 threads: the parallel build, whose second pass reads the object again (from
-    # the read cache); with 2 or fewer (0: this machine's cores, 2 on CI) an object's exact
-    # build is the sequential one.
+    # exact with 4 threads: the one-pass parallel build (chunks decoded ahead); with 2 or fewer
+    # (0: this machine's cores, 2 on CI) an object's exact build is one pass front to back.
     path, data = series
     blob = path.read_bytes()
     with RangeServer({KEY: blob}) as server:
