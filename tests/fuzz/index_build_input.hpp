@@ -69,51 +69,12 @@ inline Bytes gzip_member(std::span<const std::uint8_t> data, int level, int stra
   z_stream z{};
   if (deflateInit2(&z, level, Z_DEFLATED, 16 + window_bits, mem_level, strategy) != Z_OK)
     std::abort();
-  Bytes out;
-  auto room = [&](std::size_t n) {
-    if (out.size() - z.total_out >= n) return;
-    out.resize(std::max(2 * out.size(), static_cast<std::size_t>(z.total_out) + n));
-    z.next_out = out.data() + z.total_out;
-    z.avail_out = static_cast<uInt>(out.size() - z.total_out);
-  };
-  auto feed = [&](std::size_t from, std::size_t to, int mode) {
-    z.next_in = const_cast<Bytef*>(data.data() + from);
-    z.avail_in = static_cast<uInt>(to - from);
-    for (;;) {
-      room(4096);
-      const int rc = deflate(&z, mode);
-      if (rc == Z_STREAM_END) return;
-      if (rc != Z_OK && rc != Z_BUF_ERROR) std::abort();
-      if (mode != Z_FINISH && z.avail_in == 0 && z.avail_out != 0) return;
-    }
-  };
-  std::size_t done = 0;
-  for (const marker::Flush& f : flushes) {
-    const std::size_t at = std::min(f.at, data.size());
-    if (at < done) continue;
-    if (f.mode >= 0) {
-      feed(done, at, f.mode);
-    } else {
-      feed(done, at, Z_NO_FLUSH);
-      for (int tries = 0; tries < 8; ++tries) {
-        room(std::size_t{1} << 18);
-        const int rc = deflateParams(&z, f.level, f.strategy);
-        if (rc == Z_OK) break;
-        if (rc != Z_BUF_ERROR) std::abort();
-      }
-    }
-    done = at;
-  }
-  feed(done, data.size(), Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
+  return marker::deflate_with_flushes(z, data, flushes);
 }
 
 // The gzip file the input stands for.
 inline Bytes gzip_file(const Input& in) {
   if (!(in.mode & 1)) return Bytes(in.body.begin(), in.body.end());
-  static constexpr int kMemLevels[8] = {8, 1, 2, 3, 5, 7, 9, 8};
   std::vector<marker::Flush> flushes;
   const Bytes data = marker::decode_program(in.body, {}, flushes);
   const unsigned members = in.p[0] % 3 + 1;
@@ -135,7 +96,8 @@ inline Bytes gzip_file(const Input& in) {
     }
     const Bytes m = gzip_member(std::span(data).subspan(cuts[k], cuts[k + 1] - cuts[k]),
                                 static_cast<int>(q % 10), marker::kStrategies[(q / 10) % 5],
-                                kMemLevels[in.p[2] & 7], 9 + ((in.p[2] >> 3) & 7) % 7, mine);
+                                marker::kMemLevels[in.p[2] & 7], 9 + ((in.p[2] >> 3) & 7) % 7,
+                                mine);
     file.insert(file.end(), m.begin(), m.end());
     if ((k == 0 && (in.p[0] & 4)) || (k + 1 == members && (in.p[0] & 8)))
       file.insert(file.end(), 3 + k, 0);

@@ -159,18 +159,13 @@ inline Bytes decode_program(std::span<const std::uint8_t> prog, std::span<const 
   return d;
 }
 
-// zlib's raw deflate of `data` after the dictionary `window`, with the flushes (offsets in
-// increasing order) and the parameters of `in`.
-inline Bytes compress(const Input& in, std::span<const std::uint8_t> data,
-                      std::span<const std::uint8_t> window, const std::vector<Flush>& flushes) {
-  static constexpr int kMemLevels[8] = {8, 1, 2, 3, 5, 7, 9, 8};
-  z_stream z{};
-  if (deflateInit2(&z, in.p[3] % 10, Z_DEFLATED, -15, kMemLevels[in.p[4] & 7],
-                   kStrategies[(in.p[3] / 10) % 5]) != Z_OK)
-    std::abort();
-  if (!window.empty() &&
-      deflateSetDictionary(&z, window.data(), static_cast<uInt>(window.size())) != Z_OK)
-    std::abort();
+// zlib's memLevel for a parameter byte's low 3 bits.
+inline constexpr int kMemLevels[8] = {8, 1, 2, 3, 5, 7, 9, 8};
+
+// Runs `z`, set up for deflate, over `data` with the flushes (offsets in increasing order) and
+// finishes the stream; returns what zlib wrote and ends `z`.
+inline Bytes deflate_with_flushes(z_stream& z, std::span<const std::uint8_t> data,
+                                  const std::vector<Flush>& flushes) {
   Bytes out;
   auto room = [&](std::size_t n) {
     if (out.size() - z.total_out >= n) return;
@@ -193,6 +188,7 @@ inline Bytes compress(const Input& in, std::span<const std::uint8_t> data,
   std::size_t done = 0;
   for (const Flush& f : flushes) {
     const std::size_t at = std::min(f.at, data.size());
+    if (at < done) continue;
     if (f.mode >= 0) {
       feed(done, at, f.mode);
     } else {
@@ -211,6 +207,20 @@ inline Bytes compress(const Input& in, std::span<const std::uint8_t> data,
   out.resize(z.total_out);
   deflateEnd(&z);
   return out;
+}
+
+// zlib's raw deflate of `data` after the dictionary `window`, with the flushes (offsets in
+// increasing order) and the parameters of `in`.
+inline Bytes compress(const Input& in, std::span<const std::uint8_t> data,
+                      std::span<const std::uint8_t> window, const std::vector<Flush>& flushes) {
+  z_stream z{};
+  if (deflateInit2(&z, in.p[3] % 10, Z_DEFLATED, -15, kMemLevels[in.p[4] & 7],
+                   kStrategies[(in.p[3] / 10) % 5]) != Z_OK)
+    std::abort();
+  if (!window.empty() &&
+      deflateSetDictionary(&z, window.data(), static_cast<uInt>(window.size())) != Z_OK)
+    std::abort();
+  return deflate_with_flushes(z, data, flushes);
 }
 
 }  // namespace vpfuzz::marker
