@@ -56,8 +56,9 @@ struct ParallelInflateOptions {
   // (2 cores): bold_4d.nii.gz (171 MB, gzip -6) 1 MiB 0.82x, 2 MiB 0.95x, 4 MiB 1.25-1.35x,
   // 8 MiB 1.38-1.44x, 16 MiB 1.48x; its zlib level-1 copy 4 MiB 1.09x, 8 MiB 1.31x, 16 MiB
   // 1.47x; t1_3d.nii.gz (12 MB) 4 MiB 1.18x, 8 MiB 1.10x. Every speculative chunk decodes in
-  // marker mode until its window is clean (often for most of the chunk on fMRI data, ~3x slower
-  // than ISA-L), so larger chunks win until too few remain to share out.
+  // marker mode until its window is clean (often for most of the chunk on fMRI data), so larger
+  // chunks win until too few remain to share out. Measured when marker mode was ~3x slower than
+  // ISA-L; it is 1.25-1.35x now (bench/decoder_cost.cpp), and the sizes were not measured again.
   std::size_t chunk_size = 8 << 20;
   // Delivery may stop once every byte < stop_after was delivered and more output follows it.
   // Every member inflated to its end is checked: a read whose stop_after is where a member ends
