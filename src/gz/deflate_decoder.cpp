@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gz/stream.hpp"
+
 namespace voxpipe::gz {
 
 // ---------------------------------------------------------------------------------------------
@@ -690,5 +692,33 @@ DecodeStatus DeflateDecoder<T>::decode(std::size_t limit) {
 
 template class DeflateDecoder<std::uint8_t>;
 template class DeflateDecoder<std::uint16_t>;
+
+MarkerResolver::MarkerResolver(std::span<const std::uint8_t> window)
+    : table_(std::make_unique<std::uint8_t[]>(65536)),  // zeroed: missing positions read 0
+      missing_(kWindowSize - std::min(window.size(), kWindowSize)) {
+  for (unsigned v = 0; v < 256; ++v) table_[v] = static_cast<std::uint8_t>(v);
+  const std::span<const std::uint8_t> w = window.last(kWindowSize - missing_);
+  std::copy(w.begin(), w.end(), table_.get() + kMarkerBase + missing_);
+}
+
+bool MarkerResolver::resolve(const std::uint16_t* symbols, std::size_t n,
+                             std::uint8_t* out) const noexcept {
+  const std::uint8_t* const table = table_.get();
+  unsigned low = 0xffff;  // lowest window position referred to (only looked for if missing_)
+  for (std::size_t g = 0; g < n; g += 64) {
+    const std::size_t e = std::min(n, g + 64);
+    unsigned high = 0;
+    for (std::size_t i = g; i < e; ++i) {
+      out[i] = static_cast<std::uint8_t>(symbols[i]);
+      high |= symbols[i];
+    }
+    if (high < 256) continue;
+    for (std::size_t i = g; i < e; ++i) out[i] = table[symbols[i]];
+    if (missing_)
+      for (std::size_t i = g; i < e; ++i)
+        if (symbols[i] >= kMarkerBase) low = std::min<unsigned>(low, symbols[i] - kMarkerBase);
+  }
+  return low >= missing_;
+}
 
 }  // namespace voxpipe::gz

@@ -169,6 +169,25 @@ enum class DecodeStatus {
 // Marker values: window position i (0 = oldest of the 32 KiB before the start) is 0x8000 + i.
 inline constexpr std::uint16_t kMarkerBase = 0x8000;
 
+// Turns marker-mode output (16-bit symbols: bytes, and markers for the 32 KiB before the
+// chunk) into bytes once that window is known, in one pass: runs of 64 symbols without a
+// marker are narrowed by vector code; a run holding one goes through a table indexed by the
+// symbol itself (bytes map to themselves, markers to the window): one load per symbol, no
+// branch. Level-1 streams carry markers in most runs of their marker phase.
+class MarkerResolver {
+ public:
+  // `window`: the bytes before the chunk, at most 32 KiB; shorter when the chunk's member began
+  // less than 32 KiB before it, and then markers for the missing bytes are invalid data.
+  explicit MarkerResolver(std::span<const std::uint8_t> window);
+  // Writes n bytes to `out`. Returns false when a marker referred to a byte before the member
+  // (out then holds zeros there): "invalid distance too far back".
+  bool resolve(const std::uint16_t* symbols, std::size_t n, std::uint8_t* out) const noexcept;
+
+ private:
+  std::unique_ptr<std::uint8_t[]> table_;  // 65536 entries, indexed by symbol
+  std::size_t missing_ = 0;                // window positions before the member's start
+};
+
 // Decodes a raw deflate stream block by block into an output buffer of T: std::uint8_t for
 // plain bytes after a known window, std::uint16_t for marker mode. The buffer starts with the
 // window (the 32768 markers, or the known bytes) so that back-references need no special case.

@@ -313,6 +313,8 @@ class Engine {
   void finalize(Job& job);
   std::vector<std::uint8_t> tail_of(const ChunkResult& r, const std::vector<std::uint8_t>& prev);
   std::uint8_t resolve_marker(std::uint16_t v, const std::vector<std::uint8_t>& prev) const;
+  // A marker referred to a byte before its member's start.
+  [[noreturn]] void too_far_back() const;
   void add_point(std::uint64_t bit, std::uint64_t offset, const std::vector<std::uint8_t>& w);
   void verify() const;
   Unit* new_unit();
@@ -688,13 +690,16 @@ void Engine::sequential() {
   advance(end);
 }
 
+void Engine::too_far_back() const {
+  throw Error(ErrorCode::corrupt, file_.path(), "deflate data",
+              "invalid distance too far back (before the start of the member)");
+}
+
 std::uint8_t Engine::resolve_marker(std::uint16_t v, const std::vector<std::uint8_t>& prev) const {
   if (v < 256) return static_cast<std::uint8_t>(v);
   const std::size_t index = v - kMarkerBase;  // in the 32 KiB before the chunk
   const std::size_t missing = 32768 - prev.size();
-  if (index < missing)
-    throw Error(ErrorCode::corrupt, file_.path(), "deflate data",
-                "invalid distance too far back (before the start of the member)");
+  if (index < missing) too_far_back();
   return prev[index - missing];
 }
 
@@ -757,33 +762,11 @@ void Engine::finalize(Job& job) {
     offset += n;
   };
   if (r.marked) {
-    // Markers through a table of the window: no branch on the window's length per byte. A
-    // window shorter than 32 KiB (a member started less than 32 KiB before) leaves entries
-    // that no valid stream refers to; any marker for them is an error.
-    const std::size_t missing = 32768 - job.window.size();
-    std::vector<std::uint8_t> table(32768, 0);
-    std::copy(job.window.begin(), job.window.end(), table.begin() + static_cast<std::ptrdiff_t>(missing));
+    const MarkerResolver resolver(job.window);
     std::vector<std::uint8_t> bytes(std::min<std::size_t>(r.marked, 1 << 16));
     for (std::size_t at = 0; at < r.marked; at += bytes.size()) {
       const std::size_t n = std::min(bytes.size(), r.marked - at);
-      const std::uint16_t* m = r.marked_data() + at;
-      unsigned low = 0xffff;
-      // Narrow 64 symbols at a time (vectorised); only groups holding a marker are revisited.
-      for (std::size_t g = 0; g < n; g += 64) {
-        const std::size_t e = std::min(n, g + 64);
-        unsigned high = 0;
-        for (std::size_t i = g; i < e; ++i) {
-          bytes[i] = static_cast<std::uint8_t>(m[i]);
-          high |= m[i];
-        }
-        if (high < 256) continue;
-        for (std::size_t i = g; i < e; ++i) {
-          if (m[i] < 256) continue;
-          bytes[i] = table[m[i] & 0x7fff];
-          low = std::min<unsigned>(low, m[i] & 0x7fff);
-        }
-      }
-      if (low < missing) resolve_marker(static_cast<std::uint16_t>(kMarkerBase + low), job.window);
+      if (!resolver.resolve(r.marked_data() + at, n, bytes.data())) too_far_back();
       deliver(bytes.data(), n);
     }
   }

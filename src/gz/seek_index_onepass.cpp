@@ -298,8 +298,6 @@ class OnePassBuild {
   std::vector<std::uint8_t> f_window_;  // min(32 KiB, its member's output) before the frontier
   std::size_t accepted_ = 0;  // chunks decoded ahead and accepted
   std::size_t runs_ = 0;      // decodes from the frontier
-  // accept's table of symbols to bytes: 0-255 themselves, markers their window's bytes.
-  std::array<std::uint8_t, 65536> table_{};
 };
 
 // The output of a decode from the frontier (a known position and window): its boundaries are
@@ -382,7 +380,6 @@ OnePassBuild::OnePassBuild(const core::RandomAccessInput& file, std::uint64_t sp
   ahead_ = 2 * std::size_t{threads_ - 1};
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   target_ = [this](std::size_t c) { return start_of(c); };
-  for (unsigned v = 0; v < 256; ++v) table_[v] = static_cast<std::uint8_t>(v);
 }
 
 std::optional<BlockCandidate> OnePassBuild::start_of(std::size_t c) {
@@ -638,34 +635,21 @@ std::span<const std::uint8_t> OnePassBuild::window_of(const Chunk& r, std::uint6
 }
 
 void OnePassBuild::accept(Chunk& r) {
-  // The markers, from the predecessor's last 32 KiB through a table indexed by the symbol
-  // itself (bytes map to themselves): one load per symbol, no branch. A window shorter than
-  // 32 KiB (its member began less than 32 KiB before) leaves markers that no valid stream
-  // refers to; only then is each symbol checked.
-  const std::size_t missing = kWindowSize - f_window_.size();
-  std::uint8_t* const window_table = table_.data() + kMarkerBase;
-  std::fill(window_table, window_table + missing, 0);
-  std::copy(f_window_.begin(), f_window_.end(), window_table + missing);
+  const MarkerResolver resolver(f_window_);
   std::uint32_t crc = 0;
-  unsigned low = 0xffff;
   for (std::size_t i = 0; i < r.marked.count(); ++i) {
     std::span<const std::uint16_t> m = r.marked.piece_span(i);
     while (!m.empty()) {
       const std::span<std::uint8_t> dst = r.resolved.space(pool_);
       const std::size_t n = std::min(dst.size(), m.size());
-      std::uint8_t* out = dst.data();
-      for (std::size_t k = 0; k < n; ++k) out[k] = table_[m[k]];
-      if (missing)
-        for (std::size_t k = 0; k < n; ++k)
-          if (m[k] >= kMarkerBase) low = std::min<unsigned>(low, m[k] - kMarkerBase);
-      crc = inflate_detail::crc32_update(crc, out, n);
+      if (!resolver.resolve(m.data(), n, dst.data()))
+        throw Error(ErrorCode::corrupt, file_.path(), "deflate data",
+                    "invalid distance too far back (before the start of the member)");
+      crc = inflate_detail::crc32_update(crc, dst.data(), n);
       r.resolved.commit(n);
       m = m.subspan(n);
     }
   }
-  if (low < missing)
-    throw Error(ErrorCode::corrupt, file_.path(), "deflate data",
-                "invalid distance too far back (before the start of the member)");
   const std::uint64_t marked = r.marked.size();
   if (marked) {
     if (r.segments.empty()) {

@@ -129,6 +129,40 @@ TEST(DeflateDecoder, MarkerModeResolvesToTheBytesOnceTheWindowIsKnown) {
   }
 }
 
+// MarkerResolver against the rule it implements, symbol by symbol: runs with and without
+// markers, lengths that are not multiples of its 64-symbol runs, full and short windows.
+TEST(DeflateDecoder, MarkerResolverMapsSymbolsThroughTheWindow) {
+  std::mt19937 rng(11);
+  for (std::size_t window_size : {std::size_t{32768}, std::size_t{1000}, std::size_t{0}}) {
+    Bytes window(window_size);
+    for (auto& b : window) b = static_cast<std::uint8_t>(rng());
+    const voxpipe::gz::MarkerResolver resolver(window);
+    const std::size_t missing = 32768 - window_size;
+    for (int trial = 0; trial < 40; ++trial) {
+      // Marker density from none to every symbol; markers only into the window, except in the
+      // trials that plant one before it.
+      const std::size_t n = 1 + rng() % 1000;
+      const unsigned per_mille = trial % 5 == 0 ? 0 : rng() % 1001;
+      const bool plant = window_size < 32768 && trial % 4 == 3;
+      std::vector<std::uint16_t> symbols(n);
+      for (auto& v : symbols)
+        v = rng() % 1000 < per_mille && window_size
+                ? static_cast<std::uint16_t>(voxpipe::gz::kMarkerBase + missing + rng() % window_size)
+                : static_cast<std::uint16_t>(rng() % 256);
+      if (plant) symbols[rng() % n] = static_cast<std::uint16_t>(voxpipe::gz::kMarkerBase + rng() % missing);
+      Bytes out(n, 0xAA);
+      const bool ok = resolver.resolve(symbols.data(), n, out.data());
+      EXPECT_EQ(ok, !plant) << "window " << window_size << " trial " << trial;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t v = symbols[i];
+        const std::size_t at = v - voxpipe::gz::kMarkerBase;
+        const std::uint8_t expect = v < 256 ? static_cast<std::uint8_t>(v) : at < missing ? 0 : window[at - missing];
+        ASSERT_EQ(out[i], expect) << "window " << window_size << " trial " << trial << " at " << i;
+      }
+    }
+  }
+}
+
 // LSB-first bit writer for hand-made streams; Huffman codes go most significant bit first.
 struct BitWriter {
   Bytes bytes;
