@@ -222,14 +222,19 @@ std::size_t reader_buffer_bytes(const core::RandomAccessInput& file) {
   return file.fetches() ? kFetchedInputBytes : kInputBytes;
 }
 
+std::size_t chunk_search_bytes(std::size_t chunk_size) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(chunk_size, kMaxSearch) + kTrialMargin);
+}
+
 std::optional<BlockCandidate> find_chunk_start(const core::RandomAccessInput& file,
-                                               std::size_t chunk, std::size_t chunk_size) {
+                                               std::size_t chunk, std::size_t chunk_size,
+                                               std::span<std::uint8_t> scratch) {
   const std::uint64_t from = std::uint64_t{chunk} * chunk_size;
   const std::uint64_t search = std::min<std::uint64_t>(chunk_size, kMaxSearch);
   const std::uint64_t end = std::min(file.size(), from + search + kTrialMargin);
   if (from >= end) return std::nullopt;
-  std::vector<std::uint8_t> data(static_cast<std::size_t>(end - from));
-  data.resize(file.read_at(from, std::as_writable_bytes(std::span(data))));
+  std::span<std::uint8_t> data = scratch.first(static_cast<std::size_t>(end - from));
+  data = data.first(file.read_at(from, std::as_writable_bytes(data)));
   return find_block_start(data, from, from * 8, (from + search) * 8);
 }
 

@@ -91,9 +91,13 @@ ByteFetch file_fetch(const core::RandomAccessInput& file);
 std::size_t reader_buffer_bytes(const core::RandomAccessInput& file);
 
 // The start candidate of chunk `chunk` (of `chunk_size` compressed bytes) of `file`: the first
-// block start find_block_start finds in the chunk's first MiB, or nullopt.
+// block start find_block_start finds in the chunk's first MiB, or nullopt. The compressed bytes
+// are read into `scratch`, at least chunk_search_bytes(chunk_size) long (a recycled buffer:
+// the parallel engines search every chunk).
 std::optional<BlockCandidate> find_chunk_start(const core::RandomAccessInput& file,
-                                               std::size_t chunk, std::size_t chunk_size);
+                                               std::size_t chunk, std::size_t chunk_size,
+                                               std::span<std::uint8_t> scratch);
+std::size_t chunk_search_bytes(std::size_t chunk_size);
 
 // CRC32 (gzip's), continued from `crc`.
 std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* data, std::size_t n);

@@ -37,13 +37,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Block starts are searched for only in the first MiB of a chunk: real blocks are far shorter
-// (gzip -6 writes ~16-64 KiB), and a stream without findable starts (one giant block) would
-// otherwise cost a full bit-by-bit scan of every chunk.
-constexpr std::uint64_t kMaxSearch = std::uint64_t{1} << 20;
-// Bytes after the searched range given to the finder's trial decode (64 KiB of output).
-constexpr std::uint64_t kTrialMargin = std::uint64_t{128} << 10;
-
 // A member boundary inside a chunk's output (offsets relative to the chunk's first byte).
 struct Event {
   std::uint64_t offset = 0;
@@ -441,8 +434,7 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   // cap; for those the sequential path (ISA-L at GB/s on such data) is the better use anyway.
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   piece_size_ = std::min<std::size_t>(std::size_t{1} << 20, std::max<std::size_t>(chunk_, 65536));
-  search_size_ =
-      static_cast<std::size_t>(std::min<std::uint64_t>(chunk_, kMaxSearch) + kTrialMargin);
+  search_size_ = inflate_detail::chunk_search_bytes(chunk_);
   // Idle buffers kept: what the chunks in flight (at most 2 x threads, each inflating to about
   // 4x its compressed size on neuroimaging data) hold at once, so that the pools keep no more
   // than the engine held at its busiest moment.
@@ -478,14 +470,8 @@ std::optional<BlockCandidate> Engine::start_of(std::size_t c) {
   std::lock_guard lock(s.find_mutex);
   if (s.searched) return s.candidate;
   s.searched = true;
-  const std::uint64_t from = std::uint64_t{c} * chunk_;
-  const std::uint64_t search = std::min<std::uint64_t>(chunk_, kMaxSearch);
-  const std::uint64_t end = std::min(file_.size(), from + search + kTrialMargin);
-  if (from >= end) return std::nullopt;
   const BytesLease buffer = searches_->get();
-  std::span<std::uint8_t> data(buffer->data(), static_cast<std::size_t>(end - from));
-  data = data.first(file_.read_at(from, std::as_writable_bytes(data)));
-  s.candidate = find_block_start(data, from, from * 8, (from + search) * 8);
+  s.candidate = inflate_detail::find_chunk_start(file_, c, chunk_, std::span(buffer->data(), search_size_));
   return s.candidate;
 }
 

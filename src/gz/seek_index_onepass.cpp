@@ -386,7 +386,8 @@ std::optional<BlockCandidate> OnePassBuild::start_of(std::size_t c) {
   Slot& s = slots_[c];
   std::lock_guard lock(s.find_mutex);
   if (!s.searched) {
-    s.candidate = inflate_detail::find_chunk_start(file_, c, chunk_);
+    std::vector<std::uint8_t> scratch(inflate_detail::chunk_search_bytes(chunk_));
+    s.candidate = inflate_detail::find_chunk_start(file_, c, chunk_, scratch);
     s.searched = true;
   }
   return s.candidate;
