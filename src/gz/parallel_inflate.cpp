@@ -422,8 +422,8 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   // chunk starts are wanted.
   if (threads_ <= 1 && !o.seek_points) n_ = 1;
   // Two chunks of lead per speculating thread (all but the resolver's): a speculative chunk
-  // cost 1.6-1.9x a known-window one (its marker phase) when this was chosen, 1.25-1.65x with
-  // today's decoder (bench/chunk_cost.cpp), so by the time it is done the resolver has moved
+  // cost 1.6-1.9x a known-window one (its marker phase) when this was chosen, 1.16-1.34x with
+  // today's decoder and resolver (bench/chunk_cost.cpp), so by the time it is done the resolver has moved
   // one to two chunks. More lead only holds finished chunks longer: at 2 threads,
   // 4 chunks ahead instead of 2 raised a 4D read's peak by 13-44 MiB (bold_4d.nii.gz gzip -6:
   // 91 against 47 MiB) for no speed on gzip -6 and 5% on nibabel's level-1 files.

@@ -58,7 +58,11 @@ struct ParallelInflateOptions {
   // 1.47x; t1_3d.nii.gz (12 MB) 4 MiB 1.18x, 8 MiB 1.10x. Every speculative chunk decodes in
   // marker mode until its window is clean (often for most of the chunk on fMRI data), so larger
   // chunks win until too few remain to share out. Measured when marker mode was ~3x slower than
-  // ISA-L; it is 1.25-1.35x now (bench/decoder_cost.cpp), and the sizes were not measured again.
+  // ISA-L. Again with today's decoder (1.25-1.35x ISA-L's time, bench/decoder_cost.cpp), as a
+  // 2-thread read's wall time and a speculative chunk's cost per byte against a known one
+  // (bench/chunk_cost.cpp, medians of 3): gzip -6 4 MiB 0.366 s 1.26x, 8 MiB 0.353 s 1.16x,
+  // 16 MiB 0.344 s 1.16x; level 1 4 MiB 0.427 s 1.51x, 8 MiB 0.404 s 1.32x, 16 MiB 0.390 s
+  // 1.25x. 16 MiB would buy 3% for 23-54 MB more peak memory (level 1: 61 MB -> 116 MB in all).
   std::size_t chunk_size = 8 << 20;
   // Delivery may stop once every byte < stop_after was delivered and more output follows it.
   // Every member inflated to its end is checked: a read whose stop_after is where a member ends
