@@ -7,20 +7,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 
-#include "core/thread_pool.hpp"
 #include "gz/block_finder.hpp"
 #include "gz/deflate_decoder.hpp"
 #include "gz/known_window.hpp"
+#include "gz/speculation.hpp"
 #include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/error.hpp"
 
@@ -273,20 +271,16 @@ struct Unit {
   std::vector<Segment> segments;
 };
 
-class Engine {
+// A worker thread's own state: none (decoders come from the engine's pools).
+struct NoState {};
+
+class Engine final : inflate_detail::ChunkSchedule<Engine, ChunkResult, NoState> {
  public:
   Engine(const core::RandomAccessInput& file, const Sink& sink, const ParallelInflateOptions& o);
   std::uint64_t run();
 
  private:
-  enum Status { kUnclaimed, kInProgress, kDone, kTaken };
-  struct Slot {
-    std::mutex find_mutex;
-    bool searched = false;
-    std::optional<BlockCandidate> candidate;
-    Status status = kUnclaimed;
-    std::unique_ptr<ChunkResult> result;
-  };
+  friend class inflate_detail::ChunkSchedule<Engine, ChunkResult, NoState>;
   struct Job {
     std::unique_ptr<ChunkResult> result;
     std::vector<std::uint8_t> window;
@@ -295,14 +289,20 @@ class Engine {
   };
   class DirectOutput;
 
-  std::optional<BlockCandidate> start_of(std::size_t c);
-  void worker();
-  void resolve();
+  // The schedule's hooks (speculation.hpp).
+  std::unique_ptr<NoState> worker_state() { return std::make_unique<NoState>(); }
+  std::unique_ptr<ChunkResult> speculate(NoState&, std::size_t c);
   void accept(std::unique_ptr<ChunkResult> r);
-  void sequential();
-  void advance(RunEnd end);
+  void decode_at_frontier(NoState&);
+  void discard(std::unique_ptr<ChunkResult>& r) { r.reset(); }
+  void speculated(const ChunkResult& r);
+  bool side_work(std::unique_lock<std::mutex>& lock);
+  bool frontier_moved() const { return f_offset_ > opts_.stop_after; }
+  void after_advance() { set_pool_limits(); }
+
+  std::optional<BlockCandidate> start_of(std::size_t c);
   void set_pool_limits();
-  std::unique_ptr<ChunkResult> speculate(std::size_t c);
+  std::unique_ptr<ChunkResult> speculate_chunk(std::size_t c);
   void finalize(Job& job);
   std::vector<std::uint8_t> tail_of(const ChunkResult& r, const std::vector<std::uint8_t>& prev);
   std::uint8_t resolve_marker(std::uint16_t v, const std::vector<std::uint8_t>& prev) const;
@@ -318,8 +318,6 @@ class Engine {
   inflate_detail::TargetFn target_;
   unsigned threads_;
   std::size_t chunk_;
-  std::size_t n_;
-  std::size_t ahead_;
   std::uint64_t cap_;
   std::size_t piece_size_;
   std::size_t search_size_;
@@ -327,17 +325,8 @@ class Engine {
   std::optional<Recycler<Bytes>> pieces_;        // piece_size_: chunk output, DirectOutput
   std::optional<Recycler<Bytes>> searches_;      // search_size_: block finder input
   std::optional<Recycler<MarkerDecoder>> decoders_;
-  std::unique_ptr<Slot[]> slots_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool resolver_active_ = false;
-  bool finished_ = false;
-  bool stopped_ = false;
-  bool failed_ = false;
-  // Set with finished_ or failed_: speculation in progress stops at its next block or piece.
-  std::atomic<bool> cancel_{false};
-  std::exception_ptr error_;
+  // Under the schedule's mu_, as are the stats and the frontier's chunk and bit.
   std::deque<Job> jobs_;
   std::deque<std::unique_ptr<Unit>> units_;
   std::vector<SeekPoint> points_;
@@ -347,9 +336,8 @@ class Engine {
   bool timed_ = false;
   ParallelInflateStats stats_;
 
-  // The frontier: everything before it is accepted; only the resolver touches it.
-  std::size_t f_chunk_ = 0;
-  std::uint64_t f_bit_ = 0;
+  // The rest of the frontier (the schedule has its chunk and bit): everything before it is
+  // accepted; only the resolver touches it.
   std::uint64_t f_offset_ = 0;
   std::vector<std::uint8_t> f_window_;
 };
@@ -489,8 +477,7 @@ void Engine::add_point(std::uint64_t bit, std::uint64_t offset, const std::vecto
 
 std::uint64_t Engine::run() {
   f_bit_ = inflate_detail::read_gzip_header(file_, 0, true) * 8;
-  core::parallel_for(threads_, threads_, [this](std::size_t) { worker(); });
-  if (error_) std::rethrow_exception(error_);
+  run_workers(threads_);
   verify();
   if (opts_.seek_points) {
     std::sort(points_.begin(), points_.end(), [](const SeekPoint& a, const SeekPoint& b) {
@@ -516,110 +503,26 @@ std::uint64_t Engine::run() {
   return f_offset_;
 }
 
-void Engine::worker() {
-  try {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (failed_) return;
-      const bool frontier_ready =
-          !finished_ && f_chunk_ < n_ &&
-          (slots_[f_chunk_].status == kUnclaimed || slots_[f_chunk_].status == kDone);
-      if (!resolver_active_ && frontier_ready) {
-        resolver_active_ = true;
-        lock.unlock();
-        resolve();
-        lock.lock();
-        resolver_active_ = false;
-        cv_.notify_all();
-        continue;
-      }
-      if (!jobs_.empty()) {
-        Job job = std::move(jobs_.front());
-        jobs_.pop_front();
-        lock.unlock();
-        const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
-        finalize(job);
-        job.result.reset();
-        const double seconds = timed_ ? seconds_since(t0) : 0;
-        lock.lock();
-        stats_.finalize_seconds += seconds;
-        cv_.notify_all();
-        continue;
-      }
-      if (finished_) return;
-      // Speculate on the furthest free chunk of the window: the resolver decodes the chunks at
-      // the frontier itself, with a known window (ISA-L), which is faster than marker decoding,
-      // so speculation pays only where the resolver will not arrive soon.
-      std::size_t c = std::min(n_ - 1, f_chunk_ + ahead_);
-      while (c > f_chunk_ && slots_[c].status != kUnclaimed) --c;
-      if (c > f_chunk_) {
-        slots_[c].status = kInProgress;
-        lock.unlock();
-        const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
-        std::unique_ptr<ChunkResult> r = speculate(c);
-        if (timed_) r->seconds = seconds_since(t0);
-        lock.lock();
-        ++stats_.speculated_chunks;
-        stats_.speculated_seconds += r->seconds;
-        most_pieces_ = std::max(most_pieces_, r->pieces.size());
-        slots_[c].status = kDone;
-        // A chunk the frontier has already passed is of no use.
-        if (c >= f_chunk_) slots_[c].result = std::move(r);
-        cv_.notify_all();
-        continue;
-      }
-      cv_.wait(lock);
-    }
-  } catch (...) {
-    std::lock_guard lock(mu_);
-    failed_ = true;
-    cancel_ = true;
-    if (!error_) error_ = std::current_exception();
-    cv_.notify_all();
-  }
+bool Engine::side_work(std::unique_lock<std::mutex>& lock) {
+  // Delivering an accepted chunk: any free thread, in any order.
+  if (jobs_.empty()) return false;
+  Job job = std::move(jobs_.front());
+  jobs_.pop_front();
+  lock.unlock();
+  const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
+  finalize(job);
+  job.result.reset();
+  const double seconds = timed_ ? seconds_since(t0) : 0;
+  lock.lock();
+  stats_.finalize_seconds += seconds;
+  cv_.notify_all();
+  return true;
 }
 
-void Engine::resolve() {
-  for (;;) {
-    std::unique_lock lock(mu_);
-    if (failed_ || finished_) return;
-    if (f_chunk_ >= n_) {
-      finished_ = true;
-      cancel_ = true;
-      return;
-    }
-    Slot& s = slots_[f_chunk_];
-    if (s.status == kInProgress || s.status == kTaken) return;
-    if (s.status == kDone && s.result && s.result->ok && s.result->start.first_bit <= f_bit_ &&
-        f_bit_ <= s.result->start.last_bit) {
-      std::unique_ptr<ChunkResult> r = std::move(s.result);
-      lock.unlock();
-      accept(std::move(r));
-      continue;
-    }
-    s.status = kTaken;
-    s.result.reset();
-    lock.unlock();
-    sequential();
-  }
-}
-
-void Engine::advance(RunEnd end) {
-  {
-    std::lock_guard lock(mu_);
-    for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) slots_[c].result.reset();
-    f_chunk_ = end.chunk;
-    f_bit_ = end.bit;
-    if (f_chunk_ >= n_) {
-      finished_ = true;
-    } else if (f_offset_ > opts_.stop_after) {
-      // At == stop_after the next chunk may still end the member: its trailer gets checked.
-      finished_ = stopped_ = true;
-    }
-    if (finished_) cancel_ = true;
-    cv_.notify_all();
-  }
-  set_pool_limits();
+void Engine::speculated(const ChunkResult& r) {
+  ++stats_.speculated_chunks;
+  stats_.speculated_seconds += r.seconds;
+  most_pieces_ = std::max(most_pieces_, r.pieces.size());
 }
 
 void Engine::set_pool_limits() {
@@ -639,7 +542,7 @@ void Engine::set_pool_limits() {
   searches_->set_keep(chunks ? threads_ : 0);
 }
 
-void Engine::sequential() {
+void Engine::decode_at_frontier(NoState&) {
   Unit* unit = new_unit();
   add_point(f_bit_, f_offset_, f_window_);
   DirectOutput out(*this, *unit);
@@ -660,13 +563,7 @@ void Engine::sequential() {
     out.finish();
     count(f_chunk_ + 1);
     f_offset_ = out.offset();
-    {
-      std::lock_guard lock(mu_);
-      stopped_ = finished_ = true;
-      cancel_ = true;
-      cv_.notify_all();
-    }
-    set_pool_limits();
+    stop();
     return;
   }
   out.finish();
@@ -760,7 +657,14 @@ void Engine::finalize(Job& job) {
   tracker.finish();
 }
 
-std::unique_ptr<ChunkResult> Engine::speculate(std::size_t c) {
+std::unique_ptr<ChunkResult> Engine::speculate(NoState&, std::size_t c) {
+  const Clock::time_point t0 = timed_ ? Clock::now() : Clock::time_point{};
+  std::unique_ptr<ChunkResult> r = speculate_chunk(c);
+  if (timed_) r->seconds = seconds_since(t0);
+  return r;
+}
+
+std::unique_ptr<ChunkResult> Engine::speculate_chunk(std::size_t c) {
   auto r = std::make_unique<ChunkResult>();
   r->piece_size = piece_size_;
   const std::optional<BlockCandidate> cand = start_of(c);

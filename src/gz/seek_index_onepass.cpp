@@ -19,9 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -29,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.hpp"
 #include "gz/block_finder.hpp"
 #include "gz/deflate_decoder.hpp"
 #include "gz/known_window.hpp"
 #include "gz/parallel_inflate.hpp"
 #include "gz/seek_index_detail.hpp"
+#include "gz/speculation.hpp"
 #include "voxpipe/buffer_pool.hpp"
 #include "voxpipe/error.hpp"
 
@@ -233,7 +231,7 @@ struct Decoders {
   DeflateDecoder<std::uint8_t> plain;
 };
 
-class OnePassBuild {
+class OnePassBuild final : inflate_detail::ChunkSchedule<OnePassBuild, Chunk, Decoders> {
  public:
   OnePassBuild(const core::RandomAccessInput& file, std::uint64_t spacing,
                std::span<const std::uint64_t> wanted, const ExactBuildOptions& options,
@@ -244,25 +242,22 @@ class OnePassBuild {
   SeekIndex run_in_order();
 
  private:
-  enum Status { kUnclaimed, kInProgress, kDone, kTaken };
-  struct Slot {
-    std::mutex find_mutex;
-    bool searched = false;
-    std::optional<BlockCandidate> candidate;
-    Status status = kUnclaimed;
-    std::unique_ptr<Chunk> result;
-  };
+  friend class inflate_detail::ChunkSchedule<OnePassBuild, Chunk, Decoders>;
   class FrontierOutput;
+
+  // The schedule's hooks (speculation.hpp).
+  std::unique_ptr<Decoders> worker_state() { return std::make_unique<Decoders>(file_); }
+  std::unique_ptr<Chunk> speculate(Decoders& d, std::size_t c);
+  void accept(std::unique_ptr<Chunk> r);
+  void decode_at_frontier(Decoders& d);
+  void discard(std::unique_ptr<Chunk>& r);
+  void speculated(const Chunk&) {}
+  bool side_work(std::unique_lock<std::mutex>&) { return false; }
+  bool frontier_moved() const { return false; }
+  void after_advance() { progress_.at(std::min(f_bit_ / 8, file_.size())); }
 
   std::optional<BlockCandidate> start_of(std::size_t c);
   SeekIndex finish_index();
-  void worker();
-  void resolve(Decoders& d);
-  std::unique_ptr<Chunk> speculate(Decoders& d, std::size_t c);
-  void accept(Chunk& r);
-  void decode_at_frontier(Decoders& d);
-  void advance(RunEnd end);
-  void discard(std::unique_ptr<Chunk>& r);
   std::span<const std::uint8_t> window_of(const Chunk& r, std::uint64_t u, std::uint64_t member_u,
                                           std::vector<std::uint8_t>& scratch) const;
 
@@ -275,25 +270,11 @@ class OnePassBuild {
   inflate_detail::TargetFn target_;
   unsigned threads_;
   std::size_t chunk_;
-  std::size_t n_;
-  std::size_t ahead_;
   std::uint64_t cap_;
-  std::unique_ptr<Slot[]> slots_;
   PiecePool pool_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool resolver_active_ = false;
-  bool finished_ = false;
-  bool failed_ = false;
-  // Set with finished_ or failed_: chunks being decoded ahead stop at their next piece.
-  std::atomic<bool> cancel_{false};
-  std::exception_ptr error_;
-
-  // The frontier: everything before it is placed; only the resolver touches it (and the picker,
-  // the checker and index_).
-  std::size_t f_chunk_ = 0;
-  std::uint64_t f_bit_ = 0;
+  // The rest of the frontier (the schedule has its chunk and bit): everything before it is
+  // placed; only the resolver touches it (and the picker, the checker and index_).
   std::uint64_t f_offset_ = 0;
   std::vector<std::uint8_t> f_window_;  // min(32 KiB, its member's output) before the frontier
   std::size_t accepted_ = 0;  // chunks decoded ahead and accepted
@@ -378,6 +359,7 @@ OnePassBuild::OnePassBuild(const core::RandomAccessInput& file, std::uint64_t sp
   // Two chunks of lead per thread besides the resolver's, as the parallel inflate's engine
   // (parallel_inflate.cpp says why), and the same cap on a chunk's output.
   ahead_ = 2 * std::size_t{threads_ - 1};
+  ahead_first_ = options.decode_ahead_first;
   cap_ = std::max<std::uint64_t>(16 * std::uint64_t{chunk_}, std::uint64_t{1} << 20);
   target_ = [this](std::size_t c) { return start_of(c); };
 }
@@ -398,9 +380,7 @@ std::optional<SeekIndex> OnePassBuild::run() {
   slots_.reset(new Slot[n_]);
   f_bit_ = inflate_detail::read_gzip_header(file_, 0, true) * 8;
   // No more workers than chunks: the others would find nothing to do.
-  const auto workers = static_cast<unsigned>(std::min<std::size_t>(threads_, n_));
-  core::parallel_for(workers, workers, [this](std::size_t) { worker(); });
-  if (error_) std::rethrow_exception(error_);
+  run_workers(static_cast<unsigned>(std::min<std::size_t>(threads_, n_)));
   if (!finished_ || f_chunk_ < n_) throw SpanMismatch{};
   if (options_.stats) {
     options_.stats->parallel = true;
@@ -434,98 +414,10 @@ SeekIndex OnePassBuild::finish_index() {
   return std::move(index_);
 }
 
-void OnePassBuild::worker() {
-  try {
-    Decoders d(file_);
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (failed_) return;
-      // Chunk 0 starts where the data does: nothing to find, nothing to decode ahead.
-      const bool ahead_first = options_.decode_ahead_first && f_chunk_ > 0;
-      const bool frontier_ready =
-          !finished_ && f_chunk_ < n_ &&
-          ((slots_[f_chunk_].status == kUnclaimed && !ahead_first) ||
-           slots_[f_chunk_].status == kDone);
-      if (!resolver_active_ && frontier_ready) {
-        resolver_active_ = true;
-        lock.unlock();
-        resolve(d);
-        lock.lock();
-        resolver_active_ = false;
-        cv_.notify_all();
-        continue;
-      }
-      if (finished_) return;
-      // Decode ahead the furthest free chunk of the lead: the resolver decodes the chunks at
-      // the frontier itself, with a known window, faster than in marker mode.
-      const std::size_t first = ahead_first ? f_chunk_ : f_chunk_ + 1;
-      std::size_t c = std::min(n_ - 1, f_chunk_ + ahead_);
-      while (c > first && slots_[c].status != kUnclaimed) --c;
-      if (c >= first && c < n_ && slots_[c].status == kUnclaimed) {
-        slots_[c].status = kInProgress;
-        lock.unlock();
-        std::unique_ptr<Chunk> r = speculate(d, c);
-        lock.lock();
-        slots_[c].status = kDone;
-        // A chunk the frontier has already passed is of no use.
-        if (c >= f_chunk_ && !finished_)
-          slots_[c].result = std::move(r);
-        else
-          discard(r);
-        cv_.notify_all();
-        continue;
-      }
-      cv_.wait(lock);
-    }
-  } catch (...) {
-    std::lock_guard lock(mu_);
-    failed_ = true;
-    cancel_ = true;
-    if (!error_) error_ = std::current_exception();
-    cv_.notify_all();
-  }
-}
-
 void OnePassBuild::discard(std::unique_ptr<Chunk>& r) {
   if (!r) return;
   r->release(pool_);
   r.reset();
-}
-
-void OnePassBuild::resolve(Decoders& d) {
-  for (;;) {
-    std::unique_lock lock(mu_);
-    if (failed_ || finished_) return;
-    Slot& s = slots_[f_chunk_];
-    if (s.status == kInProgress || s.status == kTaken) return;
-    if (s.status == kUnclaimed && options_.decode_ahead_first && f_chunk_ > 0) return;
-    if (s.status == kDone && s.result && s.result->ok && s.result->start.first_bit <= f_bit_ &&
-        f_bit_ <= s.result->start.last_bit) {
-      std::unique_ptr<Chunk> r = std::move(s.result);
-      lock.unlock();
-      accept(*r);
-      continue;
-    }
-    s.status = kTaken;
-    discard(s.result);
-    lock.unlock();
-    decode_at_frontier(d);
-  }
-}
-
-void OnePassBuild::advance(RunEnd end) {
-  {
-    std::lock_guard lock(mu_);
-    for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) discard(slots_[c].result);
-    f_chunk_ = end.chunk;
-    f_bit_ = end.bit;
-    if (f_chunk_ >= n_) {
-      finished_ = true;
-      cancel_ = true;
-    }
-    cv_.notify_all();
-  }
-  progress_.at(std::min(end.bit / 8, file_.size()));
 }
 
 std::unique_ptr<Chunk> OnePassBuild::speculate(Decoders& d, std::size_t c) {
@@ -635,7 +527,8 @@ std::span<const std::uint8_t> OnePassBuild::window_of(const Chunk& r, std::uint6
   return scratch;
 }
 
-void OnePassBuild::accept(Chunk& r) {
+void OnePassBuild::accept(std::unique_ptr<Chunk> chunk) {
+  Chunk& r = *chunk;
   const MarkerResolver resolver(f_window_);
   std::uint32_t crc = 0;
   for (std::size_t i = 0; i < r.marked.count(); ++i) {
