@@ -212,6 +212,16 @@ bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_coun
   return false;
 }
 
+std::optional<RunEnd> end_member(const core::RandomAccessInput& file, std::uint64_t end_bit,
+                                 RunOutput& out, const TargetFn& target, std::size_t& chunk,
+                                 std::size_t chunk_count, std::uint64_t& bit) {
+  const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
+  if (!next) return RunEnd{chunk_count, file.size() * 8};
+  bit = *next;
+  if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
+  return std::nullopt;
+}
+
 ByteFetch file_fetch(const core::RandomAccessInput& file) {
   return [&file](std::uint64_t offset, std::span<std::uint8_t> dst) {
     return file.read_at(offset, std::as_writable_bytes(dst));
@@ -278,11 +288,9 @@ RunEnd run_blocks(const core::RandomAccessInput& file, BitReader& reader,
       if (lands_on(target, chunk, chunk_count, at)) return RunEnd{chunk, at};
       out.block_start(at);
     }
-    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
-    if (!next) return RunEnd{chunk_count, file.size() * 8};
-    bit = *next;
+    const std::optional<RunEnd> end = end_member(file, end_bit, out, target, chunk, chunk_count, bit);
+    if (end) return *end;
     window = {};
-    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
     out.block_start(bit);
   }
 }
@@ -368,11 +376,9 @@ RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
         break;
       }
     }
-    const std::optional<std::uint64_t> next = finish_member(file, end_bit, out);
-    if (!next) return RunEnd{chunk_count, file_size * 8};
-    bit = *next;
+    const std::optional<RunEnd> end = end_member(file, end_bit, out, target, chunk, chunk_count, bit);
+    if (end) return *end;
     window = {};
-    if (lands_on(target, chunk, chunk_count, bit)) return RunEnd{chunk, bit};
   }
 }
 

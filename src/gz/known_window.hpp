@@ -69,6 +69,15 @@ std::optional<std::uint64_t> finish_member(const core::RandomAccessInput& file,
 bool lands_on(const TargetFn& target, std::size_t& chunk, std::size_t chunk_count,
               std::uint64_t bit);
 
+// A run's member ended its final block at bit `end_bit`, and chunk `chunk` is the next whose
+// start the run may reach: reads the trailer (finish_member), then returns where the run ends
+// (the end of the file, or chunk's start when the next member begins there, `chunk` advanced
+// as lands_on does), or nullopt with `bit` set to the next member's first block, where the run
+// goes on with an empty window.
+std::optional<RunEnd> end_member(const core::RandomAccessInput& file, std::uint64_t end_bit,
+                                 RunOutput& out, const TargetFn& target, std::size_t& chunk,
+                                 std::size_t chunk_count, std::uint64_t& bit);
+
 // Inflates from block start `bit` with `window` (the <= 32 KiB before it in its member) until a
 // non-final block ends exactly at the candidate of some chunk >= `chunk`, or the file ends, or
 // out.done() (then RunEnd{chunk_count, 0}: where the run stopped is no block boundary).

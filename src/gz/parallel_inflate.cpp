@@ -696,14 +696,10 @@ std::unique_ptr<ChunkResult> Engine::speculate_chunk(std::size_t c) {
       if (cancel_.load(std::memory_order_relaxed)) return std::make_unique<ChunkResult>();
       if (dec.block_final()) {
         take_marked();
-        const std::optional<std::uint64_t> next = inflate_detail::finish_member(file_, at, out);
-        if (!next) {
-          r->end = RunEnd{n_, file_.size() * 8};
-        } else if (inflate_detail::lands_on(target_, j, n_, *next)) {
-          r->end = RunEnd{j, *next};
-        } else {
-          r->end = inflate_detail::run_known_window(file_, *next, {}, j, n_, target_, out);
-        }
+        std::uint64_t next = 0;
+        const std::optional<RunEnd> end =
+            inflate_detail::end_member(file_, at, out, target_, j, n_, next);
+        r->end = end ? *end : inflate_detail::run_known_window(file_, next, {}, j, n_, target_, out);
         break;
       }
       if (inflate_detail::lands_on(target_, j, n_, at)) {

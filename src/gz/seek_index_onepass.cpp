@@ -451,14 +451,13 @@ std::unique_ptr<Chunk> OnePassBuild::speculate(Decoders& d, std::size_t c) {
       const std::uint64_t at = d.reader.position();
       if (dec.block_final()) {
         take();
-        const std::optional<std::uint64_t> next = inflate_detail::finish_member(file_, at, out);
-        if (!next) {
-          r->end = RunEnd{n_, file_.size() * 8};
-        } else if (inflate_detail::lands_on(target_, j, n_, *next)) {
-          r->end = RunEnd{j, *next};
+        std::uint64_t next = 0;
+        if (const std::optional<RunEnd> end =
+                inflate_detail::end_member(file_, at, out, target_, j, n_, next)) {
+          r->end = *end;
         } else {
-          out.block_start(*next);
-          r->end = inflate_detail::run_blocks(file_, d.reader, d.plain, *next, {}, j, n_, target_,
+          out.block_start(next);
+          r->end = inflate_detail::run_blocks(file_, d.reader, d.plain, next, {}, j, n_, target_,
                                               out);
         }
         break;
