@@ -411,10 +411,10 @@ Engine::Engine(const core::RandomAccessInput& file, const Sink& sink, const Para
   if (threads_ <= 1 && !o.seek_points) n_ = 1;
   // Two chunks of lead per speculating thread (all but the resolver's): a speculative chunk
   // cost 1.6-1.9x a known-window one (its marker phase) when this was chosen, 1.16-1.34x with
-  // today's decoder and resolver (bench/chunk_cost.cpp), so by the time it is done the resolver has moved
-  // one to two chunks. More lead only holds finished chunks longer: at 2 threads,
-  // 4 chunks ahead instead of 2 raised a 4D read's peak by 13-44 MiB (bold_4d.nii.gz gzip -6:
-  // 91 against 47 MiB) for no speed on gzip -6 and 5% on nibabel's level-1 files.
+  // today's decoder and resolver (bench/chunk_cost.cpp), so by the time it is done the
+  // resolver has moved one to two chunks. More lead only holds finished chunks longer: at
+  // 2 threads, 4 chunks ahead instead of 2 raised a 4D read's peak by 13-44 MiB (bold_4d.nii.gz
+  // gzip -6: 91 against 47 MiB) for no speed on gzip -6 and 5% on nibabel's level-1 files.
   ahead_ = threads_ <= 1 ? 0 : 2 * std::size_t{threads_ - 1};
   // A read of the first bytes only (a NIfTI header) is over before any speculation would pay.
   if (o.stop_after <= chunk_) ahead_ = 0;
@@ -459,7 +459,8 @@ std::optional<BlockCandidate> Engine::start_of(std::size_t c) {
   if (s.searched) return s.candidate;
   s.searched = true;
   const BytesLease buffer = searches_->get();
-  s.candidate = inflate_detail::find_chunk_start(file_, c, chunk_, std::span(buffer->data(), search_size_));
+  s.candidate =
+      inflate_detail::find_chunk_start(file_, c, chunk_, std::span(buffer->data(), search_size_));
   return s.candidate;
 }
 
