@@ -288,7 +288,8 @@ RunEnd run_blocks(const core::RandomAccessInput& file, BitReader& reader,
       if (lands_on(target, chunk, chunk_count, at)) return RunEnd{chunk, at};
       out.block_start(at);
     }
-    const std::optional<RunEnd> end = end_member(file, end_bit, out, target, chunk, chunk_count, bit);
+    const std::optional<RunEnd> end =
+        end_member(file, end_bit, out, target, chunk, chunk_count, bit);
     if (end) return *end;
     window = {};
     out.block_start(bit);
@@ -376,7 +377,8 @@ RunEnd run_known_window(const core::RandomAccessInput& file, std::uint64_t bit,
         break;
       }
     }
-    const std::optional<RunEnd> end = end_member(file, end_bit, out, target, chunk, chunk_count, bit);
+    const std::optional<RunEnd> end =
+        end_member(file, end_bit, out, target, chunk, chunk_count, bit);
     if (end) return *end;
     window = {};
   }

@@ -700,7 +700,8 @@ std::unique_ptr<ChunkResult> Engine::speculate_chunk(std::size_t c) {
         std::uint64_t next = 0;
         const std::optional<RunEnd> end =
             inflate_detail::end_member(file_, at, out, target_, j, n_, next);
-        r->end = end ? *end : inflate_detail::run_known_window(file_, next, {}, j, n_, target_, out);
+        r->end = end ? *end
+                     : inflate_detail::run_known_window(file_, next, {}, j, n_, target_, out);
         break;
       }
       if (inflate_detail::lands_on(target_, j, n_, at)) {

@@ -64,7 +64,8 @@ class ChunkSchedule {
   void advance(RunEnd end) {
     {
       std::lock_guard lock(mu_);
-      for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c) self().discard(slots_[c].result);
+      for (std::size_t c = f_chunk_; c < std::min(end.chunk, n_); ++c)
+        self().discard(slots_[c].result);
       f_chunk_ = end.chunk;
       f_bit_ = end.bit;
       if (f_chunk_ >= n_ || self().frontier_moved()) finished_ = true;
