@@ -11,6 +11,7 @@
 // the frontier, so that their work is done by the time the resolver arrives.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
