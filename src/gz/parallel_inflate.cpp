@@ -277,6 +277,9 @@ struct NoState {};
 class Engine final : inflate_detail::ChunkSchedule<Engine, ChunkResult, NoState> {
  public:
   Engine(const core::RandomAccessInput& file, const Sink& sink, const ParallelInflateOptions& o);
+  // The chunks left in the schedule's slots (after an error or a stop) hold leases from the
+  // pools below, and the schedule's members outlive ours: they go first.
+  ~Engine() { slots_.reset(); }
   std::uint64_t run();
 
  private:
@@ -321,7 +324,8 @@ class Engine final : inflate_detail::ChunkSchedule<Engine, ChunkResult, NoState>
   std::uint64_t cap_;
   std::size_t piece_size_;
   std::size_t search_size_;
-  // Before everything that holds their leases: they are destroyed after it.
+  // Before everything here that holds their leases: they are destroyed after it (the
+  // schedule's slots are emptied by ~Engine).
   std::optional<Recycler<Bytes>> pieces_;        // piece_size_: chunk output, DirectOutput
   std::optional<Recycler<Bytes>> searches_;      // search_size_: block finder input
   std::optional<Recycler<MarkerDecoder>> decoders_;
