@@ -42,6 +42,8 @@ namespace voxpipe::gz::inflate_detail {
 //   bool frontier_moved();                            after the frontier moved (mu_ held); true
 //                                                     ends the run there
 //   void after_advance();                             after the frontier moved (mu_ free)
+// The slots are members of this base, so they outlive Derived's members: a Derived whose
+// chunks hold anything of its own (leases from its pools) empties slots_ in its destructor.
 template <class Derived, class Chunk, class WorkerState>
 class ChunkSchedule {
  protected:
